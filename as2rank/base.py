@@ -1,0 +1,102 @@
+"""The ranking mixin that every as2rank estimator inherits (the estimator contract of DESIGN §2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .data import GroupIndex, check_X, make_frame
+from .metrics import mean_average_precision
+
+__all__ = ["RankerMixin"]
+
+
+class RankerMixin:
+    """Mixin for rankers of grouped candidates.
+
+    A subclass implements ``fit(X, y, groups=None)`` and ``predict(X)`` (one score per row, higher is
+    better); the mixin adds :meth:`predict_rank`, :meth:`score` (MAP), :meth:`rank` for plain strings, the
+    scikit-learn tags, and a default metadata-routing request for ``groups`` in ``fit``, so that with
+    ``sklearn.set_config(enable_metadata_routing=True)``, ``GridSearchCV(...).fit(X, y, groups=g)`` routes
+    ``groups`` both to the splitter and to the estimator.
+    """
+
+    # Request ``groups`` in fit by default (used only when metadata routing is enabled).
+    __metadata_request__fit = {"groups": True}
+
+    def predict_rank(self, X) -> np.ndarray:
+        """1-based rank of each row inside its question (1 = best).
+
+        Rows are ranked by :meth:`predict` scores, descending; equal scores keep the original order
+        (``position``, or the row order inside the question), so the ranks of a question are always a
+        permutation of ``1..n``.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame.
+
+        Returns
+        -------
+        ndarray of int of shape (n_rows,)
+        """
+        X = check_X(X, text_columns=())
+        scores = self.predict(X)
+        return GroupIndex.from_frame(X).rank(scores)
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean average precision of :meth:`predict` on ``(X, y)``, over questions with a positive.
+
+        Ties are ranked pessimistically (see :mod:`as2rank.metrics`).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+        y : array-like of shape (n_rows,)
+        sample_weight : None
+            Not supported; present for scikit-learn's signature.
+
+        Returns
+        -------
+        float
+        """
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by ranking scores.")
+        X = check_X(X, text_columns=())
+        position = X["position"].to_numpy() if "position" in X.columns else None
+        return mean_average_precision(y, self.predict(X), X["qid"].to_numpy(), position=position)
+
+    def rank(self, question: str, candidates, top_k: int | None = None) -> pd.DataFrame:
+        """Rank candidate sentences for one question given as plain strings.
+
+        Parameters
+        ----------
+        question : str
+        candidates : sequence of str
+            In their original order (document or retrieval order), which some models use.
+        top_k : int, default=None
+            Return only the best ``top_k``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``candidate``, ``score`` and ``position`` (index in ``candidates``), best first.
+        """
+        X = make_frame(question, candidates)
+        scores = np.asarray(self.predict(X), dtype=np.float64)
+        order = np.lexsort((np.arange(len(X)), -scores))
+        if top_k is not None:
+            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+                raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}.")
+            order = order[:top_k]
+        return pd.DataFrame(
+            {"candidate": X["candidate"].to_numpy()[order], "score": scores[order], "position": order}
+        )
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Input is a grouped-candidate DataFrame with text columns, not a numeric 2-D array.
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.target_tags.required = True
+        return tags

@@ -1,0 +1,358 @@
+"""Ranking metrics over groups of candidates, and scorers for scikit-learn model selection.
+
+Every metric sorts the rows once, inside each group, by descending score, and then works on whole arrays
+(``bincount``/``reduceat``), so evaluating thousands of questions costs a few array passes.
+
+Tie policies (``ties=``), for candidates of one question with equal scores:
+
+* ``"pessimistic"`` (default): less relevant candidates are ranked first among ties, so a model cannot
+  gain from ties; a constant scorer gets the worst score it could get.
+* ``"optimistic"``: more relevant candidates first among ties (an upper bound).
+* ``"stable"``: ties keep the original order (``position``, or the row order inside the group).
+
+Questions with no positive candidate (``no_positive=``): ``"skip"`` (default) leaves them out of the mean
+(the "clean" protocol of the AS2 literature); ``"zero"`` counts them as 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from .data import GroupIndex, check_labels
+
+__all__ = [
+    "mean_average_precision",
+    "mean_reciprocal_rank",
+    "precision_at_k",
+    "ndcg_at_k",
+    "ranking_report",
+    "get_scorer",
+    "RankingScorer",
+    "paired_significance",
+    "TIE_POLICIES",
+]
+
+TIE_POLICIES = ("pessimistic", "optimistic", "stable")
+_NO_POSITIVE = ("skip", "zero")
+
+
+class _RankedRun:
+    """One run (labels + scores) sorted inside each group according to a tie policy."""
+
+    def __init__(self, y_true, y_score, groups, ties: str, position=None):
+        if ties not in TIE_POLICIES:
+            raise ValueError(f"ties must be one of {TIE_POLICIES}, got {ties!r}.")
+        if isinstance(groups, GroupIndex):
+            index = groups
+        else:
+            if groups is None:
+                raise ValueError("groups is required: the question id of every row.")
+            index = GroupIndex(groups, position)
+        y_true = check_labels(y_true, index.n_rows, name="y_true")
+        y_score = np.asarray(y_score, dtype=np.float64)
+        if y_score.ndim != 1 or len(y_score) != index.n_rows:
+            raise ValueError(f"y_score has shape {y_score.shape} but {index.n_rows} rows were expected.")
+        if np.isnan(y_score).any():
+            raise ValueError("y_score contains NaN; every row needs a score.")
+        tiebreak = {"pessimistic": y_true, "optimistic": -y_true, "stable": None}[ties]
+        order = index.sort(y_score, tiebreak)
+        self.index = index
+        self.gain = y_true[order]  # labels in ranked order, groups contiguous
+        self.rel = (self.gain > 0).astype(np.float64)
+        self.group = index.codes[order]
+        self.rank = np.arange(1, index.n_rows + 1) - np.repeat(index.starts, index.sizes)
+        self.n_rel = np.bincount(self.group, weights=self.rel, minlength=index.n_groups)
+
+    def _sum(self, values):
+        return np.bincount(self.group, weights=values, minlength=self.index.n_groups)
+
+    def average_precision(self):
+        cum = np.cumsum(self.rel)
+        before = np.repeat(cum[self.index.starts] - self.rel[self.index.starts], self.index.sizes)
+        prec = (cum - before) / self.rank
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._sum(prec * self.rel) / self.n_rel
+
+    def reciprocal_rank(self):
+        first = np.minimum.reduceat(np.where(self.rel > 0, self.rank, np.inf), self.index.starts)
+        return 1.0 / first
+
+    def precision(self, k):
+        return self._sum(self.rel * (self.rank <= k)) / k
+
+    def ndcg(self, k, gain):
+        g = self.gain if gain == "linear" else np.exp2(self.gain) - 1.0
+        disc = np.where(self.rank <= k, 1.0 / np.log2(self.rank + 1.0), 0.0)
+        dcg = self._sum(g * disc)
+        # Ideal ordering: labels sorted descending inside each group.
+        ideal = np.lexsort((-self.gain, self.group))
+        idcg = self._sum(g[ideal] * disc)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return dcg / idcg
+
+    def aggregate(self, per_group, no_positive, per_group_out):
+        if no_positive not in _NO_POSITIVE:
+            raise ValueError(f"no_positive must be one of {_NO_POSITIVE}, got {no_positive!r}.")
+        answered = self.n_rel > 0
+        values = np.where(answered, per_group, 0.0 if no_positive == "zero" else np.nan)
+        if per_group_out:
+            return pd.Series(values, index=pd.Index(self.index.keys, name="qid"))
+        if not np.any(~np.isnan(values)):
+            warnings.warn(
+                "No question has a positive candidate: the metric is undefined (NaN). Pass "
+                "no_positive='zero' to count such questions as 0.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return float("nan")
+        return float(np.nanmean(values))
+
+
+def _check_k(k):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}.")
+    return int(k)
+
+
+_DOC_PARAMS = """
+    Parameters
+    ----------
+    y_true : array-like of shape (n_rows,)
+        Relevance labels (0/1; graded values > 0 count as relevant for binary metrics).
+    y_score : array-like of shape (n_rows,)
+        Scores, higher is better.
+    groups : array-like of shape (n_rows,)
+        Question id of each row (e.g. ``X["qid"]``); rows of a group need not be contiguous.
+    ties : {"pessimistic", "optimistic", "stable"}, default="pessimistic"
+        How candidates with equal scores are ordered (see the module docstring).
+    no_positive : {"skip", "zero"}, default="skip"
+        Questions without a positive candidate are left out ("clean" protocol) or count as 0.
+    position : array-like of shape (n_rows,), default=None
+        Original rank inside each group, used by ``ties="stable"``; default the row order.
+    per_group : bool, default=False
+        Return a :class:`pandas.Series` of per-question values indexed by ``qid`` (NaN for skipped
+        questions) instead of the mean.
+"""
+
+
+def mean_average_precision(
+    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, per_group=False
+):
+    run = _RankedRun(y_true, y_score, groups, ties, position)
+    return run.aggregate(run.average_precision(), no_positive, per_group)
+
+
+def mean_reciprocal_rank(
+    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, per_group=False
+):
+    run = _RankedRun(y_true, y_score, groups, ties, position)
+    return run.aggregate(run.reciprocal_rank(), no_positive, per_group)
+
+
+def precision_at_k(
+    y_true, y_score, groups, *, k=1, ties="pessimistic", no_positive="skip", position=None, per_group=False
+):
+    run = _RankedRun(y_true, y_score, groups, ties, position)
+    return run.aggregate(run.precision(_check_k(k)), no_positive, per_group)
+
+
+def ndcg_at_k(
+    y_true,
+    y_score,
+    groups,
+    *,
+    k=10,
+    gain="linear",
+    ties="pessimistic",
+    no_positive="skip",
+    position=None,
+    per_group=False,
+):
+    if gain not in ("linear", "exponential"):
+        raise ValueError(f"gain must be 'linear' or 'exponential', got {gain!r}.")
+    run = _RankedRun(y_true, y_score, groups, ties, position)
+    return run.aggregate(run.ndcg(_check_k(k), gain), no_positive, per_group)
+
+
+mean_average_precision.__doc__ = (
+    "Mean average precision (MAP) over questions.\n\n"
+    "    AP of a question = mean, over its relevant candidates, of the precision at their rank.\n"
+    + _DOC_PARAMS
+    + "\n    Returns\n    -------\n    float or pandas.Series\n"
+)
+mean_reciprocal_rank.__doc__ = (
+    "Mean reciprocal rank (MRR): mean over questions of 1 / rank of the first relevant candidate.\n"
+    + _DOC_PARAMS
+    + "\n    Returns\n    -------\n    float or pandas.Series\n"
+)
+precision_at_k.__doc__ = (
+    "Precision at k (P@k): relevant candidates among the top k, divided by k (as trec_eval does, also\n"
+    "    for questions with fewer than k candidates). P@1 is the accuracy of the top answer.\n"
+    + _DOC_PARAMS
+    + "    k : int, default=1\n        Cut-off.\n"
+    + "\n    Returns\n    -------\n    float or pandas.Series\n"
+)
+ndcg_at_k.__doc__ = (
+    "Normalised discounted cumulative gain at k (nDCG@k), with graded gains.\n\n"
+    "    DCG@k = sum over the top k of gain(label) / log2(rank + 1), divided by the DCG@k of the ideal order.\n"
+    + _DOC_PARAMS
+    + "    k : int, default=10\n        Cut-off.\n"
+    + "    gain : {'linear', 'exponential'}, default='linear'\n"
+    "        ``label`` (as trec_eval and scikit-learn's ``ndcg_score``) or ``2**label - 1``.\n"
+    + "\n    Returns\n    -------\n    float or pandas.Series\n"
+)
+
+
+def ranking_report(
+    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, k=(1, 3, 5), ndcg_k=(10,)
+) -> dict:
+    """All the ranking metrics of one run, sharing one sort.
+
+    Parameters
+    ----------
+    y_true, y_score, groups, ties, no_positive, position
+        As in :func:`mean_average_precision`.
+    k : tuple of int, default=(1, 3, 5)
+        Cut-offs for P@k.
+    ndcg_k : tuple of int, default=(10,)
+        Cut-offs for nDCG@k.
+
+    Returns
+    -------
+    dict
+        ``map``, ``mrr``, ``p@k`` for each k, ``ndcg@k`` for each cut-off, ``n_questions`` (all groups)
+        and ``n_evaluated`` (groups that entered the means).
+    """
+    run = _RankedRun(y_true, y_score, groups, ties, position)
+    report = {
+        "map": run.aggregate(run.average_precision(), no_positive, False),
+        "mrr": run.aggregate(run.reciprocal_rank(), no_positive, False),
+    }
+    for kk in k:
+        report[f"p@{kk}"] = run.aggregate(run.precision(_check_k(kk)), no_positive, False)
+    for kk in ndcg_k:
+        report[f"ndcg@{kk}"] = run.aggregate(run.ndcg(_check_k(kk), "linear"), no_positive, False)
+    report["n_questions"] = int(run.index.n_groups)
+    report["n_evaluated"] = int(run.index.n_groups if no_positive == "zero" else (run.n_rel > 0).sum())
+    return report
+
+
+class RankingScorer:
+    """A scorer ``(estimator, X, y) -> float`` for ``GridSearchCV(scoring=...)`` and ``cross_validate``.
+
+    The groups are read from ``X["qid"]``, so any row subset scikit-learn takes (a CV fold) is scored per
+    question. Build one with :func:`get_scorer`.
+
+    Parameters
+    ----------
+    metric : callable
+        One of the metric functions of this module.
+    name : str
+        Name shown in reprs.
+    **kwargs
+        Passed to ``metric`` (``k``, ``ties``, ``no_positive``).
+    """
+
+    def __init__(self, metric, name, **kwargs):
+        self.metric = metric
+        self.name = name
+        self.kwargs = kwargs
+
+    def __call__(self, estimator, X, y_true, sample_weight=None):
+        if sample_weight is not None:
+            raise ValueError("Ranking scorers do not support sample_weight.")
+        if not isinstance(X, pd.DataFrame) or "qid" not in X.columns:
+            raise ValueError("Ranking scorers need X as a grouped-candidate DataFrame with a 'qid' column.")
+        y_score = estimator.predict(X)
+        position = X["position"].to_numpy() if "position" in X.columns else None
+        return self.metric(y_true, y_score, X["qid"].to_numpy(), position=position, **self.kwargs)
+
+    def __repr__(self):
+        extra = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        return f"get_scorer({self.name!r}{extra})"
+
+
+def get_scorer(name: str, *, ties: str = "pessimistic", no_positive: str = "skip") -> RankingScorer:
+    """A ranking scorer by name: ``"map"``, ``"mrr"``, ``"p@k"`` and ``"ndcg@k"`` for any k (``"p@1"``,
+    ``"ndcg@10"``, ...).
+
+    Parameters
+    ----------
+    name : str
+        Metric name, case-insensitive.
+    ties, no_positive : str
+        As in the metric functions.
+
+    Returns
+    -------
+    RankingScorer
+
+    Examples
+    --------
+    >>> from as2rank.metrics import get_scorer
+    >>> get_scorer("p@1")
+    get_scorer('p@1', k=1, ties='pessimistic', no_positive='skip')
+    """
+    key = name.strip().lower()
+    common = {"ties": ties, "no_positive": no_positive}
+    if key == "map":
+        return RankingScorer(mean_average_precision, key, **common)
+    if key == "mrr":
+        return RankingScorer(mean_reciprocal_rank, key, **common)
+    for prefix, metric in (("p@", precision_at_k), ("ndcg@", ndcg_at_k)):
+        if key.startswith(prefix):
+            try:
+                k = int(key[len(prefix) :])
+            except ValueError:
+                break
+            return RankingScorer(metric, key, k=_check_k(k), **common)
+    raise ValueError(f"Unknown ranking scorer {name!r}; use 'map', 'mrr', 'p@k' or 'ndcg@k' (e.g. 'p@1', 'ndcg@10').")
+
+
+def paired_significance(a, b, *, method="randomization", n_resamples=9999, random_state=0) -> float:
+    """Two-sided p-value that two systems differ, from their per-question scores.
+
+    Parameters
+    ----------
+    a, b : pandas.Series or array-like
+        Per-question values of one metric for two systems (e.g. ``per_group=True`` output); Series are
+        aligned on their index and questions missing (NaN) in either are dropped.
+    method : {"randomization", "ttest"}, default="randomization"
+        Paired randomisation (sign-flip permutation) test, as IR evaluation tools use, or paired t-test.
+    n_resamples : int, default=9999
+        Permutations for the randomisation test.
+    random_state : int, default=0
+
+    Returns
+    -------
+    float
+    """
+    from scipy import stats
+
+    if isinstance(a, pd.Series) and isinstance(b, pd.Series):
+        a, b = a.align(b, join="inner")
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}.")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    if len(a) < 2 or np.allclose(a, b):
+        return 1.0
+    if method == "ttest":
+        return float(stats.ttest_rel(a, b).pvalue)
+    if method != "randomization":
+        raise ValueError(f"method must be 'randomization' or 'ttest', got {method!r}.")
+    result = stats.permutation_test(
+        (a - b,),
+        np.mean,
+        permutation_type="samples",
+        n_resamples=n_resamples,
+        alternative="two-sided",
+        random_state=random_state,
+        vectorized=True,
+    )
+    return float(result.pvalue)
