@@ -15,6 +15,7 @@ _LAZY = {
     "LexicalFeatures": "baselines",
     "PointwiseRanker": "baselines",
     "RankerMixin": "base",
+    "predict_rank": "base",
     "get_scorer": "metrics",
     "ranking_report": "metrics",
 }

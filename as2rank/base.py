@@ -8,7 +8,28 @@ import pandas as pd
 from .data import GroupIndex, check_X, make_frame
 from .metrics import mean_average_precision
 
-__all__ = ["RankerMixin"]
+__all__ = ["RankerMixin", "predict_rank"]
+
+
+def predict_rank(estimator, X) -> np.ndarray:
+    """1-based rank of each row inside its question from any fitted estimator's ``predict`` scores.
+
+    The same as :meth:`RankerMixin.predict_rank`, for objects that do not have that method, such as a
+    scikit-learn ``Pipeline`` ending in an as2rank ranker.
+
+    Parameters
+    ----------
+    estimator : fitted estimator with ``predict``
+    X : pandas.DataFrame
+        Grouped-candidate frame.
+
+    Returns
+    -------
+    ndarray of int of shape (n_rows,)
+    """
+    X = check_X(X, text_columns=())
+    scores = estimator.predict(X)
+    return GroupIndex.from_frame(X).rank(scores)
 
 
 class RankerMixin:
@@ -40,9 +61,7 @@ class RankerMixin:
         -------
         ndarray of int of shape (n_rows,)
         """
-        X = check_X(X, text_columns=())
-        scores = self.predict(X)
-        return GroupIndex.from_frame(X).rank(scores)
+        return predict_rank(self, X)
 
     def score(self, X, y, sample_weight=None) -> float:
         """Mean average precision of :meth:`predict` on ``(X, y)``, over questions with a positive.

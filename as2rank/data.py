@@ -55,7 +55,7 @@ def _nonstring_rows(column: pd.Series) -> np.ndarray:
 
 
 def _describe_rows(rows: np.ndarray, limit: int = 5) -> str:
-    shown = ", ".join(repr(r) for r in rows[:limit])
+    shown = ", ".join(repr(r) for r in rows[:limit].tolist())
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
     return f"{len(rows)} row(s) (index {shown}{more})"
 
