@@ -1,0 +1,111 @@
+"""The ``as2rank`` command.
+
+``as2rank bench``
+    Runs the benchmark suite (default: the offline models on the bundled SQuAD sample) and prints a
+    leaderboard.
+``as2rank evaluate``
+    Fits one model of the suite (or loads a saved one) and prints its metrics on a test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import __version__
+
+
+def _add_data_args(p):
+    p.add_argument(
+        "--data",
+        choices=("sample", "squad", "wikiqa"),
+        default="sample",
+        help="sample: the SQuAD 2.0 sample bundled with as2rank (default); squad: a SQuAD JSON at --path; "
+        "wikiqa: the folder at --path with WikiQA-train.tsv and WikiQA-test.tsv",
+    )
+    p.add_argument("--path", help="data file or folder for --data squad/wikiqa")
+    p.add_argument("--seed", type=int, default=0, help="random seed for splits and models (default 0)")
+
+
+def _bench(args) -> int:
+    from .suite import format_leaderboard, load_benchmark_data, run_suite, select
+
+    entries = select(args.suite.split(","), args.models.split(",") if args.models else None)
+    X_train, y_train, X_test, y_test = load_benchmark_data(args.data, args.path, random_state=args.seed)
+    print(
+        f"as2rank bench on {args.data}: train {X_train['qid'].nunique()} questions / {len(X_train)} pairs, "
+        f"test {X_test['qid'].nunique()} questions / {len(X_test)} pairs "
+        "(metrics over questions with a correct answer, pessimistic ties)",
+        file=sys.stderr,
+    )
+    board = run_suite(entries, X_train, y_train, X_test, y_test, random_state=args.seed, progress=not args.quiet)
+    print(format_leaderboard(board))
+    if args.output:
+        with open(args.output, "w") as fh:
+            json.dump({"data": args.data, "seed": args.seed, "rows": board.to_dict(orient="records")}, fh, indent=2)
+    return 0
+
+
+def _evaluate(args) -> int:
+    import joblib
+
+    from .metrics import ranking_report
+    from .suite import load_benchmark_data, select
+
+    X_train, y_train, X_test, y_test = load_benchmark_data(args.data, args.path, random_state=args.seed)
+    if args.model.endswith((".joblib", ".pkl")):
+        model = joblib.load(args.model)
+    else:
+        (entry,) = select(("all",), [args.model])
+        missing = entry.missing()
+        if missing:
+            print(f"{entry.name} needs: pip install {' '.join(missing)}", file=sys.stderr)
+            return 2
+        model = entry.make(args.seed).fit(X_train, y_train)
+        if args.save:
+            joblib.dump(model, args.save)
+    scores = model.predict(X_test)
+    print(f"| ties | questions | MAP | MRR | P@1 | P@3 | P@5 | nDCG@10 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for ties in ("pessimistic", "stable", "optimistic") if args.ties == "all" else (args.ties,):
+        r = ranking_report(y_test, scores, X_test["qid"], ties=ties, position=X_test.get("position"))
+        cells = " | ".join(f"{100 * r[k]:.2f}" for k in ("map", "mrr", "p@1", "p@3", "p@5", "ndcg@10"))
+        print(f"| {ties} | {r['n_evaluated']} | {cells} |")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="as2rank", description="Answer sentence selection with scikit-learn.")
+    parser.add_argument("--version", action="version", version=f"as2rank {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="run the benchmark suite and print a leaderboard")
+    _add_data_args(bench)
+    bench.add_argument(
+        "--suite", default="default", help="comma-separated suites: default, neural, transformers, or all"
+    )
+    bench.add_argument("--models", help="comma-separated model names (overrides --suite)")
+    bench.add_argument("--output", help="write the leaderboard as JSON to this file")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench.set_defaults(func=_bench)
+
+    ev = sub.add_parser("evaluate", help="fit (or load) one model and print its metrics on the test split")
+    _add_data_args(ev)
+    ev.add_argument("--model", required=True, help="a suite model name (e.g. WO+RR) or a saved .joblib model")
+    ev.add_argument("--ties", choices=("pessimistic", "stable", "optimistic", "all"), default="pessimistic")
+    ev.add_argument("--save", help="save the fitted model to this .joblib file")
+    ev.set_defaults(func=_evaluate)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"as2rank: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The benchmark suite behind ``as2rank bench``: named models, data splits, and a leaderboard.
+
+Each entry says which suite it belongs to. ``"default"`` entries run offline on a laptop CPU in a few
+minutes on the bundled sample; heavier suites (``"neural"``, ``"transformers"``) are opt-in. Models whose
+optional packages are missing are reported as skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .metrics import mean_average_precision, paired_significance, ranking_report
+
+__all__ = ["SuiteEntry", "ENTRIES", "select", "load_benchmark_data", "run_suite", "format_leaderboard"]
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """A named model of the suite.
+
+    Parameters
+    ----------
+    name : str
+        Short name shown in the leaderboard and accepted by ``--models``.
+    make : callable
+        Returns a fresh unfitted estimator (given the ``random_state``).
+    suite : str
+        ``"default"`` (runs with no arguments), or an opt-in suite name.
+    requires : tuple of str
+        Importable modules the model needs (optional extras).
+    description : str
+    """
+
+    name: str
+    make: Callable[[int], object]
+    suite: str = "default"
+    requires: tuple = field(default_factory=tuple)
+    description: str = ""
+
+    def missing(self) -> list[str]:
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+
+def _lexical_lr(seed):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from .baselines import LexicalFeatures, PointwiseRanker
+
+    return make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000)))
+
+
+def _baseline(cls_name):
+    def make(seed):
+        from . import baselines
+
+        return getattr(baselines, cls_name)()
+
+    return make
+
+
+ENTRIES: list[SuiteEntry] = [
+    SuiteEntry("RR", _baseline("ReciprocalRankRanker"), description="original order, 1/(position+1)"),
+    SuiteEntry("WO", _baseline("WordOverlapRanker"), description="unique shared words"),
+    SuiteEntry("WO+RR", _baseline("OverlapRankRanker"), description="word overlap, ties by position"),
+    SuiteEntry("Lexical+LR", _lexical_lr, description="LexicalFeatures -> LogisticRegression"),
+]
+
+
+def select(suites=("default",), models=None) -> list[SuiteEntry]:
+    """Entries of the given suites (``"all"`` for every suite), optionally filtered by model names."""
+    suites = tuple(suites)
+    known = {e.suite for e in ENTRIES}
+    unknown = [s for s in suites if s != "all" and s not in known]
+    if unknown:
+        raise ValueError(f"Unknown suite(s) {unknown}; available: {sorted(known)} or 'all'.")
+    entries = [e for e in ENTRIES if "all" in suites or e.suite in suites]
+    if models:
+        names = {e.name.lower(): e for e in ENTRIES}
+        missing = [m for m in models if m.lower() not in names]
+        if missing:
+            raise ValueError(f"Unknown model(s) {missing}; available: {[e.name for e in ENTRIES]}.")
+        entries = [names[m.lower()] for m in models]
+    return entries
+
+
+def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0):
+    """Train and test splits for the suite.
+
+    Parameters
+    ----------
+    data : {"sample", "squad", "wikiqa"}
+        ``"sample"``: the SQuAD 2.0 sample bundled with as2rank; ``"squad"``: a SQuAD JSON at ``path``;
+        for both, paragraphs (``doc_id``) are split into train and test so that no paragraph is in both.
+        ``"wikiqa"``: the official splits, ``path`` being the folder with ``WikiQA-train.tsv`` and
+        ``WikiQA-test.tsv``.
+    path : str, default=None
+    test_size : float, default=0.3
+        Fraction of paragraphs held out (sample and squad).
+    random_state : int, default=0
+
+    Returns
+    -------
+    X_train, y_train, X_test, y_test
+    """
+    import os
+
+    from sklearn.model_selection import GroupShuffleSplit
+
+    from . import datasets
+
+    if data == "wikiqa":
+        if path is None:
+            raise ValueError("--data wikiqa needs --path, the folder holding WikiQA-train.tsv and WikiQA-test.tsv.")
+        X_train, y_train = datasets.load_wikiqa(os.path.join(path, "WikiQA-train.tsv"))
+        X_test, y_test = datasets.load_wikiqa(os.path.join(path, "WikiQA-test.tsv"))
+        return X_train, y_train, X_test, y_test
+    if data == "sample":
+        X, y = datasets.load_sample()
+    elif data == "squad":
+        if path is None:
+            raise ValueError("--data squad needs --path, a SQuAD v1.1/v2.0 JSON file.")
+        X, y = datasets.load_squad_sent(path)
+    else:
+        raise ValueError(f"Unknown data {data!r}; use 'sample', 'squad' or 'wikiqa'.")
+    split = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=random_state)
+    train, test = next(split.split(X, y, groups=X["doc_id"]))
+    return X.iloc[train], y[train], X.iloc[test], y[test]
+
+
+def run_suite(entries, X_train, y_train, X_test, y_test, *, random_state=0, baseline="WO+RR", progress=True):
+    """Fit every entry on the train split and evaluate it on the test split.
+
+    Parameters
+    ----------
+    entries : list of SuiteEntry
+    X_train, y_train, X_test, y_test
+        Grouped-candidate data.
+    random_state : int, default=0
+    baseline : str, default="WO+RR"
+        Row that the others are compared with: a paired randomisation test over questions on MAP.
+    progress : bool, default=True
+        Show a progress bar.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per model: ``map``, ``mrr``, ``p@1``, ``ndcg@10`` (clean protocol, pessimistic ties),
+        ``fit_s``, ``predict_s``, ``p_value`` (MAP vs ``baseline``), ``status``.
+    """
+    from tqdm.auto import tqdm
+
+    rows, per_question = [], {}
+    bar = tqdm(entries, desc="as2rank bench", unit="model", disable=not progress)
+    for entry in bar:
+        bar.set_postfix_str(entry.name)
+        missing = entry.missing()
+        if missing:
+            rows.append({"model": entry.name, "status": f"skipped: pip install {' '.join(missing)}"})
+            continue
+        est = entry.make(random_state)
+        t0 = time.perf_counter()
+        est.fit(X_train, y_train)
+        t1 = time.perf_counter()
+        scores = est.predict(X_test)
+        t2 = time.perf_counter()
+        report = ranking_report(y_test, scores, X_test["qid"], position=X_test.get("position"), k=(1,))
+        per_question[entry.name] = mean_average_precision(
+            y_test, scores, X_test["qid"], position=X_test.get("position"), per_group=True
+        )
+        rows.append(
+            {
+                "model": entry.name,
+                **{k: report[k] for k in ("map", "mrr", "p@1", "ndcg@10")},
+                "fit_s": t1 - t0,
+                "predict_s": t2 - t1,
+                "status": "ok",
+            }
+        )
+    board = pd.DataFrame(rows)
+    if baseline in per_question:
+        board["p_value"] = [
+            paired_significance(per_question[m], per_question[baseline]) if m in per_question and m != baseline else np.nan
+            for m in board["model"]
+        ]
+    return board
+
+
+def format_leaderboard(board: pd.DataFrame, baseline="WO+RR") -> str:
+    """The leaderboard as a Markdown table, best MAP first; ``*`` marks a MAP that differs from the
+    baseline's with p < 0.05 (paired randomisation test over questions)."""
+    ok = board[board["status"] == "ok"].sort_values("map", ascending=False)
+    lines = [
+        "| model | MAP | MRR | P@1 | nDCG@10 | fit (s) | predict (s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for _, r in ok.iterrows():
+        mark = "*" if "p_value" in r and r["p_value"] < 0.05 else ""
+        lines.append(
+            f"| {r['model']} | {100 * r['map']:.2f}{mark} | {100 * r['mrr']:.2f} | {100 * r['p@1']:.2f} | "
+            f"{100 * r['ndcg@10']:.2f} | {r['fit_s']:.2f} | {r['predict_s']:.2f} |"
+        )
+    for _, r in board[board["status"] != "ok"].iterrows():
+        lines.append(f"| {r['model']} | {r['status']} | | | | | |")
+    if "p_value" in board:
+        lines.append(f"\n`*`: MAP differs from {baseline} with p < 0.05 (paired randomisation test over questions).")
+    return "\n".join(lines)
