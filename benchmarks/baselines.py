@@ -147,6 +147,10 @@ def markdown(results) -> str:
             )
     lines += [
         "",
+        "Random rows: ours are the exact expectations over uniformly random orders of the answered questions",
+        "(`expected_random` in the script). The paper does not say how it obtained its lower random figures",
+        "(a single random run, or another protocol), so those two rows are not comparable.",
+        "",
         "The WO row matches the paper only with pessimistic ties: WO scores are small integers and tie often;",
         "with ties in original order WO equals WO+RR, and optimistic ties inflate it (see `as2rank evaluate",
         "--model WO --ties all`).",
