@@ -38,6 +38,8 @@ FORMAT_COLUMNS = (
     "doc_position",
     "local_context",
     "global_context",
+    "orig_position",
+    "title",
 )
 
 

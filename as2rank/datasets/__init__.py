@@ -1,5 +1,9 @@
-"""Data set loaders returning ``X, y`` in the grouped-candidate format."""
+"""Data set loaders returning ``X, y`` in the grouped-candidate format, and candidate expansion."""
 
+from .asnq import load_asnq
+from .expand import expand_candidates
+from .sample import load_sample
+from .squad import load_squad_sent
 from .wikiqa import load_wikiqa
 
-__all__ = ["load_wikiqa"]
+__all__ = ["load_wikiqa", "load_squad_sent", "load_asnq", "load_sample", "expand_candidates"]
