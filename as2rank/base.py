@@ -48,7 +48,7 @@ class RankerMixin:
     def predict_rank(self, X) -> np.ndarray:
         """1-based rank of each row inside its question (1 = best).
 
-        Rows are ranked by :meth:`predict` scores, descending; equal scores keep the original order
+        Rows are ranked by ``predict`` scores, descending; equal scores keep the original order
         (``position``, or the row order inside the question), so the ranks of a question are always a
         permutation of ``1..n``.
 
@@ -64,7 +64,7 @@ class RankerMixin:
         return predict_rank(self, X)
 
     def score(self, X, y, sample_weight=None) -> float:
-        """Mean average precision of :meth:`predict` on ``(X, y)``, over questions with a positive.
+        """Mean average precision of ``predict`` on ``(X, y)``, over questions with a positive.
 
         Ties are ranked pessimistically (see :mod:`as2rank.metrics`).
 

@@ -196,6 +196,9 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
     idf_ : ndarray
     """
 
+    # Accept ``groups`` when metadata routing sends it through a pipeline (it is only validated).
+    __metadata_request__fit = {"groups": True}
+
     feature_names = (
         "overlap",
         "overlap_question",

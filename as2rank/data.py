@@ -56,6 +56,11 @@ def _nonstring_rows(column: pd.Series) -> np.ndarray:
     return column.index[bad].to_numpy()
 
 
+def _plain(value):
+    """A numpy scalar as the Python value it holds, so messages read ``0`` rather than ``np.int64(0)``."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _describe_rows(rows: np.ndarray, limit: int = 5) -> str:
     shown = ", ".join(repr(r) for r in rows[:limit].tolist())
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
@@ -223,8 +228,8 @@ class GroupIndex:
             if dup.any():
                 first = np.flatnonzero(dup)[0]
                 raise ValueError(
-                    f"Column 'position' is duplicated inside question {self.keys[sorted_codes[first]]!r} "
-                    f"(position {sorted_pos[first]!r} appears more than once); positions must be unique "
+                    f"Column 'position' is duplicated inside question {_plain(self.keys[sorted_codes[first]])!r} "
+                    f"(position {_plain(sorted_pos[first])!r} appears more than once); positions must be unique "
                     "within a question."
                 )
         sizes = np.bincount(self.codes, minlength=len(self.keys))

@@ -35,6 +35,7 @@ __all__ = [
     "TIE_POLICIES",
 ]
 
+#: Accepted values of ``ties=``.
 TIE_POLICIES = ("pessimistic", "optimistic", "stable")
 _NO_POSITIVE = ("skip", "zero")
 

@@ -188,6 +188,11 @@ def test_metadata_routing_routes_groups_to_fit():
             X, y, groups=X["qid"]
         )
     assert seen["groups"] is not None and len(seen["groups"]) == len(X)
+    # A pipeline with LexicalFeatures accepts routed groups too.
+    with sklearn.config_context(enable_metadata_routing=True):
+        GridSearchCV(lexical_pipeline(), {"pointwiseranker__estimator__C": [1.0]}, cv=GroupKFold(3)).fit(
+            X, y, groups=X["qid"]
+        )
 
 
 def test_wikiqa_test_paper_numbers():
