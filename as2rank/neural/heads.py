@@ -1,0 +1,141 @@
+"""Torch modules of the transformer rankers: the monolithic cross-encoder and the Cascade Transformer."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .backbone import LayerStack, masked_mean, truncate_layers
+
+__all__ = ["CascadeEncoder", "CrossEncoder", "drop_lowest", "feed_forward"]
+
+
+def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
+    """``n_linear`` dense layers (hidden → hidden with tanh, the last → 1 logit), dropout before each."""
+    layers = []
+    for i in range(n_linear):
+        last = i == n_linear - 1
+        layers += [nn.Dropout(dropout), nn.Linear(hidden, 1 if last else hidden)]
+        if not last:
+            layers.append(nn.Tanh())
+    return nn.Sequential(*layers)
+
+
+class CrossEncoder(nn.Module):
+    """Encoder → first-token encoding → feed-forward head (2 dense layers) → logit."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+        self.head = feed_forward(encoder.config.hidden_size, 2)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+        hidden = self.encoder(**inputs).last_hidden_state
+        return self.head(hidden[:, 0]).squeeze(-1)
+
+
+def drop_lowest(codes: np.ndarray, scores: np.ndarray, alpha: float) -> np.ndarray:
+    """Which rows survive dropping the ``floor(alpha · k)`` lowest-scoring rows of each group of ``k``.
+
+    Rows must be listed in their original order inside each group: among equal scores the later row is
+    dropped first, as :meth:`~as2rank.data.GroupIndex.rank` ranks it lower.
+
+    Parameters
+    ----------
+    codes : ndarray of int, shape (n,)
+        Group of each row.
+    scores : ndarray of shape (n,)
+    alpha : float in [0, 1)
+
+    Returns
+    -------
+    ndarray of bool, shape (n,)
+    """
+    n = len(codes)
+    order = np.lexsort((-np.arange(n), scores, codes))  # worst first inside each group
+    _, first, counts = np.unique(codes[order], return_index=True, return_counts=True)
+    # The small epsilon keeps products such as 0.29 * 100 = 28.999999999999996 at their exact floor.
+    n_drop = np.floor(alpha * counts + 1e-9).astype(np.int64)
+    dropped = (np.arange(n) - np.repeat(first, counts)) < np.repeat(n_drop, counts)
+    keep = np.ones(n, dtype=bool)
+    keep[order[dropped]] = False
+    return keep
+
+
+class CascadeEncoder(nn.Module):
+    """One encoder with a classifier after each exit layer (Cascade Transformer, paper §4.3).
+
+    Each classifier reads the mean of all token encodings of its layer (padding excluded) and is a 3-layer
+    feed-forward network (hidden size = the model's, tanh, dropout 0.1).
+
+    Parameters
+    ----------
+    encoder : transformers.PreTrainedModel
+        BERT-style (see :class:`~as2rank.neural.backbone.LayerStack`); cut to the last exit.
+    exits : tuple of int
+        Increasing 1-based layer numbers ρ(i).
+    """
+
+    def __init__(self, encoder, exits):
+        super().__init__()
+        self.encoder = truncate_layers(encoder, exits[-1])
+        self.exits = tuple(int(e) for e in exits)
+        self.classifiers = nn.ModuleList(feed_forward(encoder.config.hidden_size, 3) for _ in self.exits)
+        LayerStack(self.encoder)  # fail early on an unsupported architecture
+
+    def forward(self, batch: dict, exit_index: int = -1) -> torch.Tensor:
+        """Logits of one exit for every row (training, and ``exit_layer=`` scoring)."""
+        exit_index = exit_index % len(self.exits)
+        stack = LayerStack(self.encoder)
+        mask = batch["attention_mask"]
+        hidden = stack.run(stack.embed(batch), mask, 0, self.exits[exit_index])
+        return self.classifiers[exit_index](masked_mean(hidden, mask)).squeeze(-1)
+
+    def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int):
+        """Run the cascade over whole questions, dropping rows between exits.
+
+        Parameters
+        ----------
+        batch : dict of Tensor
+            Rows of whole questions, each question's rows in original order.
+        codes : ndarray of int, shape (n_rows,)
+            Question of each row inside the batch.
+        alphas : sequence of float
+            Drop ratio after each exit but the last.
+        last_exit : int
+            Index of the last exit to run.
+
+        Returns
+        -------
+        logits : ndarray of float64, shape (n_rows, n_exits)
+            Logit of every exit a row reached; NaN after the row was dropped.
+        rows_per_layer : ndarray of int, shape (exits[last_exit],)
+            Rows processed by each layer.
+        """
+        stack = LayerStack(self.encoder)
+        mask = batch["attention_mask"]
+        hidden = stack.embed(batch)
+        n = hidden.shape[0]
+        alive = np.arange(n)
+        logits = np.full((n, len(self.exits)), np.nan)
+        rows_per_layer = np.zeros(self.exits[last_exit], dtype=np.int64)
+        start = 0
+        for e in range(last_exit + 1):
+            stop = self.exits[e]
+            hidden = stack.run(hidden, mask, start, stop)
+            rows_per_layer[start:stop] = len(alive)
+            start = stop
+            scores = self.classifiers[e](masked_mean(hidden, mask)).squeeze(-1).float().cpu().numpy()
+            logits[alive, e] = scores
+            if e == last_exit or alphas[e] == 0:
+                continue
+            keep = drop_lowest(codes[alive], scores, alphas[e])
+            alive = alive[keep]
+            keep_t = torch.from_numpy(keep).to(hidden.device)
+            mask = mask[keep_t]
+            # Survivors may all be shorter than the dropped rows: trailing padding columns go too.
+            width = int(mask.sum(dim=1).max())
+            hidden, mask = hidden[keep_t, :width], mask[:, :width]
+        return logits, rows_per_layer
