@@ -9,7 +9,6 @@ Needs the ``docs`` extra (sphinx, numpydoc, myst-parser). Nothing is fetched fro
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -66,40 +65,3 @@ myst_heading_anchors = 3
 # docs/benchmarks/*.md are written by the benchmark scripts; the toctree globs them, so a checkout where
 # no script has run yet builds without them.
 suppress_warnings = ["toc.empty_glob"]
-
-# API pages of modules that may be absent from a checkout (optional or not yet merged). When the module
-# does not import, the page is replaced by a note instead of failing the build.
-OPTIONAL_API_PAGES = {
-    "api/cosinet": ("as2rank.cosinet",),
-    "api/embeddings": ("as2rank.embeddings",),
-    "api/neural": ("as2rank.neural",),
-}
-
-
-def _missing_modules(names):
-    missing = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            missing.append(f"{name} ({exc})")
-    return missing
-
-
-def _tolerate_missing_modules(app, docname, source):
-    modules = OPTIONAL_API_PAGES.get(docname)
-    if not modules:
-        return
-    missing = _missing_modules(modules)
-    if missing:
-        title = source[0].splitlines()[0] if source[0].strip() else docname
-        bar = "=" * len(title)
-        source[0] = (
-            f"{title}\n{bar}\n\n.. note::\n\n   Not available in this build: "
-            + "; ".join(missing)
-            + ".\n"
-        )
-
-
-def setup(app):
-    app.connect("source-read", _tolerate_missing_modules)
