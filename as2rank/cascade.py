@@ -170,7 +170,7 @@ class CascadeTransformer(_TransformerEstimator):
     exit_layer : int, default=None
         Score with the classifier of this exit layer only (no drop): the paper's "CT (4 layers, α=0)" rows.
     max_length, epochs, batch_size, learning_rate, weight_decay, warmup, max_grad_norm, \
-validation_fraction, patience, eval_every, warm_start, device, reuse_fit, random_state, verbose
+validation_fraction, patience, eval_every, warm_start, device, precision, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the last
         exit.
     batch_tokens : int, default=16384
@@ -213,6 +213,7 @@ validation_fraction, patience, eval_every, warm_start, device, reuse_fit, random
         warm_start=False,
         batch_tokens=16384,
         device="auto",
+        precision="auto",
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -235,6 +236,7 @@ validation_fraction, patience, eval_every, warm_start, device, reuse_fit, random
         self.warm_start = warm_start
         self.batch_tokens = batch_tokens
         self.device = device
+        self.precision = precision
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -301,7 +303,7 @@ validation_fraction, patience, eval_every, warm_start, device, reuse_fit, random
     def _run(self, module, encoded, index, device, alphas, last_exit):
         import torch
 
-        from .neural import to_device
+        from .neural import autocast, to_device
         from .neural.backbone import batch_tensors, token_budget_batches
 
         longest = np.maximum.reduceat(encoded["lengths"][index.order], index.starts)
@@ -311,9 +313,10 @@ validation_fraction, patience, eval_every, warm_start, device, reuse_fit, random
         with torch.inference_mode():
             for groups in self._progress(batches, len(batches), "cascade"):
                 rows, codes = _group_rows(index, groups)
-                batch_logits, batch_rows = module.cascade(
-                    to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit
-                )
+                with autocast(device, self._compute_dtype(device)):
+                    batch_logits, batch_rows = module.cascade(
+                        to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit
+                    )
                 logits[rows] = batch_logits
                 rows_per_layer += batch_rows
         return logits, rows_per_layer

@@ -75,6 +75,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
         _check_number("patience", self.patience, 1, integer=True, allow_none=True)
         _check_number("eval_every", self.eval_every, 1, integer=True, allow_none=True)
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', got {self.precision!r}.")
         if self.validation_fraction is not None:
             _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
             if self.validation_fraction >= 1:
@@ -90,6 +92,22 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             max_length=self.max_length,
             token_types=uses_token_types(self.model_.encoder, self.tokenizer_),
         )
+
+    def _compute_dtype(self, device):
+        """The autocast dtype of ``precision`` on ``device`` (float32 means no autocast)."""
+        import torch
+
+        from .neural import resolve_precision
+
+        if self.precision == "fp16":
+            if device.type != "cuda":
+                raise ValueError("precision='fp16' needs a CUDA device; use 'bf16' or 'fp32' on the CPU.")
+            return torch.float16
+        if self.precision == "auto":
+            if device.type != "cuda":
+                return torch.float32
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return resolve_precision(self.precision, device)
 
     def _training_params(self) -> dict:
         params = self.get_params(deep=False)
@@ -196,6 +214,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 evaluate=evaluate,
                 eval_every=self.eval_every,
                 patience=self.patience if evaluate is not None else None,
+                precision=self._compute_dtype(device),
             )
         if key is not None:
             FIT_CACHE.put(key, self._fitted_state())
@@ -375,6 +394,10 @@ class TransformerRanker(_TransformerEstimator):
         are put back in input order).
     device : str, default="auto"
         ``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"``, ...
+    precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+        Mixed precision of the forward passes (autocast; weights and optimizer stay float32).
+        ``"auto"``: bfloat16 on CUDA devices that support it, else float16 with loss scaling; float32 on
+        the CPU. ``"bf16"`` also runs on CPUs (fast with AVX512-BF16/AMX); ``"fp16"`` needs CUDA.
     reuse_fit : bool, default=True
         With an integer ``random_state``, reuse the weights of an identical earlier fit in this process
         (same class, training parameters and data): model selection over inference-only parameters then
@@ -419,6 +442,7 @@ class TransformerRanker(_TransformerEstimator):
         warm_start=False,
         batch_tokens=16384,
         device="auto",
+        precision="auto",
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -439,6 +463,7 @@ class TransformerRanker(_TransformerEstimator):
         self.warm_start = warm_start
         self.batch_tokens = batch_tokens
         self.device = device
+        self.precision = precision
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -472,13 +497,13 @@ class TransformerRanker(_TransformerEstimator):
     def _logits(self, module, encoded, device):
         import torch
 
-        from .neural import to_device
+        from .neural import autocast, to_device
         from .neural.backbone import batch_tensors, token_budget_batches
 
         n = len(encoded["lengths"])
         scores = np.empty(n, dtype=np.float64)
         batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], self.batch_tokens)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(device, self._compute_dtype(device)):
             for rows in self._progress(batches, len(batches), "predict"):
                 out = module(to_device(batch_tensors(encoded, rows), device))
                 scores[rows] = out.float().cpu().numpy()

@@ -4,7 +4,7 @@ and ranking losses.
 Importing this package imports torch; ``import as2rank`` does not, so the lexical estimators stay light.
 """
 
-from .devices import PRECISIONS, resolve_device, resolve_precision, seeded, to_device
+from .devices import PRECISIONS, autocast, resolve_device, resolve_precision, seeded, to_device
 from .training import (
     OPTIMIZERS,
     SCHEDULES,
@@ -20,6 +20,7 @@ from .training import (
 __all__ = [
     "OPTIMIZERS",
     "PRECISIONS",
+    "autocast",
     "SCHEDULES",
     "TrainingHistory",
     "linear_warmup_decay",

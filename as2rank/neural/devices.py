@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
-__all__ = ["PRECISIONS", "resolve_device", "resolve_precision", "seeded", "to_device"]
+__all__ = ["PRECISIONS", "autocast", "resolve_device", "resolve_precision", "seeded", "to_device"]
 
 #: Values of an estimator's ``precision`` parameter.
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -78,6 +78,14 @@ def resolve_precision(precision, device: torch.device) -> torch.dtype:
     if device.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return torch.bfloat16
     return torch.float32
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """Mixed-precision context for the forward pass: ``torch.autocast`` in ``dtype``, or nothing for
+    float32/``None``."""
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 @contextlib.contextmanager

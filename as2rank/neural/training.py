@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .devices import to_device
+from .devices import autocast, to_device
 
 __all__ = [
     "OPTIMIZERS",
@@ -149,6 +149,7 @@ def train(
     evaluate: Callable[[torch.nn.Module], float] | None = None,
     eval_every: int | None = None,
     patience: int | None = None,
+    precision: torch.dtype | None = None,
 ) -> TrainingHistory:
     """Train ``module`` in place.
 
@@ -184,6 +185,10 @@ def train(
         Evaluate every this many optimizer steps instead of once per epoch.
     patience : int, default=None
         Stop after this many evaluations without improvement; ``None`` trains for all epochs.
+    precision : torch.dtype, default=None
+        Run ``loss_fn`` under autocast in this dtype (``torch.bfloat16`` or ``torch.float16``); the
+        weights and the optimizer stay in float32. float16 scales the loss (``torch.amp.GradScaler``) so
+        that small gradients do not underflow. ``None`` or float32: no autocast.
 
     Returns
     -------
@@ -203,6 +208,8 @@ def train(
     opt_class = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
     opt = opt_class(params, lr=learning_rate, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, SCHEDULES[schedule](total_steps, warmup))
+    # float16 gradients underflow without loss scaling; bfloat16 has float32's range and needs none.
+    scaler = torch.amp.GradScaler(device.type) if precision == torch.float16 else None
     history = TrainingHistory()
     tracker = _BestState(module, evaluate, patience, history)
     start = time.perf_counter()
@@ -213,12 +220,21 @@ def train(
             epoch_losses = []
             for batch in batches(epoch):
                 history.learning_rate.append(scheduler.get_last_lr()[0])
-                loss = loss_fn(module, to_device(batch, device))
+                with autocast(device, precision):
+                    loss = loss_fn(module, to_device(batch, device))
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                if scaler is None:
+                    loss.backward()
+                else:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(opt)  # clip the true gradients
                 if max_grad_norm is not None:
                     torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-                opt.step()
+                if scaler is None:
+                    opt.step()
+                else:
+                    scaler.step(opt)
+                    scaler.update()
                 scheduler.step()
                 epoch_losses.append(float(loss.detach()))
                 if progress is not None:
