@@ -452,8 +452,8 @@ class SequentialRanker(RankerMixin, BaseEstimator):
 
     Parameters
     ----------
-    steps : list of estimators
-        Unfitted rankers (cloned in ``fit``), cheapest first.
+    steps : list of estimators, default=None
+        Unfitted rankers (cloned in ``fit``), cheapest first; required.
     keep : float or sequence of float, default=0.5
         Fraction in (0, 1] of the survivors kept after each step but the last.
     costs : sequence of float, default=None
@@ -467,7 +467,9 @@ class SequentialRanker(RankerMixin, BaseEstimator):
     cost_report_ : dict
         After ``predict``: ``relative_cost`` (sum over steps of cost × rows scored, divided by the largest
         step cost × rows: the paper's SR cost relative to the biggest model), ``survivors`` (rows scored by
-        each step), ``step_costs``, ``n_rows``, ``n_questions``.
+        each step), ``rows_per_layer`` (when every step cost is a whole number of layers: the rows each
+        layer of each step processed, as the cascade reports; else ``None``), ``step_costs``, ``n_rows``,
+        ``n_questions``.
     """
 
     def __init__(self, steps=None, keep=0.5, costs=None):
@@ -541,9 +543,11 @@ class SequentialRanker(RankerMixin, BaseEstimator):
             self.costs if self.costs is not None else [getattr(step, "n_layers_", 1) for step in self.steps_],
             dtype=np.float64,
         )
+        whole_layers = np.all(costs == np.round(costs)) and np.all(costs >= 1)
         self.cost_report_ = {
             "relative_cost": float(costs @ np.asarray(survivors) / (costs.max() * index.n_rows)),
             "survivors": np.asarray(survivors, dtype=np.int64),
+            "rows_per_layer": np.repeat(survivors, costs.astype(np.int64)) if whole_layers else None,
             "step_costs": costs,
             "n_rows": index.n_rows,
             "n_questions": index.n_groups,

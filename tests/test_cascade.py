@@ -187,6 +187,14 @@ def test_sequential_ranker_floor_rule_and_order():
     sr = SequentialRanker([ReciprocalRankRanker()] * 5, keep=0.7).fit(X, y)
     scores = sr.predict(X)
     assert sr.cost_report_["survivors"].tolist() == [128, 90, 63, 45, 32]
+    assert sr.cost_report_["rows_per_layer"].tolist() == [128, 90, 63, 45, 32]  # one layer per step
+    two_layer = SequentialRanker([ReciprocalRankRanker()] * 2, keep=0.5, costs=[2, 3]).fit(X, y)
+    two_layer.predict(X)
+    assert two_layer.cost_report_["rows_per_layer"].tolist() == [128, 128, 64, 64, 64]
+    assert two_layer.cost_report_["relative_cost"] == pytest.approx((2 * 128 + 3 * 64) / (3 * 128))
+    half = SequentialRanker([ReciprocalRankRanker()] * 2, costs=[0.5, 1]).fit(X, y)
+    half.predict(X)
+    assert half.cost_report_["rows_per_layer"] is None
     # Reciprocal rank keeps the earliest candidates, so the ranking is the original order.
     assert GroupIndex.from_frame(X).rank(scores).tolist() == list(range(1, 129))
     with pytest.raises(ValueError, match="keep"):
