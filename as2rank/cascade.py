@@ -169,8 +169,9 @@ class CascadeTransformer(_TransformerEstimator):
         Drop ratio in [0, 1), one value for all pruning exits or one per exit but the last.
     exit_layer : int, default=None
         Score with the classifier of this exit layer only (no drop): the paper's "CT (4 layers, α=0)" rows.
-    max_length, epochs, batch_size, learning_rate, weight_decay, warmup, max_grad_norm, \
-validation_fraction, patience, eval_every, warm_start, device, precision, reuse_fit, random_state, verbose
+    max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
+validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, reuse_fit, \
+random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the last
         exit.
     batch_tokens : int, default=16384
@@ -192,6 +193,7 @@ validation_fraction, patience, eval_every, warm_start, device, precision, reuse_
     """
 
     _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit")
+    _head_modules = ("classifiers",)
 
     def __init__(
         self,
@@ -204,6 +206,7 @@ validation_fraction, patience, eval_every, warm_start, device, precision, reuse_
         epochs=2,
         batch_size=32,
         learning_rate=2e-5,
+        head_lr_multiplier=10.0,
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
@@ -211,6 +214,7 @@ validation_fraction, patience, eval_every, warm_start, device, precision, reuse_
         patience=2,
         eval_every=None,
         warm_start=False,
+        freeze_embeddings=False,
         batch_tokens=16384,
         device="auto",
         precision="auto",
@@ -227,6 +231,7 @@ validation_fraction, patience, eval_every, warm_start, device, precision, reuse_
         self.epochs = epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
@@ -234,6 +239,7 @@ validation_fraction, patience, eval_every, warm_start, device, precision, reuse_
         self.patience = patience
         self.eval_every = eval_every
         self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision

@@ -9,8 +9,10 @@ the torch module, its loss and its scoring.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,9 @@ from .data import check_ranking_data, check_X
 from .metrics import mean_average_precision
 
 __all__ = ["TransformerRanker"]
+
+#: Values of ``precision`` of the transformer estimators.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 _HEADS_FILE = "heads.safetensors"
 _META_FILE = "as2rank.json"
@@ -43,6 +48,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
     #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
     _inference_params = ("batch_tokens", "verbose", "reuse_fit")
+    #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
+    _head_modules = ("head",)
 
     # ----------------------------------------------------------------- subclass hooks
     def _build_module(self, encoder):
@@ -75,8 +82,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
         _check_number("patience", self.patience, 1, integer=True, allow_none=True)
         _check_number("eval_every", self.eval_every, 1, integer=True, allow_none=True)
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', got {self.precision!r}.")
+        _check_number("head_lr_multiplier", self.head_lr_multiplier, 0, low_open=True)
+        if not isinstance(self.freeze_embeddings, (bool, np.bool_)):
+            raise ValueError(f"freeze_embeddings must be True or False, got {self.freeze_embeddings!r}.")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
         if self.validation_fraction is not None:
             _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
             if self.validation_fraction >= 1:
@@ -93,21 +103,57 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             token_types=uses_token_types(self.model_.encoder, self.tokenizer_),
         )
 
-    def _compute_dtype(self, device):
-        """The autocast dtype of ``precision`` on ``device`` (float32 means no autocast)."""
+    def _compute_dtype(self, device, *, training: bool = False):
+        """The autocast dtype of ``precision`` on ``device`` (float32 means no autocast).
+
+        ``"int8"`` trains as ``"auto"`` and predicts with quantized float32 modules (no autocast).
+        """
         import torch
 
-        from .neural import resolve_precision
+        from .neural import cpu_bf16_supported, int8_supported
 
-        if self.precision == "fp16":
-            if device.type != "cuda":
-                raise ValueError("precision='fp16' needs a CUDA device; use 'bf16' or 'fp32' on the CPU.")
-            return torch.float16
-        if self.precision == "auto":
-            if device.type != "cuda":
+        precision = self.precision
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+        cuda = device.type == "cuda"
+        if precision == "fp16" and not cuda:
+            raise ValueError("precision='fp16' needs a CUDA device; use 'bf16', 'int8' or 'fp32' on the CPU.")
+        if precision == "int8":
+            if cuda:
+                raise ValueError("precision='int8' is dynamic quantization for the CPU; use 'auto', 'bf16' or 'fp16' on CUDA.")
+            if not training and int8_supported():
                 return torch.float32
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return resolve_precision(self.precision, device)
+            if not training:
+                warnings.warn(
+                    "precision='int8' but this CPU has no int8 kernels (x86 with AVX2+ or ARM); predicting in float32.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return torch.float32
+            precision = "auto"
+        if precision == "fp32":
+            return torch.float32
+        if precision == "fp16":
+            return torch.float16
+        bf16 = torch.cuda.is_bf16_supported() if cuda else cpu_bf16_supported()
+        if precision == "auto":
+            if cuda:
+                return torch.bfloat16 if bf16 else torch.float16
+            return torch.bfloat16 if bf16 else torch.float32
+        if not bf16:  # "bf16" where the hardware lacks it: emulation would be slower than float32
+            warnings.warn(
+                f"precision='bf16' but this {device.type.upper()} has no native bfloat16 support; running in float32.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return torch.float32
+        return torch.bfloat16
+
+    def _quantized(self) -> bool:
+        """Whether prediction runs the int8 copy of the model."""
+        from .neural import int8_supported
+
+        return self.precision == "int8" and int8_supported()
 
     def _training_params(self) -> dict:
         params = self.get_params(deep=False)
@@ -163,6 +209,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 encoder = self._prepare_encoder(encoder)
                 self.model_ = self._build_module(encoder)
             module = self.model_
+            module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
+            self._int8_model_ = None
             encoded = self._encode(X)
             train_rows = np.arange(len(X))
             if dev is None and self.validation_fraction is not None:
@@ -214,7 +262,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 evaluate=evaluate,
                 eval_every=self.eval_every,
                 patience=self.patience if evaluate is not None else None,
-                precision=self._compute_dtype(device),
+                precision=self._compute_dtype(device, training=True),
+                lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules},
+                rows_of=lambda batch: len(batch["labels"]),
             )
         if key is not None:
             FIT_CACHE.put(key, self._fitted_state())
@@ -241,6 +291,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
     def __getstate__(self):
         state = super().__getstate__()
+        # The int8 copy is rebuilt on first use: quantized kernels may not exist where the pickle is loaded.
+        state.pop("_int8_model_", None)
         if "model_" in state:
             # The live module may sit on a GPU: pickle its config and CPU tensors instead.
             state = {k: v for k, v in state.items() if k != "model_"}
@@ -320,7 +372,14 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
     # ----------------------------------------------------------------- prediction helpers
     def _module_on(self, device):
+        """The model to predict with on ``device``: the fitted one, or its int8 copy (built once)."""
         check_is_fitted(self, "model_")
+        if device.type == "cpu" and self._quantized():
+            cached = getattr(self, "_int8_model_", None)
+            if cached is None or cached[0] is not self.model_:
+                cached = (self.model_, _quantize_linear(self.model_))
+                self._int8_model_ = cached
+            return cached[1]
         return self.model_.to(device).eval()
 
     def _progress(self, iterable, total, desc):
@@ -329,6 +388,18 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         from tqdm.auto import tqdm
 
         return tqdm(iterable, total=total, desc=desc, unit="batch")
+
+
+def _quantize_linear(module):
+    """An int8 copy of ``module`` (CPU, evaluation mode): dynamic quantization of every linear layer."""
+    import torch
+
+    quantized = copy.deepcopy(module).to("cpu").eval()
+    with warnings.catch_warnings():
+        # torch.ao.quantization is deprecated in favour of torchao (not a dependency); it still works.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.ao.quantization.quantize_dynamic(quantized, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 def _jsonable(obj):
@@ -373,7 +444,12 @@ class TransformerRanker(_TransformerEstimator):
     batch_size : int, default=32
         Training pairs per optimizer step (batches group pairs of similar length).
     learning_rate : float, default=2e-5
-        Peak learning rate.
+        Peak learning rate of the encoder.
+    head_lr_multiplier : float, default=10.0
+        The score head(s), initialised at random, learn at ``head_lr_multiplier × learning_rate`` (same
+        schedule). With the short fine-tuning budgets of AS2 data sets the heads otherwise stay close to
+        their initialisation; the cascade, whose five classifiers each see a fifth of the updates, needs it
+        most (``benchmarks/cascade.py`` measures it on WikiQA dev).
     weight_decay : float, default=0.01
     warmup : float, default=0.1
         Fraction of the steps of linear warm-up.
@@ -389,15 +465,23 @@ class TransformerRanker(_TransformerEstimator):
         With a dev set: evaluate every this many steps instead of after each epoch.
     warm_start : bool, default=False
         Continue from the fitted weights on the next ``fit`` (TANDA adapt step).
+    freeze_embeddings : bool, default=False
+        Keep the word-embedding matrix fixed during fine-tuning (a cheaper optimizer step; position and
+        segment embeddings still learn).
     batch_tokens : int, default=16384
         Prediction batches hold at most this many padded tokens (rows are sorted by length, then scores
         are put back in input order).
     device : str, default="auto"
         ``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"``, ...
-    precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
-        Mixed precision of the forward passes (autocast; weights and optimizer stay float32).
-        ``"auto"``: bfloat16 on CUDA devices that support it, else float16 with loss scaling; float32 on
-        the CPU. ``"bf16"`` also runs on CPUs (fast with AVX512-BF16/AMX); ``"fp16"`` needs CUDA.
+    precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
+        Numeric precision of training and prediction (autocast: weights and optimizer stay float32).
+        ``"auto"``: bfloat16 on CUDA devices that support it, else float16 with loss scaling; on the CPU
+        bfloat16 where it is native (AVX512-BF16/AMX), else float32. ``"bf16"`` falls back to float32 with
+        a warning where bfloat16 is not native; ``"fp16"`` needs CUDA. ``"int8"`` (CPU only) trains as
+        ``"auto"`` and predicts with an int8 copy of the model (dynamic quantization of the linear layers,
+        built once on first use and never pickled; float32 with a warning on CPUs without int8 kernels).
+        It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
+        speed and accuracy of each.
     reuse_fit : bool, default=True
         With an integer ``random_state``, reuse the weights of an identical earlier fit in this process
         (same class, training parameters and data): model selection over inference-only parameters then
@@ -433,6 +517,7 @@ class TransformerRanker(_TransformerEstimator):
         epochs=2,
         batch_size=32,
         learning_rate=2e-5,
+        head_lr_multiplier=10.0,
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
@@ -440,6 +525,7 @@ class TransformerRanker(_TransformerEstimator):
         patience=2,
         eval_every=None,
         warm_start=False,
+        freeze_embeddings=False,
         batch_tokens=16384,
         device="auto",
         precision="auto",
@@ -454,6 +540,7 @@ class TransformerRanker(_TransformerEstimator):
         self.epochs = epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
@@ -461,6 +548,7 @@ class TransformerRanker(_TransformerEstimator):
         self.patience = patience
         self.eval_every = eval_every
         self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision

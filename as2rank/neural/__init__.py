@@ -4,7 +4,16 @@ and ranking losses.
 Importing this package imports torch; ``import as2rank`` does not, so the lexical estimators stay light.
 """
 
-from .devices import PRECISIONS, autocast, resolve_device, resolve_precision, seeded, to_device
+from .devices import (
+    PRECISIONS,
+    autocast,
+    cpu_bf16_supported,
+    int8_supported,
+    resolve_device,
+    resolve_precision,
+    seeded,
+    to_device,
+)
 from .training import (
     OPTIMIZERS,
     SCHEDULES,
@@ -21,6 +30,8 @@ __all__ = [
     "OPTIMIZERS",
     "PRECISIONS",
     "autocast",
+    "cpu_bf16_supported",
+    "int8_supported",
     "SCHEDULES",
     "TrainingHistory",
     "linear_warmup_decay",

@@ -8,7 +8,16 @@ import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
-__all__ = ["PRECISIONS", "autocast", "resolve_device", "resolve_precision", "seeded", "to_device"]
+__all__ = [
+    "PRECISIONS",
+    "autocast",
+    "cpu_bf16_supported",
+    "int8_supported",
+    "resolve_device",
+    "resolve_precision",
+    "seeded",
+    "to_device",
+]
 
 #: Values of an estimator's ``precision`` parameter.
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -75,9 +84,25 @@ def resolve_precision(precision, device: torch.device) -> torch.dtype:
         return torch.bfloat16
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    if device.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if device.type == "cpu" and cpu_bf16_supported():
         return torch.bfloat16
     return torch.float32
+
+
+def cpu_bf16_supported() -> bool:
+    """Whether this CPU computes bfloat16 matrix products natively (AVX512-BF16 or AMX, through oneDNN).
+
+    Elsewhere bfloat16 autocast still runs, but emulated and slower than float32.
+    """
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def int8_supported() -> bool:
+    """Whether this CPU runs int8 dynamically quantized linear layers (x86 with AVX2 or better, or ARM)."""
+    engines = torch.backends.quantized.supported_engines
+    if "x86" in engines or "fbgemm" in engines:
+        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return "qnnpack" in engines
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):

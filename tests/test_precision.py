@@ -1,0 +1,187 @@
+"""Precision, int8 quantization and the speed plumbing of the transformer estimators (tiny random models).
+
+Tolerances per precision, on these tiny models (logits of order 1): float32 1e-5; bfloat16 5e-2 (about
+three significant digits); int8 1.5e-1 (dynamic quantization scales activations per batch, so a row's score
+moves slightly with the rows batched beside it).
+"""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import as2rank.neural as neural  # noqa: E402
+import as2rank.neural.devices as devices  # noqa: E402
+from as2rank.cascade import CascadeTransformer  # noqa: E402
+from as2rank.neural import train  # noqa: E402
+from as2rank.transformer import TransformerRanker  # noqa: E402
+from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
+
+ATOL = {"fp32": 1e-5, "bf16": 5e-2, "int8": 1.5e-1}
+needs_bf16 = pytest.mark.skipif(not neural.cpu_bf16_supported(), reason="CPU without native bfloat16")
+needs_int8 = pytest.mark.skipif(not neural.int8_supported(), reason="CPU without int8 kernels")
+
+
+@pytest.fixture(scope="module")
+def fitted(tokenizer):
+    X, y = synthetic()
+    return small(TransformerRanker, "bert", tokenizer).fit(X, y), X
+
+
+def _scale(scores):
+    return max(1.0, float(np.abs(scores).max()))
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_bf16), pytest.param("int8", marks=needs_int8)])
+def test_scores_do_not_depend_on_batch_order_or_size(fitted, precision):
+    ranker, X = fitted
+    ranker = ranker.set_params(precision=precision, batch_tokens=16384)
+    reference = ranker.predict(X)
+    perm = np.random.default_rng(0).permutation(len(X))
+    shuffled = np.empty_like(reference)
+    shuffled[perm] = ranker.predict(X.iloc[perm])  # scores come back in input order
+    small_batches = ranker.set_params(batch_tokens=40).predict(X)
+    ranker.set_params(batch_tokens=16384, precision="fp32")
+    atol = ATOL[precision] * _scale(reference)
+    np.testing.assert_allclose(shuffled, reference, atol=atol)
+    np.testing.assert_allclose(small_batches, reference, atol=atol)
+
+
+@pytest.mark.parametrize("precision", [pytest.param("bf16", marks=needs_bf16), pytest.param("int8", marks=needs_int8)])
+def test_low_precision_scores_close_to_fp32_but_really_applied(fitted, precision):
+    ranker, X = fitted
+    s32 = ranker.set_params(precision="fp32").predict(X)
+    low = ranker.set_params(precision=precision).predict(X)
+    ranker.set_params(precision="fp32")
+    np.testing.assert_allclose(low, s32, atol=ATOL[precision] * _scale(s32))
+    assert not np.array_equal(low, s32)
+
+
+@needs_int8
+def test_int8_copy_built_once_and_kept_out_of_pickles(fitted):
+    ranker, X = fitted
+    ranker.set_params(precision="int8")
+    scores = ranker.predict(X)
+    quantized = ranker._int8_model_[1]
+    assert any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in quantized.modules())
+    assert not any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in ranker.model_.modules())
+    ranker.predict(X)
+    assert ranker._int8_model_[1] is quantized  # quantized once, not per call
+    blob = pickle.dumps(ranker)
+    assert b"torch.ao.nn.quantized" not in blob
+    loaded = pickle.loads(blob)
+    assert getattr(loaded, "_int8_model_", None) is None
+    np.testing.assert_allclose(loaded.predict(X), scores, atol=1e-6)
+    ranker.set_params(precision="fp32")
+
+
+def test_low_precision_pickles_load_where_instructions_are_missing(fitted, monkeypatch):
+    ranker, X = fitted
+    s32 = ranker.set_params(precision="fp32").predict(X)
+    for precision in ("bf16", "int8"):
+        blob = pickle.dumps(ranker.set_params(precision=precision))
+        with monkeypatch.context() as m:
+            m.setattr(devices, "cpu_bf16_supported", lambda: False)
+            m.setattr(devices, "int8_supported", lambda: False)
+            m.setattr(neural, "cpu_bf16_supported", lambda: False)
+            m.setattr(neural, "int8_supported", lambda: False)
+            loaded = pickle.loads(blob)
+            with pytest.warns(RuntimeWarning, match="float32"):
+                scores = loaded.predict(X)
+            np.testing.assert_allclose(scores, s32, atol=1e-6)
+            # "auto" picks float32 on such a CPU, silently.
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                np.testing.assert_allclose(loaded.set_params(precision="auto").predict(X), s32, atol=1e-6)
+    ranker.set_params(precision="fp32")
+
+
+def test_auto_precision_follows_the_hardware(fitted, monkeypatch):
+    ranker, X = fitted
+    cpu = torch.device("cpu")
+    ranker.set_params(precision="auto")
+    monkeypatch.setattr(neural, "cpu_bf16_supported", lambda: True)
+    assert ranker._compute_dtype(cpu) == torch.bfloat16
+    monkeypatch.setattr(neural, "cpu_bf16_supported", lambda: False)
+    assert ranker._compute_dtype(cpu) == torch.float32
+    ranker.set_params(precision="int8")
+    monkeypatch.setattr(neural, "cpu_bf16_supported", lambda: True)
+    assert ranker._compute_dtype(cpu, training=True) == torch.bfloat16  # int8 trains as "auto"
+    ranker.set_params(precision="fp32")
+
+
+def test_precision_errors(tokenizer):
+    X, y = synthetic(4)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        small(TransformerRanker, "bert", tokenizer, precision="fp16").fit(X, y)
+    with pytest.raises(ValueError, match="precision must be"):
+        small(TransformerRanker, "bert", tokenizer, precision="int4").fit(X, y)
+    with pytest.raises(ValueError, match="head_lr_multiplier"):
+        small(TransformerRanker, "bert", tokenizer, head_lr_multiplier=0).fit(X, y)
+    with pytest.raises(ValueError, match="freeze_embeddings"):
+        small(TransformerRanker, "bert", tokenizer, freeze_embeddings="yes").fit(X, y)
+
+
+@needs_bf16
+def test_bf16_training_runs_and_stays_close(tokenizer):
+    X, y = synthetic(6)
+    fp32 = small(TransformerRanker, "bert", tokenizer).fit(X, y)
+    bf16 = small(TransformerRanker, "bert", tokenizer, precision="bf16").fit(X, y)
+    assert np.isfinite(bf16.history_.step_loss).all()
+    np.testing.assert_allclose(bf16.history_.step_loss, fp32.history_.step_loss, atol=5e-2)
+
+
+def test_fp32_fit_is_bit_for_bit_reproducible(tokenizer):
+    X, y = synthetic()
+    a = small(TransformerRanker, "bert", tokenizer, reuse_fit=False).fit(X, y)
+    b = small(TransformerRanker, "bert", tokenizer, reuse_fit=False).fit(X, y)
+    for k, v in a.model_.state_dict().items():
+        assert torch.equal(v, b.model_.state_dict()[k]), k
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+def test_cascade_int8_and_bf16_follow_fp32(tokenizer):
+    X, y = synthetic()
+    cascade = small(CascadeTransformer, "bert", tokenizer).fit(X, y)
+    s32 = cascade.predict_exits(X)
+    for precision in [p for p, ok in (("bf16", neural.cpu_bf16_supported()), ("int8", neural.int8_supported())) if ok]:
+        low = cascade.set_params(precision=precision).predict_exits(X)
+        np.testing.assert_allclose(low, s32, atol=ATOL[precision] * _scale(s32))
+
+
+def test_freeze_embeddings_keeps_word_vectors(tokenizer):
+    X, y = synthetic()
+    ranker = small(TransformerRanker, "bert", tokenizer, warm_start=True).fit(X, y)
+    before = {k: v.clone() for k, v in ranker.model_.state_dict().items()}
+    ranker.set_params(freeze_embeddings=True).fit(X, y)
+    after = ranker.model_.state_dict()
+    name = "encoder.embeddings.word_embeddings.weight"
+    assert torch.equal(after[name], before[name])
+    assert not torch.equal(after["encoder.embeddings.position_embeddings.weight"], before["encoder.embeddings.position_embeddings.weight"])
+    assert not torch.equal(after["head.1.weight"], before["head.1.weight"])
+
+
+def test_lr_multipliers_scale_one_submodule():
+    """A submodule with multiplier 0 does not move; the others learn at the base rate."""
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    frozen = module[2].weight.clone()
+    first = module[0].weight.clone()
+
+    def loss(m, batch):
+        return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
+
+    history = train(
+        module, lambda epoch: [{"x": x, "y": y}], loss, epochs=3, steps_per_epoch=1, learning_rate=0.1,
+        device=torch.device("cpu"), optimizer="adamw", schedule="constant", lr_multipliers={"2": 0.0},
+    )
+    assert torch.equal(module[2].weight, frozen) and not torch.equal(module[0].weight, first)
+    assert history.learning_rate == [0.1] * 3
+    with pytest.raises(ValueError, match="names no submodule"):
+        train(module, lambda epoch: [{"x": x, "y": y}], loss, epochs=1, steps_per_epoch=1, learning_rate=0.1,
+              device=torch.device("cpu"), lr_multipliers={"head": 2.0})
