@@ -70,6 +70,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         """Extra entries of a training batch (the cascade's sampled exit)."""
         return {}
 
+    def _row_targets(self, X, y, index) -> dict:
+        """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
+        (e.g. teacher logits for distillation); sliced to each batch's rows."""
+        return {}
+
     # ----------------------------------------------------------------- shared machinery
     def _check_common_params(self):
         _check_number("max_length", self.max_length, 8, integer=True)
@@ -226,6 +231,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 dev_enc = self._encode(dev[0])
 
             labels = torch.from_numpy((y > 0).astype(np.float32))
+            targets = {k: torch.as_tensor(v) for k, v in self._row_targets(X, y, index).items()}
             lengths = encoded["lengths"][train_rows]
             steps = math.ceil(len(train_rows) / self.batch_size)
 
@@ -234,6 +240,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                     rows = train_rows[part]
                     batch = batch_tensors(encoded, rows)
                     batch["labels"] = labels[rows]
+                    batch.update({k: v[rows] for k, v in targets.items()})
                     batch.update(self._training_batch_extra(rng))
                     yield batch
 
