@@ -77,6 +77,27 @@ def test_alpha_zero_equals_full_encoder_and_final_classifier(kind, tokenizer):
     np.testing.assert_allclose(scores, expected, atol=1e-5, rtol=0)
 
 
+def test_exit_sampling_all_trains_every_exit_on_every_batch(tokenizer):
+    import torch.nn.functional as F
+
+    X, y = synthetic()
+    est = small(CascadeTransformer, "bert", tokenizer, exit_sampling="all")
+    check_ranker_contract(est, X, y, atol=1e-5)
+    est.fit(X, y)
+    enc = est._encode(X)
+    batch = {k: torch.from_numpy(v) for k, v in enc.items() if k != "lengths"}
+    batch["labels"] = torch.from_numpy((y > 0).astype(np.float32))
+    module = est.model_.eval()
+    with torch.no_grad():
+        expected = np.mean([
+            float(F.binary_cross_entropy_with_logits(module(batch, e), batch["labels"])) for e in range(5)
+        ])
+        assert float(est._loss(module, batch)) == pytest.approx(expected, rel=1e-5)
+        np.testing.assert_allclose(module.all_exits(batch)[:, 2].numpy(), module(batch, 2).numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="exit_sampling"):
+        small(CascadeTransformer, "bert", tokenizer, exit_sampling="round-robin").fit(X, y)
+
+
 def test_floor_rule_128_candidates(fitted):
     X = one_question()
     scores = fitted.set_params(alpha=0.3).predict(X)

