@@ -1,15 +1,84 @@
-"""Shared helpers of the benchmark scripts: where the data is, and which machine ran them."""
+"""Shared helpers of the benchmark scripts: where the data is, which machine ran them, logging, and the
+cache of fitted models (``benchmarks/cache/``, git-ignored) that lets a re-run retrain nothing unchanged."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs" / "benchmarks"
+CACHE = ROOT / "benchmarks" / "cache"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_average() -> list:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def cache_key(est, X, y) -> str:
+    """Hash of the estimator class, its parameters and the training data."""
+    import joblib
+
+    return joblib.hash((type(est).__name__, est.get_params(), X, y))
+
+
+def fitted(est, X, y, fit_log: list | None = None, **fit_params):
+    """``est`` fitted on ``(X, y)``, loaded from ``benchmarks/cache/`` when this exact fit was done before.
+
+    Models are keyed by :func:`cache_key` (class, parameters, data; ``fit_params`` such as ``eval_set`` join
+    the key), so benchmarks that train the same model on the same data share one fit. A JSON file beside
+    each model records the fit time, training pairs/s, the load average and the date of the run that
+    trained it; ``fit_log`` (a list) receives that record, with ``cached`` saying whether this run trained.
+    """
+    import joblib
+
+    key = cache_key(est, X, y) if not fit_params else joblib.hash((cache_key(est, X, y), fit_params))
+    path = CACHE / f"{type(est).__name__}-{key}.joblib"
+    name = f"{type(est).__name__} {est.get_params().get('num_layers') or ''}".strip()
+    if path.exists():
+        log(f"cached {name} <- {path.name}")
+        model = joblib.load(path)
+        entry = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+        if fit_log is not None:
+            fit_log.append({**entry, "key": key, "cached": True})
+        return model
+    log(f"fitting {name} on {len(X)} pairs")
+    start = time.perf_counter()
+    est.fit(X, y, **fit_params)
+    seconds = time.perf_counter() - start
+    CACHE.mkdir(parents=True, exist_ok=True)
+    joblib.dump(est, path)
+    history = getattr(est, "history_", None)
+    entry = {
+        "model": type(est).__name__,
+        "num_layers": est.get_params().get("num_layers"),
+        "epochs": est.get_params().get("epochs"),
+        "learning_rate": est.get_params().get("learning_rate"),
+        "params": {k: v for k, v in est.get_params().items() if isinstance(v, (str, int, float, bool, type(None)))},
+        "key": key,
+        "fit_seconds": seconds,
+        "loop_seconds": getattr(history, "seconds", None),
+        "n_steps": getattr(history, "n_steps", None),
+        "final_epoch_loss": history.epoch_loss[-1] if history is not None and history.epoch_loss else None,
+        "pairs_per_second": (len(X) * est.get_params().get("epochs", 1) / history.seconds) if history is not None and history.seconds else None,
+        "load_average": load_average(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    path.with_suffix(".json").write_text(json.dumps(entry, indent=2))
+    pps = entry["pairs_per_second"]
+    log(f"  fitted in {seconds:.0f}s" + (f" ({pps:.1f} pairs/s)" if pps else "") + f", load {entry['load_average']}")
+    if fit_log is not None:
+        fit_log.append({**entry, "cached": False})
+    return est
 
 
 def machine() -> str:
@@ -36,3 +105,34 @@ def machine() -> str:
     except ImportError:
         pass
     return desc
+
+
+def wikiqa_splits():
+    """WikiQA as every benchmark splits it.
+
+    ``train``: the answered questions of WikiQA-train minus a 10% dev split of its questions
+    (``GroupShuffleSplit(test_size=0.1, random_state=0)``); ``dev``: that split, all its questions;
+    ``full``: all of WikiQA-train; ``test``: WikiQA-test; ``pool``: every distinct train and test sentence
+    (for ``expand_candidates``).
+    """
+    import pandas as pd
+    from sklearn.model_selection import GroupShuffleSplit
+
+    from as2rank.data import keep_answered
+    from as2rank.datasets import load_wikiqa
+
+    folder = SHARED_DATA / "wikiqa"
+    if not (folder / "WikiQA-train.tsv").exists():
+        raise SystemExit(f"WikiQA not found under {folder}; this benchmark needs the shared data.")
+    X, y = load_wikiqa(folder / "WikiQA-train.tsv")
+    X_test, y_test = load_wikiqa(folder / "WikiQA-test.tsv")
+    train_idx, dev_idx = next(GroupShuffleSplit(n_splits=1, test_size=0.1, random_state=0).split(X, y, X["qid"]))
+    X_train, y_train = keep_answered(X.iloc[train_idx], y[train_idx])
+    pool = pd.concat([X["candidate"], X_test["candidate"]], ignore_index=True).drop_duplicates().tolist()
+    return {
+        "full": (X, y),
+        "train": (X_train, y_train),
+        "dev": (X.iloc[dev_idx], y[dev_idx]),
+        "test": (X_test, y_test),
+        "pool": pool,
+    }

@@ -29,87 +29,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from pathlib import Path
 
-import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, ROOT, SHARED_DATA, machine
-from sklearn.model_selection import GroupShuffleSplit
+from _common import DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, machine, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
-from as2rank.datasets import expand_candidates, load_wikiqa
+from as2rank.datasets import expand_candidates
 from as2rank.metrics import mean_average_precision, paired_significance, precision_at_k, ranking_report
 from as2rank.transformer import TransformerRanker
 
-CACHE = ROOT / "benchmarks" / "cache"
 DEPTHS = (2, 3, 4, 5, 6)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def budget(epochs: int, learning_rate: float = 2e-5) -> dict:
     """The one training budget shared by every model of the benchmark."""
     return {"epochs": epochs, "batch_size": 32, "learning_rate": learning_rate, "max_length": 128, "random_state": 0}
-
-
-def wikiqa_splits():
-    X, y = load_wikiqa(SHARED_DATA / "wikiqa" / "WikiQA-train.tsv")
-    X_test, y_test = load_wikiqa(SHARED_DATA / "wikiqa" / "WikiQA-test.tsv")
-    train_idx, dev_idx = next(GroupShuffleSplit(n_splits=1, test_size=0.1, random_state=0).split(X, y, X["qid"]))
-    X_train, y_train = keep_answered(X.iloc[train_idx], y[train_idx])
-    pool = pd.concat([X["candidate"], X_test["candidate"]], ignore_index=True).drop_duplicates().tolist()
-    return {
-        "train": (X_train, y_train),
-        "dev": (X.iloc[dev_idx], y[dev_idx]),
-        "test": (X_test, y_test),
-        "pool": pool,
-    }
-
-
-def cache_key(est, X, y) -> str:
-    return joblib.hash((type(est).__name__, est.get_params(), X, y))
-
-
-def fitted(est, X, y, fit_log: list):
-    """``est`` fitted on ``(X, y)``, from ``benchmarks/cache/`` when this exact fit was done before."""
-    key = cache_key(est, X, y)
-    path = CACHE / f"{type(est).__name__}-{key}.joblib"
-    if path.exists():
-        log(f"cached {type(est).__name__} {est.get_params().get('num_layers', '')} <- {path.name}")
-        model = joblib.load(path)
-        entry = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-        fit_log.append({**entry, "key": key, "epochs": est.epochs, "learning_rate": est.learning_rate, "cached": True})
-        return model
-    log(f"fitting {type(est).__name__} {est.get_params().get('num_layers', '')} on {len(X)} pairs")
-    start = time.perf_counter()
-    est.fit(X, y)
-    seconds = time.perf_counter() - start
-    CACHE.mkdir(parents=True, exist_ok=True)
-    joblib.dump(est, path)
-    entry = {
-        "model": type(est).__name__,
-        "num_layers": est.get_params().get("num_layers"),
-        "key": key,
-        "fit_seconds": seconds,
-        "loop_seconds": est.history_.seconds,
-        "n_steps": est.history_.n_steps,
-        "final_epoch_loss": est.history_.epoch_loss[-1],
-        "pairs_per_second": est.history_.n_steps and len(X) * est.epochs / est.history_.seconds,
-        "load_average": load_average(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-    }
-    path.with_suffix(".json").write_text(json.dumps(entry, indent=2))
-    log(f"  fitted in {seconds:.0f}s ({entry['pairs_per_second']:.1f} pairs/s), load {entry['load_average']}")
-    fit_log.append({**entry, "epochs": est.epochs, "learning_rate": est.learning_rate, "cached": False})
-    return est
 
 
 #: Budgets (epochs, learning rate) tried for the 6-layer TR and the cascade; the one with the best mean dev MAP
@@ -178,10 +117,6 @@ METRICS = ("map", "ndcg@10", "p@1", "mrr")
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def load_average() -> list:
-    return [round(v, 2) for v in os.getloadavg()]
-
-
 def evaluate(y, scores, X) -> dict:
     rep = ranking_report(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), k=(1,), ndcg_k=(10,))
     return {m: float(rep[m]) for m in METRICS} | {"n_evaluated": rep["n_evaluated"]}

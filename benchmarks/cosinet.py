@@ -33,10 +33,11 @@ import pandas as pd
 import torch
 from sklearn.model_selection import GroupShuffleSplit
 
+from _common import load_average, wikiqa_splits
+
 from as2rank.baselines import OverlapRankRanker
 from as2rank.cosinet import Cosinet
 from as2rank.data import keep_answered
-from as2rank.datasets import load_wikiqa
 from as2rank.metrics import mean_average_precision, mean_reciprocal_rank, paired_significance, precision_at_k
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,18 +76,6 @@ def machine() -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
-
-
-def load_average() -> list[float] | None:
-    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-
-
-def wikiqa_splits():
-    X, y = load_wikiqa(DATA / "wikiqa" / "WikiQA-train.tsv")
-    X_test, y_test = load_wikiqa(DATA / "wikiqa" / "WikiQA-test.tsv")
-    train_idx, dev_idx = next(GroupShuffleSplit(n_splits=1, test_size=0.1, random_state=0).split(X, y, X["qid"]))
-    X_train, y_train = keep_answered(X.iloc[train_idx], y[train_idx])
-    return {"full": (X, y), "train": (X_train, y_train), "dev": (X.iloc[dev_idx], y[dev_idx]), "test": (X_test, y_test)}
 
 
 def squad_splits():
