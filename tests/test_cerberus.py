@@ -365,3 +365,24 @@ def test_bad_inputs(tokenizer, data):
         LinearEnsemble([WordOverlapRanker(), ReciprocalRankRanker()], weights=[1]).fit(X, y)
     with pytest.raises(ValueError, match="Unknown ranking scorer"):
         LinearEnsemble([WordOverlapRanker()], metric="auc").fit(X, y)
+
+
+def test_suite_entry_is_a_valid_self_contained_cerberus():
+    from as2rank.suite import select
+
+    (entry,) = select(("transformers",), ["Cerberus"])
+    est = entry.make(0)
+    est._check_params()  # unfitted teachers are valid: they are cross-fitted
+    assert isinstance(est, Cerberus) and est.teacher_cv == 3 and len(est.teachers) == 2
+
+
+def test_bfloat16_heads_follow_float32(tokenizer, data):
+    from as2rank.neural import cpu_bf16_supported
+
+    if not cpu_bf16_supported():
+        pytest.skip("no native bfloat16 on this CPU")
+    X, y = data
+    est = cerberus(tokenizer, X, y).fit(X, y)
+    fp32 = est.predict_heads(X)
+    bf16 = est.set_params(precision="bf16").predict_heads(X)
+    assert np.abs(bf16 - fp32).max() < 0.05 * np.abs(fp32).max() + 0.05
