@@ -690,12 +690,15 @@ class LinearEnsemble(RankerMixin, BaseEstimator):
             try:
                 check_is_fitted(ranker)
             except NotFittedError as exc:
-                raise NotFittedError(f"rankers[{j}] ({type(ranker).__name__}) is not fitted; fit it on training data first.") from exc
+                name = type(ranker).__name__
+                raise NotFittedError(f"rankers[{j}] ({name}) is not fitted; fit it on training data first.") from exc
         _check_number("resolution", self.resolution, 1, integer=True)
         if self.weights is not None:
             w = np.asarray(self.weights, dtype=np.float64)
             if w.shape != (len(self.rankers),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-                raise ValueError(f"weights must be {len(self.rankers)} non-negative numbers, not all 0, got {self.weights!r}.")
+                raise ValueError(
+                    f"weights must be {len(self.rankers)} non-negative numbers, not all 0, got {self.weights!r}."
+                )
 
     def _scores(self, X) -> np.ndarray:
         return np.column_stack([np.asarray(r.predict(X), dtype=np.float64) for r in self.rankers])

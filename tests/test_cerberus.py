@@ -86,13 +86,13 @@ def test_heads_start_as_copies_of_the_top_layers_and_the_body_keeps_the_bottom()
     original = copy.deepcopy(encoder)
     module = CerberusEncoder(encoder, body_layers=3, head_layers=2, n_heads=3, pooling="cls")
     assert len(module.encoder.encoder.layer) == 3 and module.encoder.config.num_hidden_layers == 3
-    for l in range(3):
-        for name, value in original.encoder.layer[l].state_dict().items():
-            torch.testing.assert_close(module.encoder.encoder.layer[l].state_dict()[name], value, rtol=0, atol=0)
+    for depth in range(3):
+        for name, value in original.encoder.layer[depth].state_dict().items():
+            torch.testing.assert_close(module.encoder.encoder.layer[depth].state_dict()[name], value, rtol=0, atol=0)
     for i in range(3):
-        for l, block in enumerate(module.heads):
+        for depth, block in enumerate(module.heads):
             state = block.block_state(i)
-            for name, value in original.encoder.layer[3 + l].state_dict().items():
+            for name, value in original.encoder.layer[3 + depth].state_dict().items():
                 torch.testing.assert_close(state[name], value, rtol=0, atol=0)
     # The classifiers are initialised independently, as separate heads would be.
     assert not torch.equal(module.classifiers.dense_weight[0], module.classifiers.dense_weight[1])
@@ -139,8 +139,9 @@ def test_body_runs_once_per_input_and_the_heads_once_per_batch(tokenizer, data):
     X, y = data
     est = cerberus(tokenizer, X, y).fit(X, y)
     calls = {"body": [], "heads": []}
-    hooks = [layer.register_forward_hook(lambda m, a, o: calls["body"].append(a[0].shape[0])) for layer in est.model_.encoder.encoder.layer]
-    hooks += [block.register_forward_hook(lambda m, a, o: calls["heads"].append(a[0].shape[:2])) for block in est.model_.heads]
+    body, heads = est.model_.encoder.encoder.layer, est.model_.heads
+    hooks = [layer.register_forward_hook(lambda m, a, o: calls["body"].append(a[0].shape[0])) for layer in body]
+    hooks += [block.register_forward_hook(lambda m, a, o: calls["heads"].append(a[0].shape[:2])) for block in heads]
     est.set_params(batch_tokens=200)  # several prediction batches
     est.predict(X)
     for h in hooks:
@@ -252,7 +253,8 @@ def test_kd_sum_and_round_robin(tokenizer, data):
     one = distillation_loss(logits, t[:, 2], labels, 0.5, 3.0).mean()
     assert rr._loss(module, {**batch, "teacher": 2}).item() == pytest.approx(one.item(), rel=1e-6)
     for strategy in ("sum", "round_robin"):
-        check_ranker_contract(small(DistilledRanker, "bert", tokenizer, teachers=teachers, multi_teacher=strategy), X, y, atol=1e-5)
+        est = small(DistilledRanker, "bert", tokenizer, teachers=teachers, multi_teacher=strategy)
+        check_ranker_contract(est, X, y, atol=1e-5)
 
 
 def test_platt_scaling_recovers_a_logistic_model_and_stays_finite_on_separable_scores():

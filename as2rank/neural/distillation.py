@@ -176,8 +176,8 @@ class StackedClassifiers(nn.Module):
 
     def classifier_state(self, i: int) -> dict:
         """Head ``i``'s weights under the names of ``feed_forward(hidden, 2)``."""
-        state = {"1.weight": self.dense_weight[i], "1.bias": self.dense_bias[i], "4.weight": self.out_weight[i], "4.bias": self.out_bias[i]}
-        return {k: v.detach().clone() for k, v in state.items()}
+        pairs = {"1": (self.dense_weight, self.dense_bias), "4": (self.out_weight, self.out_bias)}
+        return {f"{n}.{kind}": p[i].detach().clone() for n, ps in pairs.items() for kind, p in zip(("weight", "bias"), ps)}
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         """Logits of shape (k, batch) from pooled encodings of shape (k, batch, hidden)."""
@@ -210,7 +210,8 @@ class CerberusEncoder(nn.Module):
         LayerStack(encoder)  # fail early on an unsupported architecture
         layers = layer_list(encoder)
         # A pretrained encoder is deeper than the body; a saved body only gives the blocks' shape.
-        top = list(layers[body_layers : body_layers + head_layers]) if len(layers) > body_layers else [layers[-1]] * head_layers
+        fresh = len(layers) > body_layers
+        top = list(layers[body_layers : body_layers + head_layers]) if fresh else [layers[-1]] * head_layers
         self.heads = nn.ModuleList(StackedBlocks([block] * n_heads) for block in top)
         hidden = encoder.config.hidden_size
         self.classifiers = StackedClassifiers([feed_forward(hidden, 2) for _ in range(n_heads)])
