@@ -431,6 +431,8 @@ device, precision, reuse_fit, random_state, verbose
         _check_number("head_layers", self.head_layers, 1, integer=True)
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
+        if self.warm_start and hasattr(self, "model_") and len(self.teachers) != self.n_heads_:
+            raise ValueError(f"warm_start continues a model with {self.n_heads_} heads, but {len(self.teachers)} teachers were given.")
         self._weights()
 
     def _weights(self) -> np.ndarray:

@@ -207,8 +207,10 @@ def run(args):
            "teacher_model": args.teacher_model, "kd_alpha": KD_ALPHA, "temperature": TEMPERATURE}
     fit_log = []
 
-    def fit(est):
-        return fitted(est, X_train, y_train, fit_log)
+    def fit(est, row):
+        model = fitted(est, X_train, y_train, fit_log)
+        fit_log[-1]["row"] = row
+        return model
 
     # Teachers: every seed's set, and the cross-fitted logits of each (Hydra needs the TR of seeds 0-2).
     tr_seeds = sorted(set(seeds) | {0, 1, 2})
@@ -222,7 +224,7 @@ def run(args):
     keep = {}  # seed-0 models for the latency measurement
     for s in seeds:
         b = budget(s, epochs)
-        teachers = {name: fit(spec) for name, spec in specs[s].items()}
+        teachers = {name: fit(spec, f"teacher {name}") for name, spec in specs[s].items()}
         cols = [np.ascontiguousarray(oof[(n, s)]) for n in TEACHERS]
         # Rounded: the arrays join the students' cache keys, which float noise in the last bits would change.
         insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
@@ -242,7 +244,7 @@ def run(args):
                 teachers=[np.ascontiguousarray(c) for c in insample.T], body_layers=5, head_layers=1, **kd
             ),
         }
-        models = {**teachers, **{name: fit(est) for name, est in students.items()}}
+        models = {**teachers, **{name: fit(est, name) for name, est in students.items()}}
         for name, model in models.items():
             log(f"[seed {s}] scoring {name}")
             scores.setdefault(name, []).append(np.asarray(model.predict(X_test), dtype=np.float64))
@@ -269,7 +271,7 @@ def run(args):
     res["latency"]["end_to_end_us_per_sample"] = e2e
     res["teacher_targets"] = {"cross_fitted_train_map": oof_map, "in_sample_train_map": insample_map}
     res["rows"], res["best_kd"] = summarise(scores, params, y_test, X_test)
-    res["fits"] = list({f["key"]: f for f in fit_log if "key" in f}.values())
+    res["fits"] = fit_log
     return res
 
 
@@ -338,6 +340,10 @@ def acceptance(res) -> list:
     return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
 
 
+def count(n):
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else str(n)
+
+
 def fmt(cell):
     return f"{100 * cell['mean']:.2f} ± {100 * cell['std']:.2f}"
 
@@ -394,7 +400,7 @@ def markdown(res) -> str:
         paper = PAPER.get(r["key"])
         paper_cells = f"{paper[0]} | {' / '.join(str(v) for v in paper[1])}" if paper else "– | –"
         lines.append(
-            f"| {r['label']} | {fmt(r['p@1'])} | {fmt(r['map'])} | {fmt(r['mrr'])} | {r['params'] / 1e6:.2f}M | {latency_cell} | "
+            f"| {r['label']} | {fmt(r['p@1'])} | {fmt(r['map'])} | {fmt(r['mrr'])} | {count(r['params'])} | {latency_cell} | "
             f"{pval(r['p_map_vs_student'])} | {pval(r['p_map_vs_best_kd'])} | {paper_cells} |"
         )
     lines += [
@@ -434,11 +440,24 @@ def markdown(res) -> str:
     lines += ["", "## Acceptance checks (as measured)", "", "| check | measured | result |", "| --- | --- | --- |"]
     for c in res["acceptance"]:
         lines.append(f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |")
-    lines += ["", "## Fits", "", "| model | fit time | training pairs/s | load average after the fit |", "| --- | ---: | ---: | --- |"]
+    lines += [
+        "",
+        "## Fits",
+        "",
+        "Times of the run that trained each model (\"cache\": trained by an earlier run, or by this one for another "
+        "row: the no-teacher student is the transformer teacher); the cross-fitting fits inside `teacher_logits` are "
+        "not listed.",
+        "",
+        "| row | class | seed | fit time | training pairs/s | load average after the fit | |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
     for f in res["fits"]:
         pps = f.get("pairs_per_second")
-        lines.append(f"| {f.get('model')} (seed {f.get('params', {}).get('random_state')}) | {f.get('fit_seconds', float('nan')):.0f} s | "
-                     f"{'–' if pps is None else f'{pps:.1f}'} | {f.get('load_average')} |")
+        lines.append(
+            f"| {f.get('row')} | {f.get('model')} | {f.get('params', {}).get('random_state')} | "
+            f"{f.get('fit_seconds', float('nan')):.0f} s | {'–' if pps is None else f'{pps:.1f}'} | {f.get('load_average')} | "
+            f"{'cache' if f['cached'] else ''} |"
+        )
     lines += ["", "## Notes", ""] + [f"- {n}" for n in NOTES] + [""]
     return "\n".join(lines)
 

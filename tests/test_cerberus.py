@@ -357,6 +357,9 @@ def test_bad_inputs(tokenizer, data):
         small(DistilledRanker, "bert", tokenizer, teachers=["teacher_score"], temperature=0).fit(X, y)
     with pytest.raises(ValueError, match="multi_teacher"):
         small(DistilledRanker, "bert", tokenizer, teachers=["teacher_score"], multi_teacher="mean").fit(X, y)
+    warm = small(Cerberus, "bert", tokenizer, teachers=["teacher_score"], warm_start=True).fit(X, y)
+    with pytest.raises(ValueError, match="warm_start continues a model with 1 heads"):
+        warm.set_params(teachers=["teacher_score", "teacher_score"]).fit(X, y)
     with pytest.raises(ValueError, match="teacher_cv"):
         small(Cerberus, "bert", tokenizer, teachers=["teacher_score"], teacher_cv=1).fit(X, y)
     with pytest.raises(ValueError, match="rankers must be"):
