@@ -391,3 +391,11 @@ def test_bfloat16_heads_follow_float32(tokenizer, data):
     fp32 = est.predict_heads(X)
     bf16 = est.set_params(precision="bf16").predict_heads(X)
     assert np.abs(bf16 - fp32).max() < 0.05 * np.abs(fp32).max() + 0.05
+
+
+def test_import_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, as2rank.cerberus; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
