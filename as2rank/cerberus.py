@@ -113,10 +113,10 @@ def _is_model(teacher) -> bool:
     return hasattr(teacher, "fit") and hasattr(teacher, "predict")
 
 
-def _check_teachers(teachers, name="teachers") -> None:
+def _check_teachers(teachers) -> None:
     if not isinstance(teachers, (list, tuple)) or not teachers:
         raise ValueError(
-            f"{name} must be a non-empty list of fitted rankers, column names of X or score arrays, got {teachers!r}."
+            f"teachers must be a non-empty list of fitted rankers, column names of X or score arrays, got {teachers!r}."
         )
     for j, teacher in enumerate(teachers):
         if isinstance(teacher, str) or _is_model(teacher):
@@ -127,7 +127,7 @@ def _check_teachers(teachers, name="teachers") -> None:
             ok = False
         if not ok:
             raise ValueError(
-                f"{name}[{j}] must be a fitted ranker, the name of a column of X or a 1-D array of scores, "
+                f"teachers[{j}] must be a fitted ranker, the name of a column of X or a 1-D array of scores, "
                 f"got {type(teacher).__name__}."
             )
 
