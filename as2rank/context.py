@@ -823,7 +823,7 @@ class ContextMWA(_ContextRanker):
 {_SHARED_PARAMS_DOC}
     contexts : tuple of {{"local", "global"}}, default=("local", "global")
         Contexts attended to (one multi-way attention layer each).
-    attention_dim : int, default=32
+    attention_dim : int, default=16
         Size of the scoring space of the concat, dot and minus ways (their per-row tensors are
         query tokens × context tokens × ``attention_dim``).
 
@@ -853,7 +853,7 @@ class ContextMWA(_ContextRanker):
         model="minilm-l6",
         tokenizer=None,
         contexts=("local", "global"),
-        attention_dim=32,
+        attention_dim=16,
         num_layers=None,
         pooling="auto",
         max_length=256,

@@ -336,6 +336,16 @@ def test_multiway_attention_shapes_and_masking():
     key_mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0], [1] * 7, [0] * 7], dtype=torch.bool)
     weights = layer.weights(query, keys, key_mask)
     assert weights.shape == (3, 4, 5, 7)
+    # The four ways, as Tan et al. write them, for query token 1 of row 1 (no masked key).
+    q, k = query[1, 1], keys[1]
+    by_way = {
+        "concat": torch.tanh(layer.concat_query(q) + layer.concat_key(k)) @ layer.score["concat"].weight[0],
+        "bilinear": k @ layer.bilinear(q),
+        "dot": torch.tanh(layer.dot(layer.dot_query(q) * layer.dot_key(k))) @ layer.score["dot"].weight[0],
+        "minus": torch.tanh(layer.minus(q - k)) @ layer.score["minus"].weight[0],
+    }
+    for w, name in enumerate(MultiwayAttention.WAYS):
+        torch.testing.assert_close(weights[1, w, 1], torch.softmax(by_way[name], dim=0))
     assert torch.all(weights[~key_mask[:, None, None, :].expand_as(weights)] == 0)
     torch.testing.assert_close(weights[:2].sum(-1), torch.ones(2, 4, 5))
     out = layer(query, query_mask, keys, key_mask)

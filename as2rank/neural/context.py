@@ -8,6 +8,7 @@ the question, candidate, local-context and global-context tokens of one concaten
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .backbone import masked_mean
@@ -100,11 +101,18 @@ class MultiwayAttention(nn.Module):
     def weights(self, query, keys, key_mask) -> torch.Tensor:
         """Attention weights of every way, shape (batch, 4, queries, keys); zero on padded keys, and all
         zero for a row without keys."""
-        q, k = query.unsqueeze(2), keys.unsqueeze(1)  # (B, Tq, 1, d), (B, 1, Tk, d)
-        concat = self.score["concat"](torch.tanh(self.concat_query(q) + self.concat_key(k))).squeeze(-1)
+        a = self.dot.in_features
+        # One projection of each side for the three tanh ways; W_m (q − k) = W_m q + (−W_m) k, so concat and
+        # minus are both sums of a query and a key projection: one broadcast sum and one tanh serve both.
+        query_proj = F.linear(query, torch.cat((self.concat_query.weight, self.minus.weight, self.dot_query.weight)))
+        key_proj = F.linear(keys, torch.cat((self.concat_key.weight, -self.minus.weight, self.dot_key.weight)))
+        q, k = query_proj.unsqueeze(2), key_proj.unsqueeze(1)  # (B, Tq, 1, 3a), (B, 1, Tk, 3a)
+        additive = torch.tanh(q[..., : 2 * a] + k[..., : 2 * a]) @ torch.block_diag(
+            self.score["concat"].weight.T, self.score["minus"].weight.T
+        )  # (B, Tq, Tk, 2)
+        dot = self.score["dot"](torch.tanh(self.dot(q[..., 2 * a :] * k[..., 2 * a :]))).squeeze(-1)
         bilinear = self.bilinear(query) @ keys.transpose(1, 2)
-        dot = self.score["dot"](torch.tanh(self.dot(self.dot_query(q) * self.dot_key(k)))).squeeze(-1)
-        minus = self.score["minus"](torch.tanh(self.minus(q) - self.minus(k))).squeeze(-1)
+        concat, minus = additive.unbind(-1)
         scores = torch.stack((concat, bilinear, dot, minus), dim=1)  # (B, 4, Tq, Tk)
         valid = key_mask[:, None, None, :]
         # A finite fill (not -inf) keeps rows without any key free of NaN in the forward and backward pass.
@@ -126,9 +134,12 @@ class MultiwayAttention(nn.Module):
         Tensor of shape (batch, queries, hidden)
             Zero for padded query tokens and for rows without keys.
         """
-        views = torch.einsum("bwqk,bkd->bwqd", self.weights(query, keys, key_mask), keys)
-        mix = self.mix_score(torch.tanh(self.mix_view(views) + self.mix_query(query).unsqueeze(1)))  # (B, 4, Tq, 1)
-        mixed = (torch.softmax(mix, dim=1) * views).sum(dim=1)
+        weights = self.weights(query, keys, key_mask)  # (B, 4, Tq, Tk)
+        # view_w = weights_w @ keys, so W_a view_w = weights_w @ (W_a keys) and Σ_w β_w view_w =
+        # (Σ_w β_w weights_w) @ keys: the same values without materialising the four (Tq × hidden) views.
+        projected = weights @ self.mix_view(keys).unsqueeze(1)  # (B, 4, Tq, a)
+        mix = torch.softmax(self.mix_score(torch.tanh(projected + self.mix_query(query).unsqueeze(1))), dim=1)
+        mixed = (mix * weights).sum(dim=1) @ keys
         return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
 
 
@@ -172,21 +183,23 @@ class ContextEnsembleModule(nn.Module):
     """Two encoders, one reading question + candidate + local context and one question + candidate +
     global context; their pooled encodings concatenated into a classifier (paper Figure 2b).
 
-    The batch holds the local inputs under the usual keys and the global ones under ``global_*`` keys;
-    each set is cut to its own longest row, so neither pays for the other's padding.
+    The batch holds the local inputs under the usual keys and the global ones under ``global_*`` keys.
+    With ``trim_padding`` (the default) each set is cut to its own longest row, so neither pays for the
+    other's padding; without it both run at the batch's width (fixed-length timing).
     """
 
-    def __init__(self, encoder, global_encoder, pooling: str):
+    def __init__(self, encoder, global_encoder, pooling: str, trim_padding: bool = True):
         super().__init__()
         self.encoder = encoder
         self.global_encoder = global_encoder
         self.pooling = pooling
+        self.trim_padding = trim_padding
         hidden = encoder.config.hidden_size
         self.head = classifier(2 * hidden, hidden)
 
     def _pooled(self, encoder, batch, prefix):
         mask = batch[prefix + "attention_mask"]
-        width = max(1, int(mask.sum(dim=1).max()))
+        width = max(1, int(mask.sum(dim=1).max())) if self.trim_padding else mask.shape[1]
         inputs = {k: batch[prefix + k][:, :width] for k in ("input_ids", "attention_mask", "token_type_ids") if prefix + k in batch}
         hidden = encoder(**inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
