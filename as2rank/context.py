@@ -369,7 +369,7 @@ class ContextExtractor(TransformerMixin, BaseEstimator):
         k = int(self.local_window)
         offsets = np.r_[-k:0, 1 : k + 1]
         stride = int(docs["pos"].max()) + 1
-        sentence_keys = docs["doc"].astype(np.int64) * stride + docs["pos"]  # sorted: the table is
+        sentence_keys = docs["doc"].astype(np.int64) * stride + docs["pos"]  # ascending, as the table is sorted
         target = docs["row_pos"][:, None] + offsets
         inside = (target >= 0) & (target < stride)
         keys = docs["row_doc"][:, None].astype(np.int64) * stride + target
@@ -397,7 +397,8 @@ class ContextExtractor(TransformerMixin, BaseEstimator):
         pair_row, pair_sent = pair_row[order], pair_sent[order]
         # A sentence repeated in the document enters a context once (its first, best-placed copy).
         _, first = np.unique(pair_row * (int(sent_code.max()) + 1) + sent_code[pair_sent], return_index=True)
-        pair_row, pair_sent = pair_row[np.sort(first)], pair_sent[np.sort(first)]
+        first = np.sort(first)
+        pair_row, pair_sent = pair_row[first], pair_sent[first]
         top = _group_rank(pair_row) < self.max_global_sentences
         pair_row, pair_sent = pair_row[top], pair_sent[top]
         # Running token count inside each row, best first: keep the prefix that fits the budget.

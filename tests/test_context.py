@@ -374,7 +374,7 @@ def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):
     with torch.no_grad():
         torch.testing.assert_close(module(padded), module(batch), atol=1e-5, rtol=0)
         hidden = module.encoder(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}).last_hidden_state
-        query, query_mask = gather_segments(hidden, batch["segments"], (1, 2))
+        query, _ = gather_segments(hidden, batch["segments"], (1, 2))
         keys, key_mask = gather_segments(hidden, batch["segments"], (SEGMENTS["local"],))
         weights = module.attention["local"].weights(query, keys, key_mask)
     n_local = (batch["segments"] == SEGMENTS["local"]).sum(1)
