@@ -148,7 +148,8 @@ def with_context(X, method: str):
     CACHE.mkdir(parents=True, exist_ok=True)
     joblib.dump((Xc, report), path)
     log(f"  {method} contexts of {len(X)} rows in {report['seconds']:.0f}s: {report['mean_global_sentences']:.2f} global sentences")
-    return Xc, report
+    # The frame as read back: its hash (part of the fitted-model cache keys) is then the same in later runs.
+    return joblib.load(path)
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
