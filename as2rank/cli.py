@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run the benchmark suite and print a leaderboard")
     _add_data_args(bench)
     bench.add_argument(
-        "--suite", default="default", help="comma-separated suites: default, neural, transformers, or all"
+        "--suite", default="default", help="comma-separated suites: default, neural, transformers, context, or all"
     )
     bench.add_argument("--models", help="comma-separated model names (overrides --suite)")
     bench.add_argument("--output", help="write the leaderboard as JSON to this file")

