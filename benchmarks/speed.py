@@ -183,7 +183,7 @@ def peer_fit(X, y, b, *, bf16=False):
         result = trainer.train()
         seconds = time.perf_counter() - start
     shutil.rmtree(out, ignore_errors=True)
-    meta = {"optimizer": str(args.optim), "train_runtime": result.metrics.get("train_runtime"),
+    meta = {"optimizer": str(getattr(args.optim, "value", args.optim)), "train_runtime": result.metrics.get("train_runtime"),
             "n_steps": int(result.global_step)}
     return model, seconds, meta
 
@@ -392,10 +392,11 @@ def prediction_table(models, X, y, args, peer_bs):
         row = {"name": name, "label": labels[name], **evaluate(y, scores[name], X), **timing[name]}
         if "peer" in per_q and name != "peer":
             row["p_map_vs_peer"] = paired_significance(per_q[name], per_q["peer"])
-        ref = "TR auto-fit @ fp32" if name in ("TR auto", "TR auto-fit @ int8") else ("TR fp32" if name == "TR bf16" else None)
+        ref = {"TR auto": "TR auto-fit @ fp32", "TR auto-fit @ int8": "TR auto-fit @ fp32", "TR bf16": "TR fp32",
+               "TR auto, freeze_embeddings": "TR auto"}.get(name)
         if ref is not None and ref in per_q:
-            row["fp32_ref"] = ref
-            row["p_map_vs_fp32_ref"] = paired_significance(per_q[name], per_q[ref])
+            row["ref"] = ref
+            row["p_map_vs_ref"] = paired_significance(per_q[name], per_q[ref])
         rows.append(row)
         log(f"[predict] {name}: MAP {row['map']:.4f} MRR {row['mrr']:.4f} P@1 {row['p@1']:.4f}, "
             f"{row['median_pairs_per_second']:.1f} pairs/s")
@@ -440,11 +441,14 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
     return {"rows": rows, "budget": cb, "fit": fit_log, "n_questions": int(X3["qid"].nunique()), "n_rows": len(X3)}
 
 
+def pct(v) -> str:
+    return f"{100 * v:.2f}"
+
+
 def acceptance(res) -> list:
     fits, pred = res["fits"], {r["name"]: r for r in res["prediction"]}
     steps = res["train_steps"]["rows"]
     checks = []
-    pct = lambda v: f"{100 * v:.2f}"  # noqa: E731
     if "peer" in fits and "auto" in fits:
         ratio = fits["auto"]["pairs_per_second"] / fits["peer"]["pairs_per_second"]
         checks.append(("fit: TransformerRanker (default precision) ≥ 4× the peer's training pairs/s (full fits, fp32 peer)",
@@ -532,7 +536,6 @@ def plot(res, path):
 
 
 def markdown(res) -> str:
-    pct = lambda v: f"{100 * v:.2f}"  # noqa: E731
 
     def pval(p):
         return "–" if p is None else (f"{p:.3f}" + ("*" if p < 0.05 else ""))
@@ -618,18 +621,19 @@ def markdown(res) -> str:
         f"{res['args']['rounds']} interleaved round(s) over all {res['n_test_rows']:,} pairs, median pairs/s; a warm-up "
         "call on 64 pairs before (for int8 it builds the quantized copy, done once per fitted model). "
         "p vs peer: paired randomisation test (9,999 sign flips) of per-question AP against the peer's row; "
-        "p vs fp32: against the fp32 reference named (the same weights predicted in fp32, or the fp32 fit for "
-        "the bf16 fit); * = p < 0.05.",
+        "ref / p vs ref: the same test against a reference row (the same weights predicted in fp32 for a lower "
+        "precision; the fp32 fit for the bf16 fit; the fit with trained embeddings for the frozen ones); "
+        "* = p < 0.05.",
         "",
-        "| row | what | MAP | MRR | P@1 | pairs/s | vs peer (bs 32) | p vs peer | p vs fp32 | warm-up |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| row | what | MAP | MRR | P@1 | pairs/s | vs peer (bs 32) | p vs peer | ref | p vs ref | warm-up |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     peer_pps = next((r["median_pairs_per_second"] for r in res["prediction"] if r["name"] == "peer"), None)
     for r in res["prediction"]:
         vs = f"{r['median_pairs_per_second'] / peer_pps:.2f}×" if peer_pps else "–"
         lines.append(f"| {r['name']} | {r['label']} | {pct(r['map'])} | {pct(r['mrr'])} | {pct(r['p@1'])} | "
                      f"{r['median_pairs_per_second']:.1f} | {vs} | {pval(r.get('p_map_vs_peer'))} | "
-                     f"{pval(r.get('p_map_vs_fp32_ref'))} | {r['warmup_seconds']:.1f} s |")
+                     f"{r.get('ref') or '–'} | {pval(r.get('p_map_vs_ref'))} | {r['warmup_seconds']:.1f} s |")
     lines += ["", "![pairs/s per row](speed.png)", ""]
     pl = res["plumbing"]
     lines += [
@@ -701,6 +705,10 @@ NOTES = [
     "Training pairs/s of the full fits and of the fixed-step rounds are both from this run; a full fit also pays "
     "for the learning-rate warm-up and for loading and tokenising (as2rank) or building the trainer's dataloader "
     "(peer). Fixed-step rounds use a random subset: length buckets are then smaller than in a full fit.",
+    "The cascade groups whole questions (its drops are per question) and, since this benchmark's first runs, runs "
+    "its layers on length-sorted chunks of `batch_tokens` padded tokens cut from each group; before, each group "
+    "was one batch padded to its longest candidate, which on this ~100-candidate set cost 2.1x the real tokens "
+    "(and made the cascade at α=0 slower per pair than `TransformerRanker`, `docs/benchmarks/cascade.md`).",
     "One seed per model (`random_state=0`, `seed=0`); a MAP difference of a point on 243 questions is usually "
     "within seed noise: read the p-values.",
 ]

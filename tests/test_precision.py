@@ -192,6 +192,7 @@ def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
     from as2rank.transformer import AUTO_BATCH_TOKENS
 
     assert TransformerRanker().batch_tokens == "auto" and CascadeTransformer().batch_tokens == "auto"
+    ranker.set_params(batch_tokens="auto")
     assert ranker._batch_tokens(torch.device("cpu")) == AUTO_BATCH_TOKENS["cpu"] == 2048
     assert ranker._batch_tokens(torch.device("cuda")) == AUTO_BATCH_TOKENS["other"] == 16384
     reference = ranker.predict(X)
