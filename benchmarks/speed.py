@@ -134,8 +134,11 @@ class threads:
 
 
 # ----------------------------------------------------------------------------------------------- the peer
+DEVICE = None  # the device both sides use: set in main() from resolve_device("auto")
+
+
 def peer_model():
-    """A fresh ``CrossEncoder`` on the packaged all-MiniLM-L6-v2 (classifier seeded)."""
+    """A fresh ``CrossEncoder`` on the packaged all-MiniLM-L6-v2 (classifier seeded), on ``DEVICE``."""
     from sentence_transformers import CrossEncoder
 
     from as2rank.neural.backbone import resolve_model
@@ -144,7 +147,7 @@ def peer_model():
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return CrossEncoder(path, num_labels=1, max_length=128, device="cpu", local_files_only=local)
+        return CrossEncoder(path, num_labels=1, max_length=128, device=str(DEVICE), local_files_only=local)
 
 
 def peer_fit(X, y, b, *, bf16=False):
@@ -167,7 +170,7 @@ def peer_fit(X, y, b, *, bf16=False):
         max_grad_norm=1.0,
         lr_scheduler_type="linear",
         bf16=bf16,
-        use_cpu=True,
+        use_cpu=DEVICE.type == "cpu",
         seed=b["random_state"],
         data_seed=b["random_state"],
         save_strategy="no",
@@ -261,9 +264,6 @@ def full_fits(X, y, b, args):
             models[name] = copy.copy(models[same]).set_params(precision=precision)
             records[name] = {**records[same], "same_as": same}
             continue
-        if precision == "bf16" and not cpu_bf16_supported() and device.type == "cpu":
-            log("[fit] skipping precision='bf16': no native bfloat16 on this CPU (it would run in float32)")
-            continue
         log(f"[fit] TransformerRanker precision={name} ({dtype}) on {len(X)} pairs x {b['epochs']} epochs")
         start = time.perf_counter()
         with warnings.catch_warnings():
@@ -290,9 +290,9 @@ def step_rounds(X, y, b, args):
     one = {**b, "epochs": 1}
     configs = {}
     if not args.no_peer:
-        configs["peer fp32"] = lambda: peer_fit(Xs, ys, one)[1]
+        configs["peer fp32"] = lambda: (peer_fit(Xs, ys, one)[1], None)
         if not args.no_peer_bf16:
-            configs["peer bf16=True"] = lambda: peer_fit(Xs, ys, one, bf16=True)[1]
+            configs["peer bf16=True"] = lambda: (peer_fit(Xs, ys, one, bf16=True)[1], None)
 
     def ours_fit(precision, **extra):
         def run():
@@ -301,7 +301,7 @@ def step_rounds(X, y, b, args):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 est.fit(Xs, ys)
-            return time.perf_counter() - start
+            return time.perf_counter() - start, est.history_.seconds
         return run
 
     configs["TR fp32"] = ours_fit("fp32")
@@ -312,8 +312,9 @@ def step_rounds(X, y, b, args):
     for r in range(args.train_rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            seconds = configs[name]()
-            runs[name].append({"seconds": seconds, "pairs_per_second": n / seconds, "load_after": load_average()})
+            seconds, loop = configs[name]()
+            runs[name].append({"seconds": seconds, "pairs_per_second": n / seconds, "load_after": load_average(),
+                               "loop_pairs_per_second": None if loop is None else n / loop})
             log(f"  [steps {r + 1}/{args.train_rounds}] {name}: {n / seconds:.1f} pairs/s ({seconds:.1f} s)")
     return {"n_pairs": n, "steps": int(np.ceil(n / b["batch_size"])),
             "rows": {k: {"median_pairs_per_second": float(np.median([t["pairs_per_second"] for t in v])), "runs": v}
@@ -378,7 +379,7 @@ def prediction_table(models, X, y, args, peer_bs):
             continue
         est = model
         if name == "auto":
-            for p in ("fp32", "int8"):
+            for p in ("fp32", "int8") if DEVICE.type == "cpu" else ("fp32",):
                 predictors[f"TR auto-fit @ {p}"] = copy.copy(est).set_params(precision=p).predict
                 labels[f"TR auto-fit @ {p}"] = f"TransformerRanker fitted with precision='auto', predicting at {p!r}"
         predictors[f"TR {name}"] = est.predict
@@ -571,7 +572,8 @@ def markdown(res) -> str:
         "- **Peer**: `CrossEncoder(<packaged all-MiniLM-L6-v2>, num_labels=1, max_length=128)` "
         "(BertForSequenceClassification: the checkpoint's pooler and a new linear layer), `CrossEncoderTrainer` with "
         f"`BinaryCrossEntropyLoss`, optimizer `{res['fits'].get('peer', {}).get('optimizer', '?')}` (its default), "
-        "`use_cpu=True`, no evaluation, no checkpoints, no logging. Training time: `trainer.train()` (it tokenises "
+        f"on `{res.get('device', 'cpu')}` like as2rank (`use_cpu=True` on the CPU), no evaluation, no checkpoints, "
+        "no logging. Training time: `trainer.train()` (it tokenises "
         "each batch in its collator). Prediction: `CrossEncoder.predict(pairs, batch_size=...)`, which sorts by "
         "length and tokenises per batch.",
         "- **as2rank**: `TransformerRanker(epochs, batch_size=32, learning_rate, max_length=128, random_state=0, "
@@ -605,15 +607,19 @@ def markdown(res) -> str:
         "",
         f"Fixed-step rounds: every configuration trains {st['steps']} optimizer steps on the same {st['n_pairs']} "
         f"random training pairs (1 epoch), interleaved, {res['args']['train_rounds']} round(s); median pairs/s. "
-        "`peer bf16=True` is `CrossEncoderTrainingArguments(bf16=True)` (bfloat16 autocast on the CPU).",
+        "`peer bf16=True` is `CrossEncoderTrainingArguments(bf16=True)` (bfloat16 autocast). as2rank's time is the "
+        "whole `fit` (with loading the weights: a visible share of a few steps), the peer's `trainer.train()` "
+        "(without loading its weights); the loop column is as2rank's training loop alone.",
         "",
-        "| configuration | pairs/s (median) | vs peer fp32 | runs |",
-        "| --- | ---: | ---: | --- |",
+        "| configuration | pairs/s (median) | vs peer fp32 | runs | loop pairs/s (runs) |",
+        "| --- | ---: | ---: | --- | --- |",
     ]
     for name, r in st["rows"].items():
         vs = f"{r['median_pairs_per_second'] / peer_ref:.2f}×" if peer_ref else "–"
+        loops = [t.get("loop_pairs_per_second") for t in r["runs"]]
         lines.append(f"| {name} | {r['median_pairs_per_second']:.1f} | {vs} | "
-                     + ", ".join(f"{t['pairs_per_second']:.1f}" for t in r["runs"]) + " |")
+                     + ", ".join(f"{t['pairs_per_second']:.1f}" for t in r["runs"]) + " | "
+                     + (", ".join(f"{v:.1f}" for v in loops) if all(v is not None for v in loops) else "–") + " |")
     lines += [
         "",
         "## Prediction and accuracy on WikiQA test",
@@ -757,6 +763,8 @@ def main(argv=None):
             setattr(args, k, v)
     if args.threads:
         torch.set_num_threads(args.threads)
+    global DEVICE
+    DEVICE = resolve_device("auto")
     import sentence_transformers
     import transformers
 
@@ -766,6 +774,7 @@ def main(argv=None):
         "command": ("python benchmarks/speed.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
+        "device": str(DEVICE),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
