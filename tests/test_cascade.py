@@ -220,3 +220,49 @@ def test_sequential_ranker_floor_rule_and_order():
     assert GroupIndex.from_frame(X).rank(scores).tolist() == list(range(1, 129))
     with pytest.raises(ValueError, match="keep"):
         SequentialRanker([ReciprocalRankRanker()] * 2, keep=0).fit(X, y)
+
+
+def test_chunked_layers_score_like_whole_questions(fitted):
+    """Length-sorted chunks (batch_tokens) change neither the exit logits nor the rows each layer runs."""
+    X = pd.concat([one_question(60, seed=3).assign(qid="a"), one_question(25, seed=4).assign(qid="b")])
+    results = {}
+    for batch_tokens in (40, 200, 1_000_000):
+        fitted.set_params(alpha=[0.3, 0.2, 0.0, 0.5], batch_tokens=batch_tokens)
+        fitted.predict(X)
+        results[batch_tokens] = (fitted.cost_report_["rows_per_layer"].tolist(), fitted.predict_exits(X))
+    for batch_tokens in (40, 200):
+        assert results[batch_tokens][0] == results[1_000_000][0]
+        np.testing.assert_allclose(results[batch_tokens][1], results[1_000_000][1], atol=1e-5)
+    fitted.set_params(alpha=0.0, batch_tokens="auto")
+
+
+def test_cascade_module_chunks_match_one_chunk(fitted):
+    """With drops: the same survivors and logits in chunks as in one padded batch.
+
+    Random token ids (not the fixture's tokenizer) and linear classifiers, so that no two rows tie: tied
+    rows may fall either way at a drop when chunks round differently (1e-7).
+    """
+    import copy
+
+    module = copy.deepcopy(fitted.model_)
+    torch.manual_seed(0)
+    module.classifiers = torch.nn.ModuleList(torch.nn.Linear(32, 1) for _ in module.exits)
+    with torch.no_grad():
+        for classifier in module.classifiers:
+            classifier.weight.mul_(100.0)  # scores spread over tens of units: no near-ties
+    rng = np.random.default_rng(0)
+    n, width = 80, 30
+    lengths = rng.integers(4, width + 1, n)
+    mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
+    ids = rng.integers(5, module.encoder.config.vocab_size, (n, width)) * mask
+    batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+             "token_type_ids": torch.zeros(n, width, dtype=torch.int64)}
+    codes = np.repeat([0, 1], [50, 30])
+    with torch.inference_mode():
+        full = module.all_exits(batch).numpy()
+        one, rows_one = module.cascade(batch, codes, [0.3, 0.2, 0.0, 0.5], 4)
+        chunked, rows_chunked = module.cascade(batch, codes, [0.3, 0.2, 0.0, 0.5], 4, chunk_tokens=100)
+    assert min(np.diff(np.sort(full[:, e])).min() for e in range(5)) > 1e-4  # far above the rounding (~1e-5 here)
+    assert np.array_equal(np.isnan(chunked), np.isnan(one))
+    np.testing.assert_allclose(chunked, one, atol=1e-4)
+    assert rows_chunked.tolist() == rows_one.tolist() == [80, 80, 56, 45, 45, 23]  # 50 -> 35 -> 28 -> 14, 30 -> 21 -> 17 -> 9

@@ -185,3 +185,20 @@ def test_lr_multipliers_scale_one_submodule():
     with pytest.raises(ValueError, match="names no submodule"):
         train(module, lambda epoch: [{"x": x, "y": y}], loss, epochs=1, steps_per_epoch=1, learning_rate=0.1,
               device=torch.device("cpu"), lr_multipliers={"head": 2.0})
+
+
+def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
+    ranker, X = fitted
+    from as2rank.transformer import AUTO_BATCH_TOKENS
+
+    assert TransformerRanker().batch_tokens == "auto" and CascadeTransformer().batch_tokens == "auto"
+    ranker.set_params(batch_tokens="auto")
+    assert ranker._batch_tokens(torch.device("cpu")) == AUTO_BATCH_TOKENS["cpu"] == 2048
+    assert ranker._batch_tokens(torch.device("cuda")) == AUTO_BATCH_TOKENS["other"] == 16384
+    reference = ranker.predict(X)
+    np.testing.assert_allclose(ranker.set_params(batch_tokens=100_000).predict(X), reference, atol=1e-5)
+    assert ranker.set_params(batch_tokens=64)._batch_tokens(torch.device("cpu")) == 64
+    ranker.set_params(batch_tokens="auto")
+    with pytest.raises(ValueError, match="batch_tokens"):
+        ranker.set_params(batch_tokens="big").predict(X)
+    ranker.set_params(batch_tokens="auto")

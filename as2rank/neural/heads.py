@@ -111,7 +111,7 @@ class CascadeEncoder(nn.Module):
             logits.append(classifier(masked_mean(hidden, mask)).squeeze(-1))
         return torch.stack(logits, dim=1)
 
-    def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int):
+    def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None):
         """Run the cascade over whole questions, dropping rows between exits.
 
         Parameters
@@ -124,6 +124,11 @@ class CascadeEncoder(nn.Module):
             Drop ratio after each exit but the last.
         last_exit : int
             Index of the last exit to run.
+        chunk_tokens : int, default=None
+            Run the layers on chunks of rows of similar length, each at most this many padded tokens
+            (rows × its longest row), instead of on the whole batch padded to its longest row: the rows of
+            a question differ in length, and on the CPU padding and large activations cost most of the
+            time. Drops still act per question, over all its rows. ``None``: one chunk.
 
         Returns
         -------
@@ -132,28 +137,52 @@ class CascadeEncoder(nn.Module):
         rows_per_layer : ndarray of int, shape (exits[last_exit],)
             Rows processed by each layer.
         """
+        from .backbone import token_budget_batches
+
         stack = LayerStack(self.encoder)
-        mask = batch["attention_mask"]
-        hidden = stack.embed(batch)
-        n = hidden.shape[0]
-        alive = np.arange(n)
+        full_mask = batch["attention_mask"]
+        lengths = full_mask.sum(dim=1).cpu().numpy()
+        n = len(lengths)
+        if chunk_tokens is None:
+            parts = [np.arange(n)]
+        else:
+            parts = [np.sort(p) for p in token_budget_batches(np.ones(n, dtype=np.int64), lengths, chunk_tokens)]
+        # One state per chunk: its rows (batch positions), hidden states and mask, cut to its longest row.
+        states = []
+        for rows in parts:
+            width = int(lengths[rows].max())
+            index = torch.from_numpy(rows).to(full_mask.device)
+            part = {k: v[index, :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
+            states.append((rows, stack.embed(part), part["attention_mask"]))
+        alive = np.ones(n, dtype=bool)
         logits = np.full((n, len(self.exits)), np.nan)
         rows_per_layer = np.zeros(self.exits[last_exit], dtype=np.int64)
         start = 0
         for e in range(last_exit + 1):
             stop = self.exits[e]
-            hidden = stack.run(hidden, mask, start, stop)
-            rows_per_layer[start:stop] = len(alive)
+            rows_per_layer[start:stop] = int(alive.sum())
+            scores = np.full(n, np.nan)
+            ran = []
+            for rows, hidden, mask in states:
+                hidden = stack.run(hidden, mask, start, stop)
+                scores[rows] = self.classifiers[e](masked_mean(hidden, mask)).squeeze(-1).float().cpu().numpy()
+                ran.append((rows, hidden, mask))
+            states = ran
             start = stop
-            scores = self.classifiers[e](masked_mean(hidden, mask)).squeeze(-1).float().cpu().numpy()
-            logits[alive, e] = scores
+            live = np.flatnonzero(alive)  # batch order: each question's rows in original order
+            logits[live, e] = scores[live]
             if e == last_exit or alphas[e] == 0:
                 continue
-            keep = drop_lowest(codes[alive], scores, alphas[e])
-            alive = alive[keep]
-            keep_t = torch.from_numpy(keep).to(hidden.device)
-            mask = mask[keep_t]
-            # Survivors may all be shorter than the dropped rows: trailing padding columns go too.
-            width = int(mask.sum(dim=1).max())
-            hidden, mask = hidden[keep_t, :width], mask[:, :width]
+            keep = drop_lowest(codes[live], scores[live], alphas[e])
+            alive[live[~keep]] = False
+            states = []
+            for rows, hidden, mask in ran:
+                kept = alive[rows]
+                if not kept.any():
+                    continue
+                keep_t = torch.from_numpy(kept).to(hidden.device)
+                mask = mask[keep_t]
+                # Survivors may all be shorter than the dropped rows: trailing padding columns go too.
+                width = int(mask.sum(dim=1).max())
+                states.append((rows[kept], hidden[keep_t, :width], mask[:, :width]))
         return logits, rows_per_layer
