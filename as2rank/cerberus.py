@@ -384,7 +384,7 @@ device, precision, reuse_fit, random_state, verbose
         eval_every=None,
         warm_start=False,
         freeze_embeddings=False,
-        batch_tokens=16384,
+        batch_tokens="auto",
         device="auto",
         precision="auto",
         reuse_fit=True,
@@ -499,7 +499,7 @@ device, precision, reuse_fit, random_state, verbose
 
         n = len(encoded["lengths"])
         logits = np.empty((n, self.n_heads_), dtype=np.float64)
-        batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], self.batch_tokens)
+        batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], self._batch_tokens(device))
         with torch.inference_mode(), autocast(device, self._compute_dtype(device)):
             for rows in self._progress(batches, len(batches), "predict"):
                 logits[rows] = module(to_device(batch_tensors(encoded, rows), device)).float().cpu().numpy()
@@ -603,7 +603,7 @@ batch_tokens, device, precision, reuse_fit, random_state, verbose
         eval_every=None,
         warm_start=False,
         freeze_embeddings=False,
-        batch_tokens=16384,
+        batch_tokens="auto",
         device="auto",
         precision="auto",
         reuse_fit=True,
