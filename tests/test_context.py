@@ -92,10 +92,13 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
-def tokenizer(tmp_path_factory):
-    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    path.write_text("\n".join(SPECIAL + WORDS) + "\n")
-    return transformers.BertTokenizerFast(vocab_file=str(path))
+def tokenizer():
+    """A word-level BERT tokenizer over a small vocabulary, built offline.
+
+    The vocabulary goes in as a dict: transformers 5 ignores ``vocab_file=`` here and would leave only the
+    special tokens, mapping every word to [UNK].
+    """
+    return transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
 
 
 def tiny_config():

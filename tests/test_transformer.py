@@ -23,11 +23,13 @@ MAX_LENGTH = 32
 
 
 @pytest.fixture(scope="session")
-def tokenizer(tmp_path_factory):
-    """A word-level BERT tokenizer over a small vocabulary, built offline."""
-    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    path.write_text("\n".join(SPECIAL + WORDS) + "\n")
-    return transformers.BertTokenizerFast(vocab_file=str(path))
+def tokenizer():
+    """A word-level BERT tokenizer over a small vocabulary, built offline.
+
+    The vocabulary goes in as a dict: transformers 5 ignores ``vocab_file=`` here and would leave only the
+    special tokens, mapping every word to [UNK].
+    """
+    return transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
 
 
 def tiny_config(kind, layers=6):
@@ -77,6 +79,12 @@ def small(cls, kind, tokenizer, **params):
 
 def test_sklearn_api():
     check_sklearn_api(TransformerRanker())
+
+
+def test_test_tokenizer_knows_every_word(tokenizer):
+    ids = tokenizer("who wrote hamlet", "paris")["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert ids[1:4] == [len(SPECIAL) + WORDS.index(w) for w in ("who", "wrote", "hamlet")]
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
