@@ -415,16 +415,23 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
         ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
         "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (class and
-        parameters). Load with :meth:`from_pretrained`.
+        parameters). Load with :meth:`from_pretrained`. Under ``accelerate launch``/``torchrun`` every process
+        may call it: the main process writes, the others wait until the directory is complete.
 
         Parameters
         ----------
         path : str or pathlib.Path
         """
-        from safetensors.torch import save_file
+        from .neural.distributed import is_main_process, wait_for_everyone
 
         check_is_fitted(self, "model_")
-        path = Path(path)
+        if is_main_process():
+            self._write_pretrained(Path(path))
+        wait_for_everyone()
+
+    def _write_pretrained(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
         path.mkdir(parents=True, exist_ok=True)
         self.model_.encoder.save_pretrained(path / "encoder")
         self.tokenizer_.save_pretrained(path / "encoder")
@@ -492,7 +499,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         return self.model_.to(device).eval()
 
     def _progress(self, iterable, total, desc):
-        if not self.verbose:
+        from .neural.distributed import is_main_process
+
+        # Under a launcher every process predicts; one progress bar is enough.
+        if not (self.verbose and is_main_process()):
             return iterable
         from tqdm.auto import tqdm
 

@@ -21,7 +21,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["LocalBatch", "Shard", "TrainingSetup", "make_accelerator", "setup_training", "is_main_process"]
+__all__ = [
+    "LocalBatch",
+    "Shard",
+    "TrainingSetup",
+    "is_main_process",
+    "make_accelerator",
+    "setup_training",
+    "wait_for_everyone",
+]
 
 _MIXED_PRECISION = {None: "no", torch.float32: "no", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -124,8 +132,8 @@ def make_accelerator(device: torch.device, precision: torch.dtype | None = None)
     Returns
     -------
     accelerate.Accelerator
-        With device placement left to the caller, DDP set to tolerate parameters a step does not use (the
-        cascade trains one exit per step) and not to re-broadcast buffers (frozen tables) at every step.
+        With device placement left to the caller, and DDP set to tolerate parameters that a step does not use
+        (the cascade trains one exit per step; BERT's pooler is never used).
 
     Raises
     ------
@@ -149,7 +157,7 @@ def make_accelerator(device: torch.device, precision: torch.dtype | None = None)
     )
     if stale:
         AcceleratorState._reset_state(reset_partial_state=True)
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=True, broadcast_buffers=False)
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
     return Accelerator(
         cpu=cpu, mixed_precision=mixed, device_placement=False, step_scheduler_with_optimizer=False, kwargs_handlers=[ddp]
     )
@@ -190,3 +198,9 @@ def setup_training(device: torch.device, precision: torch.dtype | None = None) -
 def is_main_process() -> bool:
     """Whether this process should log and write files: always in a plain process; rank 0 under a launcher."""
     return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0
+
+
+def wait_for_everyone() -> None:
+    """Wait until every process of a launched run gets here (nothing in a plain process)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
