@@ -19,7 +19,7 @@ import pandas as pd
 
 from .data import GroupIndex
 
-__all__ = ["iter_chunks", "load_model", "predict_dask", "predict_file", "score_frame"]
+__all__ = ["count_rows", "iter_chunks", "load_model", "predict_dask", "predict_file", "score_frame"]
 
 _MANIFEST = "_as2rank_predict.json"
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -57,8 +57,20 @@ def iter_chunks(path, chunksize: int, window: int = 0):
     return load_asnq(path, chunksize)
 
 
-def _count_rows(path: Path) -> int:
-    """Rows of the input, for the progress bar: Parquet metadata, or newlines of a TSV (read in 16 MiB blocks)."""
+def count_rows(path) -> int:
+    """Rows of a Parquet table (from its metadata) or lines of a TSV (read in 16 MiB blocks, without parsing).
+
+    For the progress bar of :func:`predict_file`, and the ``total_rows`` of ``partial_fit``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    int
+    """
+    path = Path(path)
     if _is_parquet(path):
         import pyarrow.dataset as ds
 
@@ -195,7 +207,7 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     output.mkdir(parents=True, exist_ok=True)
     _write_json(manifest, {"settings": settings, "complete": False})
 
-    total = _count_rows(input) if progress else None
+    total = count_rows(input) if progress else None
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -263,9 +263,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         Examples
         --------
         >>> from as2rank.datasets import load_asnq
+        >>> from as2rank.scale import count_rows
         >>> model = TransformerRanker(random_state=0)                                   # doctest: +SKIP
+        >>> total = count_rows("asnq/train.tsv")                                        # doctest: +SKIP
         >>> for X, y in load_asnq("asnq/train.tsv", chunksize=200_000):                 # doctest: +SKIP
-        ...     model.partial_fit(X, y, total_rows=20_377_568)
+        ...     model.partial_fit(X, y, total_rows=total)
         """
         from .neural import TrainingState, call_seed, resolve_device, seeded, torch_threads
         from .neural.distributed import setup_training

@@ -379,26 +379,26 @@ def markdown(results: dict) -> str:
         "",
         "## Scoring with `as2rank predict`",
         "",
-        f"Synthetic ASNQ-format files ({CANDIDATES} candidates per question, from the SQuAD sample's sentences); `--chunksize {CHUNKSIZE}`; one fresh process per run. *Loop* rows/s: the CLI's own figure (reading, scoring, writing); *wall* rows/s: including process start and model loading. Peak RSS: the process's maximum resident set size.",
+        f"Synthetic ASNQ-format files ({CANDIDATES} candidates per question, from the SQuAD sample's sentences); `--chunksize {CHUNKSIZE}`; one fresh process per run. *Loop* rows/s: the CLI's own figure (reading, scoring, writing); *wall* rows/s: including process start and model loading. CPU time: the process's user + system time. Peak RSS: the process's own high-water mark of resident memory (`VmHWM`).",
         "",
-        "| model | rows | wall time (s) | rows/s (loop) | rows/s (wall) | peak RSS (MiB) | RSS vs smallest |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | rows | wall time (s) | CPU time (s) | rows/s (loop) | rows/s (wall) | peak RSS (MiB) | RSS vs smallest |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in r["scoring"]:
         base = next(x for x in r["scoring"] if x["model"] == s["model"] and x["rows"] == min(r["sizes"]))
         loop = f"{s['rows_per_second_loop']:,.0f}" if s["rows_per_second_loop"] else "–"
-        lines.append(f"| {s['model']} | {s['rows']:,} | {s['seconds']:.1f} | {loop} | {s['rows_per_second_wall']:,.0f} | {s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / base['peak_rss_mib']:.2f}x |")
+        lines.append(f"| {s['model']} | {s['rows']:,} | {s['seconds']:.1f} | {s['cpu_seconds']:.1f} | {loop} | {s['rows_per_second_wall']:,.0f} | {s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / base['peak_rss_mib']:.2f}x |")
     lines += [
         "",
         "## Streamed training (`partial_fit` on chunks of `load_asnq`)",
         "",
         f"`Cosinet({', '.join(f'{k}={v!r}' for k, v in STREAM_MODEL.items())})`, one pass, chunks of {CHUNKSIZE:,} rows, `total_rows` = the file's rows; a fresh process per run.",
         "",
-        "| rows | chunks | steps | wall time (s) | training rows/s | loss (first → last chunk) | vocabulary | peak RSS (MiB) |",
-        "| ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| rows | chunks | steps | wall time (s) | CPU time (s) | training rows/s | loss (first → last chunk) | vocabulary | peak RSS (MiB) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for s in r["stream"]:
-        lines.append(f"| {s['rows']:,} | {s['chunks']} | {s['steps']:,} | {s['seconds']:.1f} | {s['rows_per_second']:,.0f} | {s['first_chunk_loss']:.3f} → {s['last_chunk_loss']:.3f} | {s['vocabulary']:,} | {s['peak_rss_mib']:.0f} |")
+        lines.append(f"| {s['rows']:,} | {s['chunks']} | {s['steps']:,} | {s['seconds']:.1f} | {s['cpu_seconds']:.1f} | {s['rows_per_second']:,.0f} | {s['first_chunk_loss']:.3f} → {s['last_chunk_loss']:.3f} | {s['vocabulary']:,} | {s['peak_rss_mib']:.0f} |")
     lines += ["", "## Acceptance checks", "", "| check | result | measured |", "| --- | --- | --- |"]
     for a in r["acceptance"]:
         verdict = {True: "pass", False: "**FAIL**", None: "see tests"}[a["passed"]]

@@ -303,8 +303,9 @@ def train(
         ``None`` makes one for ``device`` and ``precision``.
     state : TrainingState, default=None
         Continue a previous run (``partial_fit``): its optimizer, and a schedule laid out over
-        ``state.total_rows`` rows instead of ``epochs * steps_per_epoch`` steps; updated in place.
-        Evaluation is not available then.
+        ``state.total_rows`` rows instead of ``epochs * steps_per_epoch`` steps; updated in place. The
+        schedule advances by the rows of each batch, so batches must say them (``LocalBatch`` or
+        ``rows_of``). Evaluation is not available then.
 
     Returns
     -------
