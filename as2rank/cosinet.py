@@ -768,6 +768,14 @@ def _network_class():
             """
             weight = conv.weight  # (filters, dim + 1, kernel)
             filters, _, k = weight.shape
+            if table.dtype != torch.float32:
+                # oneDNN builds and keeps a bfloat16 kernel for every new matrix shape (about 0.5 MB each, up to
+                # its cache sizes): padding the stream with the zero word to one of 8 lengths per octave (at most
+                # 1/8 more rows) keeps memory flat over a long stream of batches (benchmarks/scale.py). The
+                # padded positions are never read back.
+                positions = len(stream) - k + 1
+                step = 1 << max(0, positions.bit_length() - 4)
+                stream = torch.nn.functional.pad(stream, (0, -positions % step))
             windows_e = table[stream].unfold(0, k, 1)  # (stream positions, dim, kernel)
             word_weight = weight[:, : self.dim, :].reshape(filters, -1).to(table.dtype)
             by_text = (windows_e.reshape(len(windows_e), -1) @ word_weight.T).float()

@@ -12,9 +12,9 @@
    synthetic ASNQ-format files of 100k, 1M and 5M rows (``--quick``: 20k, 100k, 300k) generated from the
    sentences of the bundled SQuAD 2.0 sample into a temporary directory (deleted at the end unless
    ``--keep-files``; never committed), with WO+RR and with Cosinet (defaults, fitted on the sample);
-   ``--chunksize 100000``. On the middle file: one score per row, and the scores of in-memory ``predict``.
+   ``--chunksize 100000`` (``--quick``: 10000). On the middle file: one score per row, and the scores of in-memory ``predict``.
 3. **Streamed training**: ``Cosinet(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_filters=64,
-   batch_size=16)`` trained with ``partial_fit`` on the chunks of ``load_asnq(path, chunksize=100_000)`` of
+   batch_size=16)`` trained with ``partial_fit`` on the chunks of ``load_asnq(path, chunksize=...)`` (same chunk size) of
    the smallest and the largest file (one pass), in a fresh process: time and peak resident memory.
 
 Writes ``benchmarks/results/scale.json`` and ``docs/benchmarks/scale.md``. The synthetic files: question
@@ -46,6 +46,7 @@ CANDIDATES = 50
 SIZES = (100_000, 1_000_000, 5_000_000)
 QUICK_SIZES = (20_000, 100_000, 300_000)
 CHUNKSIZE = 100_000
+QUICK_CHUNKSIZE = 10_000  # the smallest quick file then spans two chunks, as the smallest full one spans one
 RSS_LIMIT = 1.5  # the issue's acceptance: peak RSS within 1.5x of the smallest file's run
 
 
@@ -209,13 +210,13 @@ def fit_models(folder: Path) -> dict:
     return paths
 
 
-def scoring(files: dict, models: dict, folder: Path) -> list:
+def scoring(files: dict, models: dict, folder: Path, chunksize: int) -> list:
     rows = []
     for name, model in models.items():
         for n_rows, path in files.items():
             out = folder / f"scores-{name.replace('+', '')}-{n_rows}.parquet"
             report = folder / f"predict-{name.replace('+', '')}-{n_rows}.json"
-            command = ["--child-cli", str(report), "predict", "--model", str(model), "--input", str(path), "--output", str(out), "--chunksize", str(CHUNKSIZE), "--quiet"]
+            command = ["--child-cli", str(report), "predict", "--model", str(model), "--input", str(path), "--output", str(out), "--chunksize", str(chunksize), "--quiet"]
             log(f"[predict] {name} on {n_rows:,} rows")
             result = run_measured(command, report)
             loop = re.search(r"\(([\d.]+) rows/s\)", result["stderr"])
@@ -261,7 +262,7 @@ def check_scores(model_path: Path, input_path: Path, output: Path) -> dict:
 STREAM_MODEL = dict(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_filters=64, batch_size=16, random_state=0)
 
 
-def stream_train_child(path: str, out: str) -> None:
+def stream_train_child(path: str, out: str, chunksize: str) -> None:
     """Run in a fresh process: one pass of partial_fit over the chunks of ``path``."""
     from as2rank.cosinet import Cosinet
     from as2rank.datasets import load_asnq
@@ -271,7 +272,7 @@ def stream_train_child(path: str, out: str) -> None:
     model = Cosinet(**STREAM_MODEL)
     start = time.perf_counter()
     chunks = 0
-    for X, y in load_asnq(path, chunksize=CHUNKSIZE):
+    for X, y in load_asnq(path, chunksize=int(chunksize)):
         model.partial_fit(X, y, total_rows=total)
         chunks += 1
     seconds = time.perf_counter() - start
@@ -293,12 +294,12 @@ def stream_train_child(path: str, out: str) -> None:
     )
 
 
-def streamed_training(files: dict, folder: Path) -> list:
+def streamed_training(files: dict, folder: Path, chunksize: int) -> list:
     rows = []
     for n_rows in (min(files), max(files)):
         out = folder / f"stream-{n_rows}.json"
-        log(f"[stream] partial_fit over {n_rows:,} rows in chunks of {CHUNKSIZE:,}")
-        row = {k: v for k, v in run_measured(["--stream-train", str(files[n_rows]), str(out)], out).items() if k != "stderr"}
+        log(f"[stream] partial_fit over {n_rows:,} rows in chunks of {chunksize:,}")
+        row = {k: v for k, v in run_measured(["--stream-train", str(files[n_rows]), str(out), str(chunksize)], out).items() if k != "stderr"}
         rows.append(row)
         log(f"  {row['seconds']:.1f}s wall, {row['cpu_seconds']:.1f}s CPU ({row['rows_per_second']:.0f} rows/s), peak RSS {row['peak_rss_mib']:.0f} MiB, loss {row['first_chunk_loss']:.3f} -> {row['last_chunk_loss']:.3f}")
     return rows
@@ -379,7 +380,7 @@ def markdown(results: dict) -> str:
         "",
         "## Scoring with `as2rank predict`",
         "",
-        f"Synthetic ASNQ-format files ({CANDIDATES} candidates per question, from the SQuAD sample's sentences); `--chunksize {CHUNKSIZE}`; one fresh process per run. *Loop* rows/s: the CLI's own figure (reading, scoring, writing); *wall* rows/s: including process start and model loading. CPU time: the process's user + system time. Peak RSS: the process's own high-water mark of resident memory (`VmHWM`).",
+        f"Synthetic ASNQ-format files ({CANDIDATES} candidates per question, from the SQuAD sample's sentences); `--chunksize {r['chunksize']}`; one fresh process per run. *Loop* rows/s: the CLI's own figure (reading, scoring, writing); *wall* rows/s: including process start and model loading. CPU time: the process's user + system time. Peak RSS: the process's own high-water mark of resident memory (`VmHWM`).",
         "",
         "| model | rows | wall time (s) | CPU time (s) | rows/s (loop) | rows/s (wall) | peak RSS (MiB) | RSS vs smallest |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -392,7 +393,7 @@ def markdown(results: dict) -> str:
         "",
         "## Streamed training (`partial_fit` on chunks of `load_asnq`)",
         "",
-        f"`Cosinet({', '.join(f'{k}={v!r}' for k, v in STREAM_MODEL.items())})`, one pass, chunks of {CHUNKSIZE:,} rows, `total_rows` = the file's rows; a fresh process per run.",
+        f"`Cosinet({', '.join(f'{k}={v!r}' for k, v in STREAM_MODEL.items())})`, one pass, chunks of {r['chunksize']:,} rows, `total_rows` = the file's rows; a fresh process per run.",
         "",
         "| rows | chunks | steps | wall time (s) | CPU time (s) | training rows/s | loss (first → last chunk) | vocabulary | peak RSS (MiB) |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
@@ -411,7 +412,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="small files (20k, 100k, 300k rows) and 300 WikiQA questions")
     parser.add_argument("--workdir", help="folder for the synthetic files and outputs (default: a temporary one)")
     parser.add_argument("--keep-files", action="store_true", help="keep the synthetic files and outputs")
-    parser.add_argument("--stream-train", nargs=2, metavar=("FILE", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--stream-train", nargs=3, metavar=("FILE", "OUT", "CHUNKSIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--child-cli", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stream_train:
@@ -424,6 +425,7 @@ def main():
     import torch
 
     sizes = QUICK_SIZES if args.quick else SIZES
+    chunksize = QUICK_CHUNKSIZE if args.quick else CHUNKSIZE
     folder = Path(args.workdir or tempfile.mkdtemp(prefix="as2rank-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     results = {
@@ -434,6 +436,7 @@ def main():
         "command": "python benchmarks/scale.py" + (" --quick" if args.quick else ""),
         "quick": args.quick,
         "sizes": list(sizes),
+        "chunksize": chunksize,
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     try:
@@ -443,13 +446,13 @@ def main():
             log(f"[data] writing {n:,} synthetic ASNQ rows")
             files[n] = write_synthetic_asnq(folder / f"asnq-{n}.tsv", n)
         models = fit_models(folder)
-        results["scoring"] = scoring(files, models, folder)
+        results["scoring"] = scoring(files, models, folder, chunksize)
         middle = sizes[1]
         results["checks"] = {
             name: check_scores(models[name], files[middle], next(s["output"] for s in results["scoring"] if s["model"] == name and s["rows"] == middle))
             for name in models
         }
-        results["stream"] = streamed_training(files, folder)
+        results["stream"] = streamed_training(files, folder, chunksize)
     finally:
         if not args.keep_files and not args.workdir:
             shutil.rmtree(folder, ignore_errors=True)
