@@ -110,11 +110,8 @@ def _predict(args) -> int:
         print("as2rank predict: interrupted; run the same command again to resume.", file=sys.stderr)
         return 130
     resumed = f", {summary['parts_skipped']} of them from an earlier run" if summary["parts_skipped"] else ""
-    print(
-        f"as2rank predict: {summary['rows']} rows in {summary['parts']} parts{resumed} -> {args.output} "
-        f"({summary['rows_per_second']:.0f} rows/s)",
-        file=sys.stderr,
-    )
+    rate = f" ({summary['rows_per_second']:.0f} rows/s)" if summary["parts_skipped"] < summary["parts"] else ""
+    print(f"as2rank predict: {summary['rows']} rows in {summary['parts']} parts{resumed} -> {args.output}{rate}", file=sys.stderr)
     return 0
 
 

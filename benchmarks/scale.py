@@ -338,7 +338,7 @@ def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes
             {
                 "check": f"as2rank predict, {name}, {middle:,} rows: exactly one score per input row, equal to in-memory predict",
                 "passed": bool(c["one_score_per_row"] and c["max_abs_diff_vs_in_memory"] <= tolerance),
-                "measured": f"{c['output_rows']:,} output rows for {c['input_rows']:,} input rows, row numbers 0..n-1 once each: {c['one_score_per_row']}; largest |score difference| {c['max_abs_diff_vs_in_memory']:.2e} (tolerance {tolerance:g})",
+                "measured": f"{c['output_rows']:,} output rows for {c['input_rows']:,} input rows, row numbers 0..n-1 once each: {c['one_score_per_row']}; largest absolute score difference {c['max_abs_diff_vs_in_memory']:.2e} (tolerance {tolerance:g})",
             }
         )
     ratio = stream[-1]["peak_rss_mib"] / stream[0]["peak_rss_mib"]
@@ -365,7 +365,7 @@ def markdown(results: dict) -> str:
         "# Scale-out benchmark (issue 11)",
         "",
         f"Machine: {r['machine']}; torch {r['torch']} ({r['torch_threads']} threads in the main process); load average at start {r['load_average_start']}, at end {r['load_average_end']} (the machine is shared: times are from this one run).",
-        f"Command: `{r['command']}`. Mode: {'quick (small files)' if r['quick'] else 'full'}. No GPU was available for this run, so the 1-GPU vs CPU comparison is not reported.",
+        f"Command: `{r['command']}`. Mode: {'quick (files of 20k, 100k and 300k rows stand for 100k, 1M and 5M; 300 WikiQA questions)' if r['quick'] else 'full'}. No GPU was available for this run, so the 1-GPU vs CPU comparison is not reported.",
         "",
         "## Parallel grid search (WikiQA-train)",
         "",
