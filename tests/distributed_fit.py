@@ -24,7 +24,7 @@ def ranker(tok, **params):
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
     defaults = dict(
         model=config, tokenizer=tok, max_length=MAX_LENGTH, epochs=2, batch_size=8, learning_rate=1e-3,
-        random_state=0, device="cpu", precision="fp32", reuse_fit=False,
+        random_state=0, device="cpu", precision="fp32", reuse_fit=False, n_threads=1,
     )
     return TransformerRanker(**{**defaults, **params})
 

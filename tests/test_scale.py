@@ -1,7 +1,9 @@
 """Scale-out (issue 11): parallel model selection (joblib, Dask), training in several processes (Accelerate,
 gloo), streamed training, chunked and Dask scoring, ``as2rank predict``. Offline, tiny models.
 
-Tolerances: runs with the same thread count give the same scores, compared at 1e-9. A fit in two processes
+Tiny models run with ``n_threads=1``: on a busy machine, synchronising torch's threads costs more than they
+give on matrices this small. Tolerances: runs with the same thread count give the same scores, compared at
+1e-9. A fit in two processes
 (gloo, dropout off) follows the one-process fit with the same global batches to 1e-5 in every step loss and
 weight (the only difference is the summation order of the gradients: about 1e-7 here); both processes end
 with bit-identical weights.
@@ -186,8 +188,8 @@ def test_two_gloo_processes_fit_like_one_process_with_the_same_global_batch(tmp_
 
 def test_partial_fit_once_on_all_rows_trains_exactly_as_fit(tokenizer):
     X, y = synthetic(n_questions=8, min_size=6, max_size=6)  # 48 rows: 6 full batches of 8
-    fit = small(TransformerRanker, "bert", tokenizer, num_layers=2, reuse_fit=False).fit(X, y)
-    part = small(TransformerRanker, "bert", tokenizer, num_layers=2).partial_fit(X, y, total_rows=len(X))
+    fit = small(TransformerRanker, "bert", tokenizer, num_layers=2, n_threads=1, reuse_fit=False).fit(X, y)
+    part = small(TransformerRanker, "bert", tokenizer, num_layers=2, n_threads=1).partial_fit(X, y, total_rows=len(X))
     assert part.history_.learning_rate == fit.history_.learning_rate
     assert part.history_.step_loss == fit.history_.step_loss
     for key, value in fit.model_.state_dict().items():
@@ -200,21 +202,20 @@ def test_streamed_training_equals_in_memory_training_on_the_same_chunks(tokenize
     n = len(X_all)
 
     def model():
-        return small(TransformerRanker, "bert", tokenizer, num_layers=2, batch_size=8)
+        return small(TransformerRanker, "bert", tokenizer, num_layers=2, batch_size=8, n_threads=1)
 
-    streamed, in_memory, resumed = model(), model(), model()
+    # In memory, the same chunks, and the estimator pickled and unpickled between calls (as a job that
+    # checkpoints and restarts): the optimizer state travels with the pickle.
+    streamed, in_memory = model(), model()
     chunks = 0
     for X, y in load_asnq(path, chunksize=40):
         streamed.partial_fit(X, y, total_rows=n)
         rows = X.index.to_numpy()
-        in_memory.partial_fit(X_all.iloc[rows], y_all[rows], total_rows=n)
-        resumed.partial_fit(X_all.iloc[rows], y_all[rows], total_rows=n)
-        resumed = pickle.loads(pickle.dumps(resumed))  # the optimizer state travels with the pickle
+        in_memory = pickle.loads(pickle.dumps(in_memory.partial_fit(X_all.iloc[rows], y_all[rows], total_rows=n)))
         chunks += 1
     assert chunks > 3 and streamed._train_state.rows_done == n
     for key, value in in_memory.model_.state_dict().items():
         assert torch.equal(value, streamed.model_.state_dict()[key]), key
-        assert torch.equal(value, resumed.model_.state_dict()[key]), key
     # The learning rate follows one linear schedule over the declared rows, across the chunks.
     steps = int(np.ceil(n / 8))
     rates = streamed.history_.learning_rate
@@ -371,7 +372,7 @@ def test_cli_predict_errors(asnq_file, tmp_path, capsys):
 
 def test_chunked_scoring_of_a_neural_model_matches_in_memory(tokenizer, asnq_file, tmp_path):
     X, y = load_asnq(asnq_file)
-    model = small(TransformerRanker, "bert", tokenizer, num_layers=1).fit(X, y)
+    model = small(TransformerRanker, "bert", tokenizer, num_layers=1, n_threads=1).fit(X, y)
     predict_file(model, asnq_file, tmp_path / "s", chunksize=64, progress=False)
     scores = read_scores(tmp_path / "s")
     np.testing.assert_allclose(scores["score"], model.predict(X), rtol=0, atol=1e-5)
