@@ -163,9 +163,8 @@ class CascadeTransformer(_TransformerEstimator):
     ``alpha`` and ``exit_layer`` act only at inference: they can be changed on a fitted model with
     ``set_params``, and with ``reuse_fit=True`` and an integer ``random_state``,
     ``GridSearchCV(CascadeTransformer(...), {"alpha": [0, .1, .2, .3]}, cv=GroupKFold(3))`` trains three
-    models, not twelve (see :mod:`as2rank.neural.fitcache`; with ``n_jobs>1`` each worker process keeps its
-    own cache, so some folds may train more than once). :func:`tune_alpha` picks per-exit values on a dev
-    set from one encoder pass.
+    models, not twelve (see :mod:`as2rank.neural.fitcache` for when this holds with ``n_jobs>1``).
+    :func:`tune_alpha` picks per-exit values on a dev set from one encoder pass.
 
     Parameters
     ----------
@@ -188,8 +187,8 @@ class CascadeTransformer(_TransformerEstimator):
         the updates per classifier is plenty; on a WikiQA-size budget ``benchmarks/cascade.py`` compares
         both.
     max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
-validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, reuse_fit, \
-random_state, verbose
+validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
+reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the last
         exit.
     batch_tokens : int or "auto", default="auto"
@@ -213,7 +212,7 @@ random_state, verbose
         scored by each exit), ``n_rows``, ``n_questions``.
     """
 
-    _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit")
+    _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit", "n_threads")
     _head_modules = ("classifiers",)
 
     def __init__(
@@ -240,6 +239,7 @@ random_state, verbose
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -266,6 +266,7 @@ random_state, verbose
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -360,13 +361,14 @@ random_state, verbose
         return logits, rows_per_layer
 
     def _predict_logits(self, X, alphas, last_exit):
-        from .neural import resolve_device
+        from .neural import resolve_device, torch_threads
 
         check_is_fitted(self, "model_")
         X = check_X(X)
         index = GroupIndex.from_frame(X)
         device = resolve_device(self.device)
-        logits, rows_per_layer = self._run(self._module_on(device), self._encode(X), index, device, alphas, last_exit)
+        with torch_threads(self.n_threads):
+            logits, rows_per_layer = self._run(self._module_on(device), self._encode(X), index, device, alphas, last_exit)
         reached = np.sum(~np.isnan(logits), axis=1) - 1
         survivors = np.bincount(reached, minlength=last_exit + 1)[::-1].cumsum()[::-1]
         report = _report(rows_per_layer, survivors, index.n_rows, index.n_groups)

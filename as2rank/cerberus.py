@@ -233,6 +233,9 @@ def _clone_sharing(estimator, name):
 class _Distillation:
     """What the distilled students share: teachers, their calibrated logits as training targets, Eq. 1."""
 
+    # Teacher logits are calibrated on the whole training set: no chunked training.
+    _streamable = False
+
     _unsaved_params = ("model", "tokenizer", "teachers", "teacher_cv")
 
     def _check_distillation_params(self):
@@ -329,7 +332,7 @@ class Cerberus(_Distillation, _TransformerEstimator):
         :func:`teacher_logits`.
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
-device, precision, reuse_fit, random_state, verbose
+device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the
         mean of the heads. With ``precision="int8"`` the body's linear layers are quantized and the
         stacked heads run in float32.
@@ -387,6 +390,7 @@ device, precision, reuse_fit, random_state, verbose
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -417,6 +421,7 @@ device, precision, reuse_fit, random_state, verbose
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -570,7 +575,7 @@ class DistilledRanker(_Distillation, TransformerRanker):
         As in :class:`Cerberus`.
     tokenizer, num_layers, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, \
 weight_decay, warmup, max_grad_norm, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
-batch_tokens, device, precision, reuse_fit, random_state, verbose
+batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`.
 
     Attributes
@@ -606,6 +611,7 @@ batch_tokens, device, precision, reuse_fit, random_state, verbose
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -616,7 +622,7 @@ batch_tokens, device, precision, reuse_fit, random_state, verbose
             head_lr_multiplier=head_lr_multiplier, weight_decay=weight_decay, warmup=warmup,
             max_grad_norm=max_grad_norm, validation_fraction=validation_fraction, patience=patience,
             eval_every=eval_every, warm_start=warm_start, freeze_embeddings=freeze_embeddings,
-            batch_tokens=batch_tokens, device=device, precision=precision, reuse_fit=reuse_fit,
+            batch_tokens=batch_tokens, device=device, precision=precision, n_threads=n_threads, reuse_fit=reuse_fit,
             random_state=random_state, verbose=verbose,
         )
         self.teachers = teachers

@@ -5,6 +5,9 @@
     leaderboard.
 ``as2rank evaluate``
     Fits one model of the suite (or loads a saved one) and prints its metrics on a test split.
+``as2rank predict``
+    Scores a file larger than memory (ASNQ TSV or Parquet) with a saved model, chunk by chunk, into a
+    Parquet directory; an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -74,6 +77,44 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _set_everywhere(model, name: str, value) -> None:
+    """Set every parameter called ``name`` of ``model`` and of its nested estimators (a Pipeline's steps)."""
+    names = [k for k in model.get_params() if k == name or k.endswith(f"__{name}")]
+    model.set_params(**{k: value for k in names})
+
+
+def _predict(args) -> int:
+    from pathlib import Path
+
+    from .scale import load_model, predict_file
+
+    model = load_model(args.model)
+    if args.device is not None:
+        _set_everywhere(model, "device", args.device)
+    if args.n_threads is not None:
+        _set_everywhere(model, "n_threads", args.n_threads)
+    stat = Path(args.model).stat()
+    model_id = f"{Path(args.model).resolve()}@{stat.st_mtime_ns}"
+    try:
+        summary = predict_file(
+            model,
+            args.input,
+            args.output,
+            chunksize=args.chunksize,
+            window=args.window,
+            model_id=model_id,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+        )
+    except KeyboardInterrupt:
+        print("as2rank predict: interrupted; run the same command again to resume.", file=sys.stderr)
+        return 130
+    resumed = f", {summary['parts_skipped']} of them from an earlier run" if summary["parts_skipped"] else ""
+    rate = f" ({summary['rows_per_second']:.0f} rows/s)" if summary["parts_skipped"] < summary["parts"] else ""
+    print(f"as2rank predict: {summary['rows']} rows in {summary['parts']} parts{resumed} -> {args.output}{rate}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="as2rank", description="Answer sentence selection with scikit-learn.")
     parser.add_argument("--version", action="version", version=f"as2rank {__version__}")
@@ -95,6 +136,28 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--ties", choices=("pessimistic", "stable", "optimistic", "all"), default="pessimistic")
     ev.add_argument("--save", help="save the fitted model to this .joblib file")
     ev.set_defaults(func=_evaluate)
+
+    pr = sub.add_parser(
+        "predict",
+        help="score a file larger than memory with a saved model, chunk by chunk, into a Parquet directory",
+    )
+    pr.add_argument("--model", required=True, help="a model saved with joblib.dump (.joblib/.pkl) or a save_pretrained directory")
+    pr.add_argument(
+        "--input",
+        required=True,
+        help="an ASNQ TSV (question, sentence, label; rows of a question contiguous) or a grouped-candidate "
+        "Parquet file or directory (qid, question, candidate, ...)",
+    )
+    pr.add_argument("--output", required=True, help="output directory of Parquet parts (row, qid, score, rank)")
+    pr.add_argument("--chunksize", type=int, default=100_000, help="rows per chunk (default 100000); memory follows it")
+    pr.add_argument(
+        "--window", type=int, default=0, help="Parquet input: how many rows apart the rows of a question may be (default 0)"
+    )
+    pr.add_argument("--device", help="set the model's device (e.g. cpu, cuda)")
+    pr.add_argument("--n-threads", type=int, help="set the model's torch thread count")
+    pr.add_argument("--overwrite", action="store_true", help="start over instead of resuming an interrupted run")
+    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    pr.set_defaults(func=_predict)
     return parser
 
 
@@ -102,7 +165,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"as2rank: error: {exc}", file=sys.stderr)
         return 2
 

@@ -705,7 +705,7 @@ _SHARED_PARAMS_DOC = """\
         beyond it, as ``TransformerRanker(max_length=128)`` does); the contexts share the rest of
         ``max_length`` (see :mod:`as2rank.context`).
     epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
-validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, \
+validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
 reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`."""
 
@@ -767,6 +767,7 @@ class ContextConcat(_ContextRanker):
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -793,6 +794,7 @@ class ContextConcat(_ContextRanker):
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -874,6 +876,7 @@ class ContextMWA(_ContextRanker):
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -901,6 +904,7 @@ class ContextMWA(_ContextRanker):
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -948,6 +952,9 @@ class ContextEnsemble(_ContextRanker):
         The joint fine-tuning.
     """
 
+    # Its two encoders are fitted on the whole training set before the joint stage: no chunked training.
+    _streamable = False
+
     def __init__(
         self,
         model="minilm-l6",
@@ -972,6 +979,7 @@ class ContextEnsemble(_ContextRanker):
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -998,6 +1006,7 @@ class ContextEnsemble(_ContextRanker):
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose

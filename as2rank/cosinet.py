@@ -88,6 +88,10 @@ class Cosinet(RankerMixin, BaseEstimator):
         Precision of the convolution over the word vectors, which is most of the compute: bfloat16
         inputs with float32 accumulation where the device supports it natively (``"auto"``: recent
         x86 CPUs and GPUs), else float32. Everything else (relatedness, RNN, loss, optimizer) is float32.
+    n_threads : int, default=None
+        torch CPU threads used by ``fit``, ``partial_fit`` and ``predict`` (restored afterwards). ``None``
+        keeps torch's setting, which already avoids oversubscription in joblib and Dask workers (see
+        :func:`as2rank.neural.torch_threads`).
     verbose : bool, default=False
         Show a progress bar while training.
 
@@ -151,6 +155,7 @@ class Cosinet(RankerMixin, BaseEstimator):
         random_state=None,
         device="auto",
         precision="auto",
+        n_threads=None,
         verbose=False,
     ):
         self.embeddings = embeddings
@@ -170,12 +175,17 @@ class Cosinet(RankerMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit / predict
 
     def fit(self, X, y, groups=None):
         """Train on grouped candidates.
+
+        Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its share of
+        the questions of each batch (see :mod:`as2rank.neural.distributed`); every process ends with the
+        same model.
 
         Parameters
         ----------
@@ -190,76 +200,105 @@ class Cosinet(RankerMixin, BaseEstimator):
         -------
         self
         """
-        from .neural import question_batches, resolve_device, resolve_precision, seeded, train
+        from .neural import seeded, torch_threads
+        from .neural.distributed import setup_training
 
-        self._check_params()
-        X, y, index = check_ranking_data(X, y, groups)
-        if (y < 0).any():
-            raise ValueError("Cosinet needs non-negative relevance labels (0/1 or graded).")
-        device = resolve_device(self.device)
-        dtype = resolve_precision(self.precision, device)
-        source = load_word_vectors(self.embeddings)
-
-        encoded = _encode(X, index, self.lowercase, self._conv_padding())
-        self.vocabulary_ = encoded.new_words
-        self.word_vectors_, found = source.embed(list(self.vocabulary_), self.oov)
-        self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
-
-        train_groups = np.arange(index.n_groups)
-        if self.loss == "listwise":
-            train_groups = np.flatnonzero(index.max(y) > 0)
+        X, y, index, device, dtype, source = self._validate(X, y, groups)
+        with torch_threads(self.n_threads):
+            setup = setup_training(device)
+            encoded = _encode(X, index, self.lowercase, self._conv_padding())
+            self.vocabulary_ = encoded.new_words
+            self.word_vectors_, found = source.embed(list(self.vocabulary_), self.oov)
+            self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
+            train_groups = self._train_groups(index, y)
             if len(train_groups) == 0:
                 raise ValueError(
                     "Listwise training needs questions with at least one positive label; none of the "
                     f"{index.n_groups} questions has one."
                 )
-        learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
-        batch_size = int(self.batch_size)
-        steps_per_epoch = -(-len(train_groups) // batch_size)
-        labels = y.astype(np.float32)
+            with seeded(self.random_state, setup.device) as rng:
+                self._init_module(source.dim)
+                self.history_ = self._train(encoded, index, y, train_groups, rng, setup, dtype)
+        # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
+        self._train_state = None
+        return self
 
-        with seeded(self.random_state, device) as rng:
-            self.module_config_ = {
-                "dim": source.dim,
-                "n_filters": int(self.n_filters),
-                "kernel_size": int(self.kernel_size),
-                "rnn": self.rnn,
-                "rnn_hidden_size": self._rnn_hidden_size(),
-                "dropout": float(self.dropout),
-            }
-            module = _make_module(**self.module_config_)
-            table = _table(self.word_vectors_)
-            encoded.relate(table, device)
-            module.set_table(table, dtype)
+    def partial_fit(self, X, y, groups=None, total_rows=None):
+        """Train on one chunk of a stream of whole questions: one pass over it, continuing the optimizer and
+        the learning-rate schedule of the previous calls.
 
-            def batches(epoch):
-                for groups_ in question_batches(train_groups, batch_size, rng):
-                    yield encoded.batch(groups_, labels)
+        For data larger than memory, call it on the chunks of :func:`~as2rank.datasets.load_asnq` or
+        :func:`~as2rank.datasets.load_parquet`. The first call declares ``total_rows``, the rows that all
+        calls together will pass (the file's rows times the passes over it): the slanted triangular schedule
+        is laid out over them row by row, so a step's rate is the schedule's value at the fraction of the
+        data passed before it. ``epochs`` does not apply (make the passes yourself). The first call starts
+        from the fitted weights when the estimator is fitted, else from a fresh network; a later ``fit``
+        ends the stream. Questions are shuffled within a chunk only.
 
-            self.history_ = train(
-                module,
-                batches,
-                self._loss_fn(),
-                epochs=int(self.epochs),
-                steps_per_epoch=steps_per_epoch,
-                learning_rate=float(learning_rate),
-                device=device,
-                schedule="slanted_triangular",
-                warmup=float(self.warmup),
-                max_grad_norm=self.max_grad_norm,
-                verbose=bool(self.verbose),
-                desc=f"Cosinet ({self.loss}, rnn={self.rnn})",
-            )
-        module.set_table(None)
-        self.module_ = module
-        self.n_params_ = int(sum(p.numel() for p in module.parameters() if p.requires_grad))
+        Memory follows the chunk size, plus the vectors of the distinct words seen so far
+        (``vocabulary_``/``word_vectors_`` grow with the vocabulary of the stream, not with its rows).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame: one chunk.
+        y : array-like of shape (n_rows,)
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        total_rows : int, default=None
+            Rows over all calls; required on the first call, ignored afterwards.
+
+        Returns
+        -------
+        self
+        """
+        from .neural import TrainingState, call_seed, seeded, torch_threads
+        from .neural.distributed import setup_training
+
+        X, y, index, device, dtype, source = self._validate(X, y, groups)
+        state = getattr(self, "_train_state", None)
+        if state is None:
+            if total_rows is None:
+                raise ValueError(
+                    "The first call to partial_fit needs total_rows: the number of rows that all calls together "
+                    "will pass (the rows of the data times the passes over it); the learning-rate schedule is "
+                    "laid out over them."
+                )
+            state = TrainingState(total_rows)
+        fitted = hasattr(self, "module_")
+        with torch_threads(self.n_threads):
+            setup = setup_training(device)
+            encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_ if fitted else None)
+            vectors, found = source.embed(list(encoded.new_words), self.oov)
+            if fitted:
+                n_old = len(self.vocabulary_)
+                self.vocabulary_ = np.concatenate([self.vocabulary_, encoded.new_words])
+                self.word_vectors_ = np.concatenate([self.word_vectors_, vectors])
+                missed = self.oov_rate_ * n_old + float((~found).sum())
+                self.oov_rate_ = missed / len(self.vocabulary_) if len(self.vocabulary_) else 0.0
+            else:
+                self.vocabulary_, self.word_vectors_ = encoded.new_words, vectors
+                self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
+            train_groups = self._train_groups(index, y)
+            with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
+                if not fitted:
+                    self._init_module(source.dim)
+                if len(train_groups):
+                    history = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
+                    self.history_ = history if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(history)
+                else:
+                    state.runs += 1
+        # Rows of questions listwise training leaves out still count as passed: the schedule follows the data.
+        state.rows_done += int(index.n_rows - index.sizes[train_groups].sum())
+        self._train_state = state
         return self
 
     def predict(self, X) -> np.ndarray:
         """One relevance score per row of ``X`` (higher is better), in the row order of ``X``.
 
         The candidates of each question are scored together, in their original order (``position``), so
-        the scores do not depend on how the rows of ``X`` are ordered.
+        the scores do not depend on how the rows of ``X`` are ordered. ``predict`` leaves the estimator
+        unchanged, so one fitted model can score in several threads at once.
 
         Parameters
         ----------
@@ -271,32 +310,100 @@ class Cosinet(RankerMixin, BaseEstimator):
         """
         import torch
 
-        from .neural import question_batches, resolve_device, resolve_precision, to_device
+        from .neural import question_batches, resolve_device, resolve_precision, to_device, torch_threads
 
         check_is_fitted(self, "module_")
         X = check_X(X)
         index = GroupIndex.from_frame(X)
         device = resolve_device(self.device)
-        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_)
-        table = self.word_vectors_
-        if len(encoded.new_words):
-            table = np.concatenate([table, self._unseen_vectors(list(encoded.new_words))])
-        table = _table(table)
-        encoded.relate(table, device)
-        module = self.module_.to(device)
-        module.set_table(table, resolve_precision(self.precision, device))
         scores = np.empty(len(X), dtype=np.float64)
-        try:
+        with torch_threads(self.n_threads):
+            encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_)
+            table = self.word_vectors_
+            if len(encoded.new_words):
+                table = np.concatenate([table, self._unseen_vectors(list(encoded.new_words))])
+            table = _table(table)
+            encoded.relate(table, device)
+            module = self.module_.to(device)
+            table = table.to(device, resolve_precision(self.precision, device))
             with torch.inference_mode():
                 for groups_ in question_batches(np.arange(index.n_groups), max(int(self.batch_size), 64)):
                     batch = encoded.batch(groups_)
-                    out = module(to_device(batch, device))
+                    out = module(to_device(batch, device), table)
                     scores[batch["rows"].numpy()] = out.float().cpu().numpy()
-        finally:
-            module.set_table(None)
         return scores
 
     # ------------------------------------------------------------------ helpers
+
+    def _validate(self, X, y, groups):
+        """Checked data and parameters, the device, the convolution's dtype and the word-vector source."""
+        from .neural import resolve_device, resolve_precision
+
+        self._check_params()
+        X, y, index = check_ranking_data(X, y, groups)
+        if (y < 0).any():
+            raise ValueError("Cosinet needs non-negative relevance labels (0/1 or graded).")
+        device = resolve_device(self.device)
+        return X, y, index, device, resolve_precision(self.precision, device), load_word_vectors(self.embeddings)
+
+    def _train_groups(self, index, y):
+        """The questions training uses: all of them pointwise, those with a positive listwise."""
+        if self.loss == "listwise":
+            return np.flatnonzero(index.max(y) > 0)
+        return np.arange(index.n_groups)
+
+    def _init_module(self, dim):
+        """Build the network (inside ``seeded``: its initialisation is random)."""
+        self.module_config_ = {
+            "dim": dim,
+            "n_filters": int(self.n_filters),
+            "kernel_size": int(self.kernel_size),
+            "rnn": self.rnn,
+            "rnn_hidden_size": self._rnn_hidden_size(),
+            "dropout": float(self.dropout),
+        }
+        self.module_ = _make_module(**self.module_config_)
+        self.n_params_ = int(sum(p.numel() for p in self.module_.parameters() if p.requires_grad))
+
+    def _train(self, encoded, index, y, train_groups, rng, setup, dtype, state=None):
+        """Run the training loop over ``train_groups``: ``fit`` (``state=None``) or one ``partial_fit`` pass."""
+        from .neural import question_batches, train
+        from .neural.distributed import LocalBatch
+
+        device, shard = setup.device, setup.shard
+        learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
+        batch_size = int(self.batch_size)
+        labels = y.astype(np.float32)
+        table = _table(self.word_vectors_)
+        encoded.relate(table, device)
+        table = table.to(device, dtype)
+        listwise = self.loss == "listwise"
+
+        def batches(epoch):
+            for groups_ in question_batches(train_groups, batch_size, rng):
+                local, real = shard.split(groups_, groups_, sizes=index.sizes[groups_])
+                rows = int(index.sizes[local].sum())
+                # The loss averages over questions (listwise) or rows (pointwise).
+                examples = len(local) if listwise else rows
+                yield LocalBatch(encoded.batch(local, labels), rows if real else 0, examples if real else 0)
+
+        return train(
+            self.module_,
+            batches,
+            self._loss_fn(table),
+            epochs=int(self.epochs) if state is None else 1,
+            steps_per_epoch=-(-len(train_groups) // batch_size),
+            learning_rate=float(learning_rate),
+            device=device,
+            schedule="slanted_triangular",
+            warmup=float(self.warmup),
+            max_grad_norm=self.max_grad_norm,
+            verbose=bool(self.verbose),
+            desc=f"Cosinet ({self.loss}, rnn={self.rnn})",
+            precision=None,  # the convolution's dtype is the table's; everything else runs in float32
+            accelerator=setup.accelerator,
+            state=state,
+        )
 
     def _check_params(self):
         if self.rnn is not None and self.rnn not in RNN_TYPES:
@@ -309,6 +416,8 @@ class Cosinet(RankerMixin, BaseEstimator):
             raise ValueError(f"oov must be one of {OOV_POLICIES}, got {self.oov!r}.")
         for name in ("n_filters", "kernel_size", "epochs", "batch_size"):
             _check_int(name, getattr(self, name))
+        if self.n_threads is not None:
+            _check_int("n_threads", self.n_threads)
         if self.rnn_hidden_size is not None:
             _check_int("rnn_hidden_size", self.rnn_hidden_size)
         if not isinstance(self.dropout, Real) or not 0.0 <= self.dropout < 1.0:
@@ -332,7 +441,7 @@ class Cosinet(RankerMixin, BaseEstimator):
         k = int(self.kernel_size)
         return (k - 1) // 2, k // 2
 
-    def _loss_fn(self):
+    def _loss_fn(self, table):
         import torch
 
         from .neural import listwise_kl_loss
@@ -340,13 +449,13 @@ class Cosinet(RankerMixin, BaseEstimator):
         if self.loss == "pointwise":
 
             def pointwise(module, batch):
-                scores = module(batch)
+                scores = module(batch, table)
                 return torch.nn.functional.binary_cross_entropy_with_logits(scores, (batch["labels"] > 0).float())
 
             return pointwise
 
         def listwise(module, batch):
-            scores = module(batch)
+            scores = module(batch, table)
             grid, mask = _to_grid(scores, batch)
             labels, _ = _to_grid(batch["labels"], batch)
             return listwise_kl_loss(grid, labels, mask)
@@ -648,14 +757,8 @@ def _network_class():
                 self.rnn = layer(pair_size, rnn_hidden_size, batch_first=True, bidirectional=bidirectional)
                 out_size = rnn_hidden_size * (2 if bidirectional else 1)
             self.scorer = nn.Linear(out_size, 1)
-            self.register_buffer("table", None, persistent=False)
 
-        def set_table(self, table, dtype=torch.float32):
-            """Attach the frozen word vectors (row 0 = padding) for the next calls, in the precision of the
-            convolution's matrix product, or detach them (``None``)."""
-            self.table = None if table is None else table.to(self.scorer.weight.device, dtype)
-
-        def _pool(self, conv, stream, tokens, windows, lengths):
+        def _pool(self, table, conv, stream, tokens, windows, lengths):
             """Convolution over ``[vector ; relatedness]`` and max pooling, one row per pair.
 
             The convolution is linear in its input channels, so it is computed as the sum of two parts:
@@ -665,17 +768,28 @@ def _network_class():
             """
             weight = conv.weight  # (filters, dim + 1, kernel)
             filters, _, k = weight.shape
-            windows_e = self.table[stream].unfold(0, k, 1)  # (stream positions, dim, kernel)
-            word_weight = weight[:, : self.dim, :].reshape(filters, -1).to(self.table.dtype)
+            if table.dtype != torch.float32:
+                # oneDNN builds and keeps a bfloat16 kernel for every new matrix shape (about 0.5 MB each, up to
+                # its cache sizes): padding the stream with the zero word to one of 8 lengths per octave (at most
+                # 1/8 more rows) keeps memory flat over a long stream of batches (benchmarks/scale.py). The
+                # padded positions are never read back.
+                positions = len(stream) - k + 1
+                step = 1 << max(0, positions.bit_length() - 4)
+                stream = torch.nn.functional.pad(stream, (0, -positions % step))
+            windows_e = table[stream].unfold(0, k, 1)  # (stream positions, dim, kernel)
+            word_weight = weight[:, : self.dim, :].reshape(filters, -1).to(table.dtype)
             by_text = (windows_e.reshape(len(windows_e), -1) @ word_weight.T).float()
             hidden = by_text[tokens] + windows @ weight[:, self.dim, :].T
             # ReLU commutes with the max, so it is applied once per pooled value.
             pooled = torch.segment_reduce(hidden, "max", lengths=lengths, axis=0)
             return torch.relu(pooled + conv.bias)
 
-        def forward(self, batch):
-            q = self._pool(self.q_conv, batch["q_stream"], batch["q_tokens"], batch["q_windows"], batch["q_lengths"])
-            c = self._pool(self.c_conv, batch["c_stream"], batch["c_tokens"], batch["c_windows"], batch["c_lengths"])
+        def forward(self, batch, table):
+            """Scores of ``batch``; ``table`` holds the frozen word vectors (row 0 = padding) on the module's
+            device, in the precision of the convolution's matrix product. It is an argument, not module
+            state, so that one fitted module can score in several threads at once (a Dask worker)."""
+            q = self._pool(table, self.q_conv, batch["q_stream"], batch["q_tokens"], batch["q_windows"], batch["q_lengths"])
+            c = self._pool(table, self.c_conv, batch["c_stream"], batch["c_tokens"], batch["c_windows"], batch["c_lengths"])
             pairs = self.dropout(torch.cat([q * c, q - c], dim=1))
             if self.rnn is not None:
                 sizes = batch["sizes"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
@@ -53,9 +54,16 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     """Shared fit/predict/persistence of the transformer rankers (see the module docstring)."""
 
     #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
-    _inference_params = ("batch_tokens", "verbose", "reuse_fit")
+    #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
+    _inference_params = ("batch_tokens", "verbose", "reuse_fit", "n_threads")
+    #: torch threads of fit and predict (see :func:`as2rank.neural.torch_threads`); a subclass whose
+    #: ``__init__`` does not take ``n_threads`` inherits ``None`` (torch's own setting).
+    n_threads = None
     #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
     _head_modules = ("head",)
+    #: Whether the model trains from a stream of chunks (``partial_fit``); models that need the whole training
+    #: set at once (teachers calibrated on it, members fitted before a joint stage) do not offer it.
+    _streamable = True
     #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
     #: it; fit-time inputs such as distillation teachers are not part of the model).
     _unsaved_params = ("model", "tokenizer")
@@ -117,6 +125,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         _check_number("patience", self.patience, 1, integer=True, allow_none=True)
         _check_number("eval_every", self.eval_every, 1, integer=True, allow_none=True)
         _check_number("head_lr_multiplier", self.head_lr_multiplier, 0, low_open=True)
+        _check_number("n_threads", self.n_threads, 1, integer=True, allow_none=True)
         if not isinstance(self.freeze_embeddings, (bool, np.bool_)):
             raise ValueError(f"freeze_embeddings must be True or False, got {self.freeze_embeddings!r}.")
         if self.precision not in PRECISIONS:
@@ -203,6 +212,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     def fit(self, X, y, groups=None, eval_set=None):
         """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
 
+        Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its shard of
+        each batch (see :mod:`as2rank.neural.distributed`); every process ends with the same model.
+
         Parameters
         ----------
         X : pandas.DataFrame
@@ -219,10 +231,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         -------
         self
         """
-        import torch
-
-        from .neural import resolve_device, seeded, train
-        from .neural.backbone import batch_tensors, length_bucket_batches
+        from .neural import resolve_device, seeded, torch_threads
+        from .neural.distributed import setup_training
         from .neural.fitcache import FIT_CACHE, fit_key
 
         X, y, index = check_ranking_data(X, y, groups)
@@ -243,74 +253,162 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             cached = FIT_CACHE.get(key)
             if cached is not None:
                 self._restore_fitted(cached)
+                self._train_state = None
                 return self
 
-        with seeded(self.random_state, device) as rng:
-            if not warm:
-                self.model_ = self._init_module(X, y, groups, eval_set)
-            module = self.model_
-            self._set_trainable(module)
-            self._int8_model_ = None
-            encoded = self._encode(X)
-            train_rows = np.arange(len(X))
-            if dev is None and self.validation_fraction is not None:
-                held = rng.permutation(index.n_groups)[: max(1, math.ceil(self.validation_fraction * index.n_groups))]
-                is_dev = np.isin(index.codes, held)
-                if is_dev.all():
-                    raise ValueError("validation_fraction leaves no training question; lower it.")
-                dev_rows = np.flatnonzero(is_dev)
-                train_rows = np.flatnonzero(~is_dev)
-                dev_enc = {k: v[dev_rows] for k, v in encoded.items()}
-                dev = (None, y[dev_rows], index.take(dev_rows))
-            elif dev is not None:
-                dev_enc = self._encode(dev[0])
-
-            labels = torch.from_numpy((y > 0).astype(np.float32))
-            targets = {k: torch.as_tensor(v) for k, v in self._row_targets(X, y, index).items()}
-            lengths = encoded["lengths"][train_rows]
-            steps = math.ceil(len(train_rows) / self.batch_size)
-
-            def batches(epoch):
-                for part in length_bucket_batches(lengths, self.batch_size, rng):
-                    rows = train_rows[part]
-                    batch = batch_tensors(encoded, rows)
-                    batch["labels"] = labels[rows]
-                    batch.update({k: v[rows] for k, v in targets.items()})
-                    batch.update(self._training_batch_extra(rng))
-                    yield batch
-
-            evaluate = None
-            if dev is not None:
-                dev_y, dev_index = dev[1], dev[2]
-
-                def evaluate(m):
-                    return mean_average_precision(dev_y, self._dev_scores(m, dev_enc, dev_index, device), dev_index)
-
-            self.history_ = train(
-                module,
-                batches,
-                self._loss,
-                epochs=self.epochs,
-                steps_per_epoch=steps,
-                learning_rate=self.learning_rate,
-                device=device,
-                optimizer="adamw",
-                weight_decay=self.weight_decay,
-                schedule="linear",
-                warmup=self.warmup,
-                max_grad_norm=self.max_grad_norm,
-                verbose=self.verbose,
-                desc=type(self).__name__,
-                evaluate=evaluate,
-                eval_every=self.eval_every,
-                patience=self.patience if evaluate is not None else None,
-                precision=self._compute_dtype(device, training=True),
-                lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules},
-                rows_of=lambda batch: len(batch["labels"]),
-            )
+        with torch_threads(self.n_threads):
+            setup = setup_training(device, self._compute_dtype(device, training=True))
+            with seeded(self.random_state, setup.device) as rng:
+                if not warm:
+                    self.model_ = self._init_module(X, y, groups, eval_set)
+                self.history_ = self._train(X, y, index, rng, setup, dev=dev)
+        # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
+        self._train_state = None
         if key is not None:
             FIT_CACHE.put(key, self._fitted_state())
         return self
+
+    @available_if(lambda est: est._streamable)
+    def partial_fit(self, X, y, groups=None, total_rows=None):
+        """Train on one chunk of a stream of whole questions: one pass over its rows, continuing the optimizer
+        and the learning-rate schedule of the previous calls.
+
+        For data larger than memory (ASNQ), call it on the chunks of :func:`~as2rank.datasets.load_asnq` or
+        :func:`~as2rank.datasets.load_parquet`; peak memory then follows the chunk size, not the file. The
+        first call declares ``total_rows``, the rows that all calls together will train on (the file's rows
+        times the passes over it): the warm-up and decay of the learning rate are laid out over them, so
+        that a step's rate is that of ``fit`` at the same fraction of the data. ``epochs``,
+        ``validation_fraction``, ``patience`` and ``eval_every`` do not apply (make the passes yourself; score
+        a dev set between calls). The first call starts from the fitted weights when the estimator is fitted,
+        else from ``model``; a later ``fit`` ends the stream. A single call on all the data (``total_rows`` a
+        multiple of ``batch_size``) trains exactly as ``fit`` with ``epochs=1``.
+
+        Batches never mix chunks (each chunk ends with a smaller batch unless its rows are a multiple of
+        ``batch_size``), and rows are shuffled within a chunk only: shuffle the file beforehand, by whole
+        questions, when its order is not random.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame: one chunk.
+        y : array-like of shape (n_rows,)
+            Relevance labels; a label > 0 is a positive.
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        total_rows : int, default=None
+            Training rows over all calls; required on the first call, ignored afterwards.
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        >>> from as2rank.datasets import load_asnq
+        >>> from as2rank.scale import count_rows
+        >>> model = TransformerRanker(random_state=0)                                   # doctest: +SKIP
+        >>> total = count_rows("asnq/train.tsv")                                        # doctest: +SKIP
+        >>> for X, y in load_asnq("asnq/train.tsv", chunksize=200_000):                 # doctest: +SKIP
+        ...     model.partial_fit(X, y, total_rows=total)
+        """
+        from .neural import TrainingState, call_seed, resolve_device, seeded, torch_threads
+        from .neural.distributed import setup_training
+
+        X, y, index = check_ranking_data(X, y, groups)
+        self._check_params()
+        device = resolve_device(self.device)
+        state = getattr(self, "_train_state", None)
+        if state is None:
+            if total_rows is None:
+                raise ValueError(
+                    "The first call to partial_fit needs total_rows: the number of training rows that all calls "
+                    "together will pass (the rows of the data times the passes over it); the learning-rate "
+                    "schedule is laid out over them."
+                )
+            state = TrainingState(total_rows, rows_per_step=int(self.batch_size))
+        with torch_threads(self.n_threads):
+            setup = setup_training(device, self._compute_dtype(device, training=True))
+            with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
+                if not hasattr(self, "model_"):
+                    self.model_ = self._init_module(X, y, groups, None)
+                history = self._train(X, y, index, rng, setup, state=state)
+        self.history_ = history if state.runs == 1 else self.history_.extend(history)
+        self._train_state = state
+        return self
+
+    def _train(self, X, y, index, rng, setup, dev=None, state=None):
+        """Run the training loop on validated data: ``fit`` (``state=None``; an optional dev set) or one
+        ``partial_fit`` call (one pass, continuing ``state``). Returns the history."""
+        import torch
+
+        from .neural import train
+        from .neural.backbone import batch_tensors, length_bucket_batches
+        from .neural.distributed import LocalBatch
+
+        device, shard = setup.device, setup.shard
+        module = self.model_
+        self._set_trainable(module)
+        self._int8_model_ = None
+        encoded = self._encode(X)
+        train_rows = np.arange(len(X))
+        if state is None and dev is None and self.validation_fraction is not None:
+            held = rng.permutation(index.n_groups)[: max(1, math.ceil(self.validation_fraction * index.n_groups))]
+            is_dev = np.isin(index.codes, held)
+            if is_dev.all():
+                raise ValueError("validation_fraction leaves no training question; lower it.")
+            dev_rows = np.flatnonzero(is_dev)
+            train_rows = np.flatnonzero(~is_dev)
+            dev_enc = {k: v[dev_rows] for k, v in encoded.items()}
+            dev = (None, y[dev_rows], index.take(dev_rows))
+        elif dev is not None:
+            dev_enc = self._encode(dev[0])
+
+        labels = torch.from_numpy((y > 0).astype(np.float32))
+        targets = {k: torch.as_tensor(v) for k, v in self._row_targets(X, y, index).items()}
+        lengths = encoded["lengths"][train_rows]
+        steps = math.ceil(len(train_rows) / self.batch_size)
+
+        def batches(epoch):
+            for part in length_bucket_batches(lengths, self.batch_size, rng):
+                rows = train_rows[part]
+                extra = self._training_batch_extra(rng)  # drawn for the global batch: the same in every process
+                rows, real = shard.split(rows, index.codes[rows])
+                batch = batch_tensors(encoded, rows)
+                batch["labels"] = labels[rows]
+                batch.update({k: v[rows] for k, v in targets.items()})
+                batch.update(extra)
+                yield LocalBatch(batch, len(rows) if real else 0)
+
+        evaluate = None
+        if dev is not None:
+            dev_y, dev_index = dev[1], dev[2]
+
+            def evaluate(m):
+                return mean_average_precision(dev_y, self._dev_scores(m, dev_enc, dev_index, device), dev_index)
+
+        return train(
+            module,
+            batches,
+            self._loss,
+            epochs=self.epochs if state is None else 1,
+            steps_per_epoch=steps,
+            learning_rate=self.learning_rate,
+            device=device,
+            optimizer="adamw",
+            weight_decay=self.weight_decay,
+            schedule="linear",
+            warmup=self.warmup,
+            max_grad_norm=self.max_grad_norm,
+            verbose=self.verbose,
+            desc=type(self).__name__,
+            evaluate=evaluate,
+            eval_every=self.eval_every,
+            patience=self.patience if evaluate is not None else None,
+            precision=self._compute_dtype(device, training=True),
+            lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules},
+            accelerator=setup.accelerator,
+            state=state,
+        )
 
     # ----------------------------------------------------------------- persistence
     def _fitted_state(self) -> dict:
@@ -353,16 +451,23 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
         ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
         "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (class and
-        parameters). Load with :meth:`from_pretrained`.
+        parameters). Load with :meth:`from_pretrained`. Under ``accelerate launch``/``torchrun`` every process
+        may call it: the main process writes, the others wait until the directory is complete.
 
         Parameters
         ----------
         path : str or pathlib.Path
         """
-        from safetensors.torch import save_file
+        from .neural.distributed import is_main_process, wait_for_everyone
 
         check_is_fitted(self, "model_")
-        path = Path(path)
+        if is_main_process():
+            self._write_pretrained(Path(path))
+        wait_for_everyone()
+
+    def _write_pretrained(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
         path.mkdir(parents=True, exist_ok=True)
         self.model_.encoder.save_pretrained(path / "encoder")
         self.tokenizer_.save_pretrained(path / "encoder")
@@ -430,7 +535,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         return self.model_.to(device).eval()
 
     def _progress(self, iterable, total, desc):
-        if not self.verbose:
+        from .neural.distributed import is_main_process
+
+        # Under a launcher every process predicts; one progress bar is enough.
+        if not (self.verbose and is_main_process()):
             return iterable
         from tqdm.auto import tqdm
 
@@ -539,6 +647,10 @@ class TransformerRanker(_TransformerEstimator):
         built once on first use and never pickled; float32 with a warning on CPUs without int8 kernels).
         It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
         speed and accuracy of each.
+    n_threads : int, default=None
+        torch CPU threads used by ``fit``, ``partial_fit`` and ``predict`` (restored afterwards). ``None``
+        keeps torch's setting, which already avoids oversubscription in joblib and Dask workers (see
+        :func:`as2rank.neural.torch_threads`); set it when k parallel fits share a machine in another way.
     reuse_fit : bool, default=True
         With an integer ``random_state``, reuse the weights of an identical earlier fit in this process
         (same class, training parameters and data): model selection over inference-only parameters then
@@ -589,6 +701,7 @@ class TransformerRanker(_TransformerEstimator):
         batch_tokens="auto",
         device="auto",
         precision="auto",
+        n_threads=None,
         reuse_fit=True,
         random_state=None,
         verbose=False,
@@ -613,6 +726,7 @@ class TransformerRanker(_TransformerEstimator):
         self.batch_tokens = batch_tokens
         self.device = device
         self.precision = precision
+        self.n_threads = n_threads
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
@@ -682,9 +796,10 @@ class TransformerRanker(_TransformerEstimator):
         -------
         ndarray of float64 of shape (n_rows,)
         """
-        from .neural import resolve_device
+        from .neural import resolve_device, torch_threads
 
         check_is_fitted(self, "model_")
         X = check_X(X)
         device = resolve_device(self.device)
-        return self._logits(self._module_on(device), self._encode(X), device)
+        with torch_threads(self.n_threads):
+            return self._logits(self._module_on(device), self._encode(X), device)

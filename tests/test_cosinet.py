@@ -80,9 +80,8 @@ def test_factorised_convolution_equals_conv1d_on_the_concatenated_input(kv):
     encoded.relate(table, torch.device("cpu"))
     batch = encoded.batch(np.arange(index.n_groups))
     net = model.module_
-    net.set_table(table)
     with torch.no_grad():
-        pooled = net._pool(net.c_conv, batch["c_stream"], batch["c_tokens"], batch["c_windows"], batch["c_lengths"])
+        pooled = net._pool(table, net.c_conv, batch["c_stream"], batch["c_tokens"], batch["c_windows"], batch["c_lengths"])
         rows = batch["rows"].numpy()
         for i, row in enumerate(rows):
             text = encoded.c_text[row]
@@ -92,7 +91,6 @@ def test_factorised_convolution_equals_conv1d_on_the_concatenated_input(kv):
             x = torch.cat([table[ids], torch.from_numpy(r)[:, None]], dim=1).T[None]
             direct = torch.relu(torch.nn.functional.conv1d(x, net.c_conv.weight, net.c_conv.bias, padding=2)).amax(2)[0]
             torch.testing.assert_close(pooled[i], direct, rtol=1e-5, atol=1e-5)
-    net.set_table(None)
 
 
 def test_rnn_reads_candidates_in_position_order_whatever_the_row_order(kv):
@@ -255,6 +253,7 @@ def test_importing_as2rank_and_cosinet_does_not_import_torch():
 
 
 def test_network_module_has_no_table_in_its_state(kv):
+    """The word vectors are an argument of forward, never module state: the pickle stays small and one fitted
+    module scores in several threads at once."""
     net = _make_module(dim=8, n_filters=4, kernel_size=3, rnn="bilstm", rnn_hidden_size=4, dropout=0.0)
-    net.set_table(torch.zeros(3, 8))
-    assert "table" not in net.state_dict()
+    assert not any("table" in k for k in net.state_dict()) and not list(net.buffers())

@@ -28,6 +28,7 @@ def test_public_api():
         "load_wikiqa",
         "load_squad_sent",
         "load_asnq",
+        "load_parquet",
         "load_sample",
         "expand_candidates",
     }

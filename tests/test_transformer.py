@@ -228,7 +228,8 @@ def test_import_as2rank_does_not_import_torch():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_training_loop_mixed_precision_matches_fp32(dtype):
-    """The one training loop under autocast (float16 with loss scaling) follows the float32 run."""
+    """The one training loop under Accelerate's autocast (float16 with loss scaling, on CUDA) follows the
+    float32 run."""
     import torch
 
     from as2rank.neural import train
@@ -240,14 +241,21 @@ def test_training_loop_mixed_precision_matches_fp32(dtype):
     def loss(module, batch):
         return torch.nn.functional.binary_cross_entropy_with_logits(module(batch["x"]).squeeze(1), batch["y"])
 
-    def run(precision):
+    def run(precision, device="cpu"):
         torch.manual_seed(1)
         module = torch.nn.Linear(4, 1)
         return train(
             module, lambda epoch: [{"x": x, "y": y}], loss, epochs=20, steps_per_epoch=1, learning_rate=0.1,
-            device=torch.device("cpu"), schedule="constant", precision=precision,
+            device=torch.device(device), schedule="constant", precision=precision,
         ).step_loss
 
-    reference, mixed = run(None), run(getattr(torch, dtype))
+    if dtype == "float16":
+        with pytest.raises(ValueError, match="float16 mixed precision needs a CUDA device"):
+            run(torch.float16)
+        if not torch.cuda.is_available():
+            return
+        reference, mixed = run(None, "cuda"), run(torch.float16, "cuda")
+    else:
+        reference, mixed = run(None), run(torch.bfloat16)
     assert mixed[-1] < 0.5 * mixed[0]
     np.testing.assert_allclose(mixed, reference, atol=1e-2)

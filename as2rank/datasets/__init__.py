@@ -2,8 +2,9 @@
 
 from .asnq import load_asnq
 from .expand import expand_candidates
+from .parquet import load_parquet
 from .sample import load_sample
 from .squad import load_squad_sent
 from .wikiqa import load_wikiqa
 
-__all__ = ["load_wikiqa", "load_squad_sent", "load_asnq", "load_sample", "expand_candidates"]
+__all__ = ["load_wikiqa", "load_squad_sent", "load_asnq", "load_parquet", "load_sample", "expand_candidates"]

@@ -1,5 +1,5 @@
-"""Shared torch plumbing of the neural estimators: devices, seeding, the training loop, question batching
-and ranking losses.
+"""Shared torch plumbing of the neural estimators: devices, seeding, thread counts, the training loop (one
+process or several, under Accelerate), question batching and ranking losses.
 
 Importing this package imports torch; ``import as2rank`` does not, so the lexical estimators stay light.
 """
@@ -7,17 +7,20 @@ Importing this package imports torch; ``import as2rank`` does not, so the lexica
 from .devices import (
     PRECISIONS,
     autocast,
+    call_seed,
     cpu_bf16_supported,
     int8_supported,
     resolve_device,
     resolve_precision,
     seeded,
     to_device,
+    torch_threads,
 )
 from .training import (
     OPTIMIZERS,
     SCHEDULES,
     TrainingHistory,
+    TrainingState,
     linear_warmup_decay,
     listwise_kl_loss,
     padded_groups,
@@ -30,10 +33,12 @@ __all__ = [
     "OPTIMIZERS",
     "PRECISIONS",
     "autocast",
+    "call_seed",
     "cpu_bf16_supported",
     "int8_supported",
     "SCHEDULES",
     "TrainingHistory",
+    "TrainingState",
     "linear_warmup_decay",
     "listwise_kl_loss",
     "padded_groups",
@@ -43,5 +48,6 @@ __all__ = [
     "seeded",
     "slanted_triangular",
     "to_device",
+    "torch_threads",
     "train",
 ]

@@ -11,12 +11,14 @@ from sklearn.utils import check_random_state
 __all__ = [
     "PRECISIONS",
     "autocast",
+    "call_seed",
     "cpu_bf16_supported",
     "int8_supported",
     "resolve_device",
     "resolve_precision",
     "seeded",
     "to_device",
+    "torch_threads",
 ]
 
 #: Values of an estimator's ``precision`` parameter.
@@ -139,6 +141,19 @@ def seeded(random_state, device: torch.device | None = None):
         yield np.random.default_rng(seed)
 
 
+def call_seed(random_state, call: int):
+    """The ``random_state`` of the ``call``-th (0-based) ``partial_fit`` call of an estimator.
+
+    The first call uses the estimator's own, so that one call on all the data draws what ``fit`` draws; each
+    later call gets a distinct, repeatable seed derived from an integer ``random_state`` and the call number
+    (so that chunks of equal size are not shuffled alike). ``None`` and ``RandomState`` instances pass
+    through (fresh entropy, or the instance's own stream).
+    """
+    if call == 0 or not isinstance(random_state, (int, np.integer)) or isinstance(random_state, bool):
+        return random_state
+    return np.random.RandomState(np.random.SeedSequence([int(random_state), int(call)]).generate_state(4))
+
+
 def to_device(batch, device: torch.device):
     """Move the tensors of a (nested) batch to ``device``; other values pass through unchanged."""
     if isinstance(batch, torch.Tensor):
@@ -148,3 +163,35 @@ def to_device(batch, device: torch.device):
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_device(v, device) for v in batch)
     return batch
+
+
+@contextlib.contextmanager
+def torch_threads(n_threads):
+    """Limit torch to ``n_threads`` intra-op CPU threads inside a ``with`` block, then restore the previous count.
+
+    The neural estimators' ``n_threads`` parameter. torch's thread count is a setting of the whole process;
+    ``None`` leaves it as it is, which is already right in most parallel settings: all cores in a plain
+    process, ``cpu_count // n_jobs`` in the worker processes of joblib's default backend (joblib sets
+    ``OMP_NUM_THREADS`` there), one thread in Dask worker processes (the nanny sets ``OMP_NUM_THREADS=1``), and
+    what the launcher sets (``OMP_NUM_THREADS``) under ``torchrun``/``accelerate launch``.
+
+    Parameters
+    ----------
+    n_threads : int or None
+
+    Raises
+    ------
+    ValueError
+        If ``n_threads`` is not ``None`` or a positive integer.
+    """
+    if n_threads is None:
+        yield
+        return
+    if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 1:
+        raise ValueError(f"n_threads must be None or a positive integer, got {n_threads!r}.")
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n_threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

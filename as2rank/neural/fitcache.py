@@ -7,10 +7,13 @@ weights by everything that determines training (estimator class, training parame
 ``random_state``), so ``GridSearchCV(CascadeTransformer(), {"alpha": [...]}, cv=GroupKFold(3))`` trains three
 models, not one per grid point.
 
-The cache is per process and bounded (least recently used entries go first). Under joblib with
-``n_jobs>1`` each worker process has its own cache, so a fold may be trained once per worker that meets it:
-results stay correct, only part of the saving is lost. A store shared across processes (a directory keyed by
-the same :func:`fit_key`) can replace :class:`FitCache` without changing the estimators.
+The cache is per process and bounded (least recently used entries go first). With ``n_jobs>1`` (joblib's
+processes or Dask workers) each worker process has its own cache, and a task reuses a fit only if its
+worker trained that fold before and still holds it: each worker trains each fold at most once, so a grid
+of ``a`` inference-only values on ``f`` folds trains between ``f`` and ``min(k, a) × f`` models with ``k``
+workers, instead of ``a × f``. Results are the same either way. A store shared across processes (a
+directory keyed by the same :func:`fit_key`) could replace :class:`FitCache` without changing the
+estimators.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from torch import nn
 
 from .backbone import LayerStack, masked_mean, truncate_layers
 
-__all__ = ["CascadeEncoder", "CrossEncoder", "drop_lowest", "feed_forward", "pool"]
+__all__ = ["CascadeEncoder", "CrossEncoder", "classifier_dropout", "drop_lowest", "feed_forward", "pool"]
 
 
 def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
@@ -27,6 +27,16 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     return hidden[:, 0] if pooling == "cls" else masked_mean(hidden, attention_mask)
 
 
+def classifier_dropout(config) -> float:
+    """Dropout of a score head on ``config``'s encoder, as Hugging Face's sequence classifiers choose it:
+    ``classifier_dropout`` when set, else the encoder's ``hidden_dropout_prob`` (0.1 for BERT, RoBERTa,
+    ELECTRA, MiniLM), else 0.1. A config with both at 0 trains without any dropout (deterministic steps)."""
+    value = getattr(config, "classifier_dropout", None)
+    if value is None:
+        value = getattr(config, "hidden_dropout_prob", 0.1)
+    return float(value)
+
+
 class CrossEncoder(nn.Module):
     """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit."""
 
@@ -34,7 +44,7 @@ class CrossEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling
-        self.head = feed_forward(encoder.config.hidden_size, 2)
+        self.head = feed_forward(encoder.config.hidden_size, 2, classifier_dropout(encoder.config))
 
     def forward(self, batch: dict) -> torch.Tensor:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}

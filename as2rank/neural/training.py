@@ -1,27 +1,31 @@
 """The one training loop of the neural estimators, its learning-rate schedules, question batching and losses.
 
-Every neural estimator supplies a model, a batch iterator (batches of whole questions built on the CPU)
-and a loss callable; :func:`train` owns everything else: device placement, the optimizer, the schedule,
-gradient clipping, progress and history. Device placement, the backward pass and the optimizer step each
-happen in exactly one place, which is where Hugging Face Accelerate's ``prepare``/``backward`` would hook in.
+Every neural estimator supplies a model, a batch iterator (batches built on the CPU) and a loss callable;
+:func:`train` owns everything else: device placement, the optimizer, the schedule, gradient clipping,
+mixed precision, progress and history. It runs under Hugging Face Accelerate, so the same loop trains in
+one process (CPU or one GPU) or in every process of an ``accelerate launch``/``torchrun`` run (DDP;
+see :mod:`as2rank.neural.distributed`), and it can continue where a previous run stopped
+(:class:`TrainingState`, for ``partial_fit`` on data streamed in chunks).
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from .devices import autocast, to_device
+from .devices import to_device
 
 __all__ = [
     "OPTIMIZERS",
     "SCHEDULES",
     "TrainingHistory",
+    "TrainingState",
     "train",
     "slanted_triangular",
     "linear_warmup_decay",
@@ -68,6 +72,14 @@ class TrainingHistory:
     def n_steps(self) -> int:
         return len(self.step_loss)
 
+    def extend(self, other: TrainingHistory) -> TrainingHistory:
+        """Append the steps and epochs of a later run (``partial_fit``: one epoch per call); returns ``self``."""
+        self.epoch_loss += other.epoch_loss
+        self.step_loss += other.step_loss
+        self.learning_rate += other.learning_rate
+        self.seconds += other.seconds
+        return self
+
 
 def slanted_triangular(total_steps: int, warmup: float = 0.1, ratio: float = 32.0) -> Callable[[int], float]:
     """Slanted triangular learning rate (Howard & Ruder, 2018, eq. 3) as a multiplier of the peak rate.
@@ -86,7 +98,7 @@ def slanted_triangular(total_steps: int, warmup: float = 0.1, ratio: float = 32.
     Returns
     -------
     callable
-        ``step -> multiplier`` for :class:`torch.optim.lr_scheduler.LambdaLR`.
+        ``step -> multiplier`` of the peak rate.
     """
     cut = max(1, math.floor(total_steps * warmup))
     decay_steps = max(1, total_steps - 1 - cut)
@@ -130,6 +142,81 @@ def _constant(total_steps: int, warmup: float = 0.0) -> Callable[[int], float]:
 SCHEDULES = {"slanted_triangular": slanted_triangular, "linear": linear_warmup_decay, "constant": _constant}
 
 
+class TrainingState:
+    """Where a run of :func:`train` stopped, for the next run to continue: what ``partial_fit`` keeps between calls.
+
+    The learning-rate schedule of a resumed run is laid out over ``total_rows`` training rows, declared
+    before the first run: a step's rate is the schedule's value at the fraction of ``total_rows`` trained
+    before it, however the rows are split into runs and batches. The optimizer (its moments and step counts)
+    and the float16 loss scale carry over from run to run.
+
+    Parameters
+    ----------
+    total_rows : int
+        Training rows over all runs (the rows of the data times the passes over it).
+    rows_per_step : int, default=1
+        Rows of a full batch when batches are made of rows (their ``batch_size``): the schedule then has as
+        many steps as ``fit`` would take, and one run over all the rows in full batches follows ``fit``'s
+        schedule exactly. 1 when batches are made of whole questions (the schedule then moves row by row).
+
+    Attributes
+    ----------
+    rows_done, steps_done, runs : int
+        Rows trained, optimizer steps taken (over all processes) and runs made so far.
+    optimizer : torch.optim.Optimizer or None
+        The live optimizer between runs of one process; pickling stores its state on the CPU instead, and the
+        next run rebuilds it from that state.
+    """
+
+    def __init__(self, total_rows: int, rows_per_step: int = 1):
+        if isinstance(total_rows, bool) or not isinstance(total_rows, (int, np.integer)) or total_rows < 1:
+            raise ValueError(f"total_rows must be a positive integer, got {total_rows!r}.")
+        self.total_rows = int(total_rows)
+        self.rows_per_step = int(rows_per_step)
+        self.total_steps = math.ceil(self.total_rows / self.rows_per_step)
+        self.rows_done = 0
+        self.steps_done = 0
+        self.runs = 0
+        self.optimizer = None
+        self.optimizer_state = None
+        self.scaler_state = None
+
+    def position(self) -> float:
+        """The schedule position (in steps) of the next step."""
+        return self.rows_done * self.total_steps / self.total_rows
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if state["optimizer"] is not None:
+            state["optimizer_state"] = _to_cpu(state["optimizer"].state_dict())
+        state["optimizer"] = None
+        return state
+
+
+def _to_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    return obj
+
+
+class _Objective(torch.nn.Module):
+    """A model and its loss as one module: the whole loss computation then runs inside the forward pass that
+    DDP synchronises and that Accelerate's autocast covers (a loss may call methods other than ``forward``,
+    such as the cascade's exits)."""
+
+    def __init__(self, module, loss_fn):
+        super().__init__()
+        self.module = module
+        self.loss_fn = loss_fn
+
+    def forward(self, batch):
+        return self.loss_fn(self.module, batch)
+
+
 def train(
     module: torch.nn.Module,
     batches: Callable[[int], Iterable],
@@ -152,8 +239,19 @@ def train(
     precision: torch.dtype | None = None,
     lr_multipliers: dict[str, float] | None = None,
     rows_of: Callable | None = None,
+    accelerator=None,
+    state: TrainingState | None = None,
 ) -> TrainingHistory:
-    """Train ``module`` in place.
+    """Train ``module`` in place, in this process or in every process of an ``accelerate launch``/``torchrun`` run.
+
+    The loop runs under Hugging Face Accelerate: the model (wrapped with its loss) goes through
+    ``Accelerator.prepare`` (DDP when several processes run, autocast in ``precision``), the backward pass
+    through ``Accelerator.backward`` (float16 loss scaling), clipping through ``Accelerator.clip_grad_norm_``.
+    In one process this is the plain torch loop, step for step. With several processes, each yields its
+    part of every global batch (:class:`~as2rank.neural.distributed.LocalBatch`, see
+    :mod:`as2rank.neural.distributed`); its loss is scaled by its share of the global batch's examples, so
+    that the averaged gradient is the gradient of the global batch's mean loss, and the recorded losses and
+    evaluation scores are those of all processes together.
 
     Parameters
     ----------
@@ -161,14 +259,16 @@ def train(
         Its parameters with ``requires_grad`` are optimised; frozen tensors should be buffers or have
         ``requires_grad=False``.
     batches : callable
-        ``epoch -> iterable`` of batches (tensors, or dicts/tuples of tensors, on the CPU); each epoch must
-        yield ``steps_per_epoch`` batches. The estimator shuffles here, from its own seeded generator.
+        ``epoch -> iterable`` of batches (tensors, or dicts/tuples of tensors, on the CPU), or of
+        :class:`~as2rank.neural.distributed.LocalBatch`; each epoch must yield ``steps_per_epoch`` batches.
+        The estimator shuffles here, from its own seeded generator.
     loss_fn : callable
         ``(module, batch) -> scalar tensor``, with ``batch`` already on ``device``.
     epochs, steps_per_epoch : int
     learning_rate : float
         Peak learning rate.
     device : torch.device
+        Under a launcher, each process trains on its own device of this type (``accelerator.device``).
     optimizer : {"adam", "adamw"}, default="adam"
     weight_decay : float, default=0.0
     schedule : {"slanted_triangular", "linear", "constant"}, default="slanted_triangular"
@@ -177,30 +277,48 @@ def train(
     max_grad_norm : float, default=None
         Clip the global gradient norm to this value; ``None`` does not clip.
     verbose : bool, default=False
-        Show a tqdm progress bar.
+        Show a tqdm progress bar (in the main process only).
     desc : str
         Label of the progress bar.
     evaluate : callable, default=None
         ``module -> score`` (higher is better, e.g. dev MAP), called in evaluation mode at the end of every
         epoch, or every ``eval_every`` steps. The weights of the best evaluation are restored at the end.
+        With several processes the score used is the mean over the processes, so all stop together.
     eval_every : int, default=None
         Evaluate every this many optimizer steps instead of once per epoch.
     patience : int, default=None
         Stop after this many evaluations without improvement; ``None`` trains for all epochs.
     precision : torch.dtype, default=None
-        Run ``loss_fn`` under autocast in this dtype (``torch.bfloat16`` or ``torch.float16``); the
-        weights and the optimizer stay in float32. float16 scales the loss (``torch.amp.GradScaler``) so
-        that small gradients do not underflow. ``None`` or float32: no autocast.
+        Mixed precision through Accelerate: the loss is computed under autocast in this dtype
+        (``torch.bfloat16``, or ``torch.float16`` on CUDA, with loss scaling so that small gradients do
+        not underflow); the weights and the optimizer stay in float32. ``None`` or float32: no autocast.
     lr_multipliers : dict of str to float, default=None
         ``{submodule name: factor}``: parameters under that submodule (e.g. ``"head"``) learn at
         ``factor × learning_rate`` through the same schedule; the others at ``learning_rate``.
     rows_of : callable, default=None
-        ``batch -> number of examples``; when given, the progress bar shows examples per second.
+        ``batch -> number of examples``, for plain batches (a ``LocalBatch`` says it itself); when given,
+        the progress bar shows examples per second.
+    accelerator : accelerate.Accelerator, default=None
+        The one that :func:`~as2rank.neural.distributed.setup_training` made for the estimator's shards;
+        ``None`` makes one for ``device`` and ``precision``.
+    state : TrainingState, default=None
+        Continue a previous run (``partial_fit``): its optimizer, and a schedule laid out over
+        ``state.total_rows`` rows instead of ``epochs * steps_per_epoch`` steps; updated in place. The
+        schedule advances by the rows of each batch, so batches must say them (``LocalBatch`` or
+        ``rows_of``). Evaluation is not available then.
 
     Returns
     -------
     TrainingHistory
+
+    Raises
+    ------
+    ValueError
+        For an unknown optimizer or schedule, bad ``eval_every``/``patience``, float16 on a CPU, or
+        ``evaluate`` together with ``state``.
     """
+    from .distributed import LocalBatch, make_accelerator
+
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
     if schedule not in SCHEDULES:
@@ -209,53 +327,85 @@ def train(
         raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}.")
     if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
         raise ValueError(f"patience must be a positive integer or None, got {patience!r}.")
-    total_steps = epochs * steps_per_epoch
+    if state is not None and evaluate is not None:
+        raise ValueError("evaluate is not available when continuing a run (state=...).")
+    if accelerator is None:
+        accelerator = make_accelerator(device, precision)
+    world = accelerator.num_processes
+    if world > 1:
+        device = accelerator.device
+    run_steps = epochs * steps_per_epoch
+    total_steps = run_steps if state is None else state.total_steps
+    multiplier = SCHEDULES[schedule](total_steps, warmup)
     module.to(device)
-    groups = _param_groups(module, learning_rate, lr_multipliers or {})
-    params = [p for group in groups for p in group["params"]]
-    opt_class = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
-    # The fused kernel updates all tensors in one pass (the optimizer step is a visible share of a CPU step).
-    fused = optimizer == "adamw" and device.type in ("cpu", "cuda")
-    opt = opt_class(groups, lr=learning_rate, weight_decay=weight_decay, **({"fused": True} if fused else {}))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, SCHEDULES[schedule](total_steps, warmup))
-    # float16 gradients underflow without loss scaling; bfloat16 has float32's range and needs none.
-    scaler = torch.amp.GradScaler(device.type) if precision == torch.float16 else None
+    opt = state.optimizer if state is not None else None
+    if opt is None:
+        groups = _param_groups(module, learning_rate, lr_multipliers or {})
+        opt_class = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
+        # The fused kernel updates all tensors in one pass (the optimizer step is a visible share of a CPU step).
+        fused = optimizer == "adamw" and device.type in ("cpu", "cuda")
+        opt = opt_class(groups, lr=learning_rate, weight_decay=weight_decay, **({"fused": True} if fused else {}))
+        for group in opt.param_groups:
+            group["initial_lr"] = group["lr"]
+        if state is not None and state.optimizer_state is not None:
+            opt.load_state_dict(state.optimizer_state)
+    params = [p for group in opt.param_groups for p in group["params"]]
+    objective, prepared_opt = accelerator.prepare(_Objective(module, loss_fn), opt)
+    if state is not None and state.scaler_state is not None and accelerator.scaler is not None:
+        accelerator.scaler.load_state_dict(state.scaler_state)
+    if evaluate is not None and world > 1:
+        evaluate_here = evaluate
+
+        def evaluate(m):
+            score = torch.tensor([float(evaluate_here(m))], dtype=torch.float64, device=device)
+            return float(accelerator.reduce(score, "mean")[0])
+
     history = TrainingHistory()
     tracker = _BestState(module, evaluate, patience, history)
     start = time.perf_counter()
-    progress = _progress(total_steps, verbose, desc)
+    progress = _progress(run_steps, verbose and accelerator.is_main_process, desc)
     module.train()
     seen = 0
     try:
         for epoch in range(epochs):
             epoch_losses = []
-            for batch in batches(epoch):
-                history.learning_rate.append(scheduler.get_last_lr()[0])
-                with autocast(device, precision):
-                    loss = loss_fn(module, to_device(batch, device))
-                opt.zero_grad(set_to_none=True)
-                if scaler is None:
-                    loss.backward()
+            for item in batches(epoch):
+                if isinstance(item, LocalBatch):
+                    batch, rows = item.batch, item.rows
+                    examples = rows if item.examples is None else item.examples
                 else:
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(opt)  # clip the true gradients
+                    batch, rows, examples = item, (rows_of(item) if rows_of is not None else 0), 1.0
+                step = len(history.step_loss) + len(epoch_losses)
+                position = step if state is None else state.position()
+                for group in opt.param_groups:
+                    group["lr"] = group["initial_lr"] * multiplier(position)
+                history.learning_rate.append(opt.param_groups[0]["lr"])
+                loss = objective(to_device(batch, device))
+                if world > 1:
+                    # One all-reduce: the global batch's examples and rows, and its mean loss.
+                    local = torch.tensor([examples, examples * float(loss.detach()), rows], dtype=torch.float64, device=device)
+                    total_examples, loss_sum, rows = accelerator.reduce(local, "sum").tolist()
+                    step_loss = loss_sum / total_examples
+                    loss = loss * (examples * world / total_examples)
+                else:
+                    step_loss = float(loss.detach())
+                prepared_opt.zero_grad(set_to_none=True)
+                accelerator.backward(loss)
                 if max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-                if scaler is None:
-                    opt.step()
-                else:
-                    scaler.step(opt)
-                    scaler.update()
-                scheduler.step()
-                epoch_losses.append(float(loss.detach()))
+                    accelerator.clip_grad_norm_(params, max_grad_norm)
+                prepared_opt.step()
+                if state is not None:
+                    state.rows_done += int(rows)
+                    state.steps_done += 1
+                epoch_losses.append(step_loss)
                 if progress is not None:
                     progress.update()
                     postfix = {"epoch": epoch + 1, "loss": f"{epoch_losses[-1]:.4f}"}
-                    if rows_of is not None:
-                        seen += rows_of(batch)
+                    if rows:
+                        seen += rows
                         postfix["pairs/s"] = f"{seen / max(time.perf_counter() - start, 1e-9):.1f}"
                     progress.set_postfix(postfix)
-                step = len(history.step_loss) + len(epoch_losses)
+                step += 1
                 if eval_every is not None and step % eval_every == 0 and tracker.check(step):
                     break
             if tracker.stop:
@@ -281,6 +431,18 @@ def train(
         if progress is not None:
             progress.close()
         module.eval()
+    if state is not None:
+        state.runs += 1
+        state.optimizer = opt
+        state.optimizer_state = None
+        state.scaler_state = None if accelerator.scaler is None else accelerator.scaler.state_dict()
+        if state.rows_done > state.total_rows:
+            warnings.warn(
+                f"Training has now seen {state.rows_done} rows, more than the total_rows={state.total_rows} declared "
+                "on the first call; the learning rate stays at the end of its schedule.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     tracker.restore()
     history.seconds = time.perf_counter() - start
     return history

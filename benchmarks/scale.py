@@ -1,0 +1,472 @@
+"""Scale-out on one machine: parallel model selection, streamed scoring and streamed training (issue 11).
+
+    python benchmarks/scale.py [--quick] [--workdir DIR] [--keep-files]
+
+1. **Parallel grid search** on WikiQA-train (all 2,118 questions; ``--quick``: the first 300), one run each
+   with ``n_jobs=1``, ``n_jobs=2`` (joblib's default backend, loky) and ``joblib.parallel_backend("dask")``
+   on a 2-worker ``dask.distributed.LocalCluster`` (one thread per worker): the lexical pipeline
+   ``LexicalFeatures -> PointwiseRanker(LogisticRegression)`` over ``C`` in {0.1, 1, 10}, and ``Cosinet``
+   (defaults, ``random_state=0``) over ``rnn`` in {None, "birnn"}; ``GroupKFold(3)``, MAP. Wall time of each
+   search, and whether the best parameters and CV scores match ``n_jobs=1``.
+2. **Scoring** with ``as2rank predict`` (a fresh process per run, peak resident memory from ``wait4``) of
+   synthetic ASNQ-format files of 100k, 1M and 5M rows (``--quick``: 20k, 100k, 300k) generated from the
+   sentences of the bundled SQuAD 2.0 sample into a temporary directory (deleted at the end unless
+   ``--keep-files``; never committed), with WO+RR and with Cosinet (defaults, fitted on the sample);
+   ``--chunksize 100000`` (``--quick``: 10000). On the middle file: one score per row, and the scores of in-memory ``predict``.
+3. **Streamed training**: ``Cosinet(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_filters=64,
+   batch_size=16)`` trained with ``partial_fit`` on the chunks of ``load_asnq(path, chunksize=...)`` (same chunk size) of
+   the smallest and the largest file (one pass), in a fresh process: time and peak resident memory.
+
+Writes ``benchmarks/results/scale.json`` and ``docs/benchmarks/scale.md``. The synthetic files: question
+``i`` is the sample question ``i mod 1494`` with `` (#i)`` appended (ASNQ keys questions by text), its own
+paragraph's sentences (label 4 when they hold the answer, else 3) followed by random sentences of other
+paragraphs (label 1 or 2) up to 50 candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+from _common import DOCS, RESULTS, ROOT, log, load_average, machine, wikiqa_splits
+
+CANDIDATES = 50
+SIZES = (100_000, 1_000_000, 5_000_000)
+QUICK_SIZES = (20_000, 100_000, 300_000)
+CHUNKSIZE = 100_000
+QUICK_CHUNKSIZE = 10_000  # the smallest quick file then spans two chunks, as the smallest full one spans one
+RSS_LIMIT = 1.5  # the issue's acceptance: peak RSS within 1.5x of the smallest file's run
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def write_synthetic_asnq(path: Path, n_rows: int, seed: int = 0, block: int = 10_000) -> Path:
+    """An ASNQ TSV of ``n_rows`` rows (a multiple of 50) built from the bundled SQuAD sample (see the module
+    docstring), written ``block`` questions at a time."""
+    from as2rank.data import GroupIndex
+    from as2rank.datasets import load_sample
+
+    X, y = load_sample()
+    clean = re.compile(r"[\t\r\n]+")
+    questions = X["question"].astype(str).str.replace(clean, " ", regex=True).to_numpy(object)
+    sentences = X["candidate"].astype(str).str.replace(clean, " ", regex=True).to_numpy(object)
+    index = GroupIndex.from_frame(X)
+    pool = pd.unique(sentences)
+    rng = np.random.default_rng(seed)
+    n_questions = n_rows // CANDIDATES
+    with open(path, "w", encoding="utf-8") as fh:
+        for start in range(0, n_questions, block):
+            q = np.arange(start, min(n_questions, start + block))
+            base = q % index.n_groups
+            own = np.minimum(index.sizes[base], CANDIDATES)
+            # The base question's rows, in document order: own[k] per question.
+            local = np.arange(own.sum()) - np.repeat(np.cumsum(own) - own, own)
+            rows = index.order[np.repeat(index.starts[base], own) + local]
+            n_neg = CANDIDATES - own
+            slot = np.concatenate([local, np.arange(n_neg.sum()) - np.repeat(np.cumsum(n_neg) - n_neg, n_neg) + np.repeat(own, n_neg)])
+            which = np.concatenate([np.repeat(np.arange(len(q)), own), np.repeat(np.arange(len(q)), n_neg)])
+            text = np.concatenate([sentences[rows], pool[rng.integers(len(pool), size=n_neg.sum())]])
+            label = np.concatenate([np.where(y[rows] > 0, 4, 3), rng.integers(1, 3, size=n_neg.sum())])
+            order = np.lexsort((slot, which))
+            titles = np.array([f"{questions[index.order[index.starts[b]]]} (#{i})" for b, i in zip(base, q)], dtype=object)
+            frame = pd.DataFrame({"q": titles[which[order]], "s": text[order], "l": label[order]})
+            frame.to_csv(fh, sep="\t", header=False, index=False, quoting=csv.QUOTE_NONE, escapechar="\\")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+
+def own_usage() -> dict:
+    """This process's peak resident memory and CPU time.
+
+    The peak is ``VmHWM`` of ``/proc/self/status``, the high-water mark of this program's own address space.
+    (``ru_maxrss`` would not do: Linux carries the parent's peak over into a child at exec, so every child of
+    a large benchmark process would report at least the parent's size.)
+    """
+    import resource
+
+    with open("/proc/self/status") as fh:
+        hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"peak_rss_mib": hwm / 1024, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+def run_measured(command: list, report: Path) -> dict:
+    """Run a child mode of this script (which writes ``report``): wall time, exit status, stderr and the
+    child's own report (peak memory, CPU time, ...)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *command], cwd=ROOT, env=child_env(), capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return {**json.loads(report.read_text()), "seconds": seconds, "stderr": done.stderr}
+
+
+def child_cli(report: str, argv: list) -> None:
+    """Child mode: run ``as2rank`` with ``argv`` in this process, then write its exit status and usage."""
+    from as2rank.cli import main as cli_main
+
+    status = cli_main(argv)
+    Path(report).write_text(json.dumps({"returncode": status, **own_usage()}))
+    sys.exit(status)
+
+
+def child_env() -> dict:
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+# ------------------------------------------------------------------------------------------ 1. grid search
+
+
+def grid_searches(quick: bool) -> list:
+    import joblib as jl
+    import torch
+    from distributed import Client, LocalCluster
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+    from sklearn.pipeline import make_pipeline
+
+    from as2rank.baselines import LexicalFeatures, PointwiseRanker
+    from as2rank.cosinet import Cosinet
+    from as2rank.metrics import get_scorer
+
+    X, y = wikiqa_splits()["full"]
+    if quick:
+        keep = X["qid"].isin(X["qid"].unique()[:300]).to_numpy()
+        X, y = X[keep].reset_index(drop=True), y[keep]
+    searches = {
+        "lexical pipeline": (
+            make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(max_iter=1000))),
+            {"pointwiseranker__estimator__C": [0.1, 1.0, 10.0]},
+        ),
+        "Cosinet": (Cosinet(random_state=0), {"rnn": [None, "birnn"]}),
+    }
+    rows = []
+    start = time.perf_counter()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50) as cluster, Client(cluster) as client:
+        cluster_seconds = time.perf_counter() - start
+        worker_threads = sorted(client.run(torch.get_num_threads).values())
+        for name, (model, grid) in searches.items():
+            reference = None
+            for mode in ("n_jobs=1", "n_jobs=2", "dask 2 workers"):
+                search = GridSearchCV(model, grid, cv=GroupKFold(3), scoring=get_scorer("map"), n_jobs=-1 if mode.startswith("dask") else int(mode[-1]))
+                log(f"[grid] {name}, {mode}: {len(X)} rows")
+                t = time.perf_counter()
+                if mode.startswith("dask"):
+                    with jl.parallel_backend("dask"):
+                        search.fit(X, y, groups=X["qid"])
+                else:
+                    search.fit(X, y, groups=X["qid"])
+                seconds = time.perf_counter() - t
+                scores = np.array([search.cv_results_[f"split{i}_test_score"] for i in range(3)])
+                reference = reference or (search.best_params_, scores, seconds)
+                rows.append(
+                    {
+                        "model": name,
+                        "mode": mode,
+                        "seconds": seconds,
+                        "speedup": reference[2] / seconds,
+                        "best_params": {k: v for k, v in search.best_params_.items()},
+                        "mean_test_score": search.cv_results_["mean_test_score"].tolist(),
+                        "same_best_params": search.best_params_ == reference[0],
+                        "max_abs_score_diff": float(np.abs(scores - reference[1]).max()),
+                        "torch_threads": torch.get_num_threads() if mode == "n_jobs=1" else (1 if mode == "n_jobs=2" else worker_threads[0]),
+                    }
+                )
+                log(f"  {seconds:.1f}s, best {search.best_params_}, max |dCV| {rows[-1]['max_abs_score_diff']:.2e}")
+    for row in rows:
+        row["dask_cluster_start_seconds"] = cluster_seconds
+        row["n_rows"], row["n_questions"] = len(X), int(X["qid"].nunique())
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ 2. scoring
+
+
+def fit_models(folder: Path) -> dict:
+    from as2rank.baselines import OverlapRankRanker
+    from as2rank.cosinet import Cosinet
+    from as2rank.datasets import load_sample
+
+    X, y = load_sample()
+    paths = {"WO+RR": folder / "worr.joblib", "Cosinet": folder / "cosinet.joblib"}
+    joblib.dump(OverlapRankRanker().fit(X, y), paths["WO+RR"])
+    log("fitting Cosinet (defaults) on the SQuAD sample")
+    joblib.dump(Cosinet(random_state=0).fit(X, y), paths["Cosinet"])
+    return paths
+
+
+def scoring(files: dict, models: dict, folder: Path, chunksize: int) -> list:
+    rows = []
+    for name, model in models.items():
+        for n_rows, path in files.items():
+            out = folder / f"scores-{name.replace('+', '')}-{n_rows}.parquet"
+            report = folder / f"predict-{name.replace('+', '')}-{n_rows}.json"
+            command = ["--child-cli", str(report), "predict", "--model", str(model), "--input", str(path), "--output", str(out), "--chunksize", str(chunksize), "--quiet"]
+            log(f"[predict] {name} on {n_rows:,} rows")
+            result = run_measured(command, report)
+            loop = re.search(r"\(([\d.]+) rows/s\)", result["stderr"])
+            rows.append(
+                {
+                    "model": name,
+                    "rows": n_rows,
+                    "seconds": result["seconds"],
+                    "cpu_seconds": result["cpu_seconds"],
+                    "rows_per_second_loop": float(loop.group(1)) if loop else None,
+                    "rows_per_second_wall": n_rows / result["seconds"],
+                    "peak_rss_mib": result["peak_rss_mib"],
+                    "output": str(out),
+                }
+            )
+            log(f"  {result['seconds']:.1f}s wall, {result['cpu_seconds']:.1f}s CPU, {rows[-1]['rows_per_second_loop']} rows/s in the loop, peak RSS {result['peak_rss_mib']:.0f} MiB")
+    return rows
+
+
+def check_scores(model_path: Path, input_path: Path, output: Path) -> dict:
+    """One score per input row, equal to in-memory predict on the whole file."""
+    import pyarrow.dataset as ds
+
+    from as2rank.datasets import load_asnq
+
+    table = ds.dataset(output, format="parquet").to_table(columns=["row", "score"]).to_pandas().sort_values("row")
+    X, _ = load_asnq(input_path)
+    model = joblib.load(model_path)
+    log(f"[check] in-memory predict of {len(X):,} rows with {type(model).__name__}")
+    expected = model.predict(X)
+    rows = table["row"].to_numpy()
+    return {
+        "output_rows": len(table),
+        "input_rows": len(X),
+        "one_score_per_row": bool(len(table) == len(X) and (rows == np.arange(len(X))).all()),
+        "max_abs_diff_vs_in_memory": float(np.abs(table["score"].to_numpy() - expected).max()),
+    }
+
+
+# ------------------------------------------------------------------------------------------ 3. streamed training
+
+
+STREAM_MODEL = dict(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_filters=64, batch_size=16, random_state=0)
+
+
+def stream_train_child(path: str, out: str, chunksize: str) -> None:
+    """Run in a fresh process: one pass of partial_fit over the chunks of ``path``."""
+    from as2rank.cosinet import Cosinet
+    from as2rank.datasets import load_asnq
+    from as2rank.scale import count_rows
+
+    total = count_rows(Path(path))
+    model = Cosinet(**STREAM_MODEL)
+    start = time.perf_counter()
+    chunks = 0
+    for X, y in load_asnq(path, chunksize=int(chunksize)):
+        model.partial_fit(X, y, total_rows=total)
+        chunks += 1
+    seconds = time.perf_counter() - start
+    history = model.history_
+    Path(out).write_text(
+        json.dumps(
+            {
+                "rows": total,
+                "chunks": chunks,
+                "steps": history.n_steps,
+                "train_seconds": seconds,
+                "rows_per_second": total / seconds,
+                "first_chunk_loss": history.epoch_loss[0],
+                "last_chunk_loss": history.epoch_loss[-1],
+                "vocabulary": len(model.vocabulary_),
+                **own_usage(),
+            }
+        )
+    )
+
+
+def streamed_training(files: dict, folder: Path, chunksize: int) -> list:
+    rows = []
+    for n_rows in (min(files), max(files)):
+        out = folder / f"stream-{n_rows}.json"
+        log(f"[stream] partial_fit over {n_rows:,} rows in chunks of {chunksize:,}")
+        row = {k: v for k, v in run_measured(["--stream-train", str(files[n_rows]), str(out), str(chunksize)], out).items() if k != "stderr"}
+        rows.append(row)
+        log(f"  {row['seconds']:.1f}s wall, {row['cpu_seconds']:.1f}s CPU ({row['rows_per_second']:.0f} rows/s), peak RSS {row['peak_rss_mib']:.0f} MiB, loss {row['first_chunk_loss']:.3f} -> {row['last_chunk_loss']:.3f}")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes) -> list:
+    small, middle, large = sizes
+    out = []
+    for name in sorted({r["model"] for r in grid}):
+        runs = [r for r in grid if r["model"] == name]
+        same = all(r["same_best_params"] for r in runs)
+        diff = max(r["max_abs_score_diff"] for r in runs)
+        out.append(
+            {
+                "check": f"grid search, {name}: n_jobs=2 and Dask give the best parameters and CV scores of n_jobs=1",
+                "passed": bool(same and diff <= 1e-6),
+                "measured": f"same best parameters: {same}; largest CV-score difference {diff:.2e} (tolerance 1e-6)",
+            }
+        )
+    for name in sorted({r["model"] for r in scoring_rows}):
+        by = {r["rows"]: r for r in scoring_rows if r["model"] == name}
+        ratio = by[middle]["peak_rss_mib"] / by[small]["peak_rss_mib"]
+        out.append(
+            {
+                "check": f"as2rank predict, {name}: peak RSS on {middle:,} rows within {RSS_LIMIT}x of {small:,} rows",
+                "passed": bool(ratio <= RSS_LIMIT),
+                "measured": f"{by[middle]['peak_rss_mib']:.0f} / {by[small]['peak_rss_mib']:.0f} MiB = {ratio:.2f}x ({large:,} rows: {by[large]['peak_rss_mib'] / by[small]['peak_rss_mib']:.2f}x)",
+            }
+        )
+        c = checks[name]
+        tolerance = 1e-9 if name == "WO+RR" else 1e-5
+        out.append(
+            {
+                "check": f"as2rank predict, {name}, {middle:,} rows: exactly one score per input row, equal to in-memory predict",
+                "passed": bool(c["one_score_per_row"] and c["max_abs_diff_vs_in_memory"] <= tolerance),
+                "measured": f"{c['output_rows']:,} output rows for {c['input_rows']:,} input rows, row numbers 0..n-1 once each: {c['one_score_per_row']}; largest absolute score difference {c['max_abs_diff_vs_in_memory']:.2e} (tolerance {tolerance:g})",
+            }
+        )
+    ratio = stream[-1]["peak_rss_mib"] / stream[0]["peak_rss_mib"]
+    out.append(
+        {
+            "check": f"streamed training: peak RSS on {large:,} rows within {RSS_LIMIT}x of {small:,} rows",
+            "passed": bool(ratio <= RSS_LIMIT),
+            "measured": f"{stream[-1]['peak_rss_mib']:.0f} / {stream[0]['peak_rss_mib']:.0f} MiB = {ratio:.2f}x",
+        }
+    )
+    out.append(
+        {
+            "check": "kill-and-resume of as2rank predict; streamed training equals in-memory training on the same batches",
+            "passed": None,
+            "measured": "tested, not benchmarked: tests/test_scale.py (test_cli_predict_killed_and_restarted_gives_complete_output, test_streamed_training_equals_in_memory_training_on_the_same_chunks)",
+        }
+    )
+    return out
+
+
+def markdown(results: dict) -> str:
+    r = results
+    lines = [
+        "# Scale-out benchmark (issue 11)",
+        "",
+        f"Machine: {r['machine']}; torch {r['torch']} ({r['torch_threads']} threads in the main process); load average at start {r['load_average_start']}, at end {r['load_average_end']} (the machine is shared: times are from this one run).",
+        f"Command: `{r['command']}`. Mode: {'quick (files of 20k, 100k and 300k rows stand for 100k, 1M and 5M; 300 WikiQA questions)' if r['quick'] else 'full'}. No GPU was available for this run, so the 1-GPU vs CPU comparison is not reported.",
+        "",
+        "## Parallel grid search (WikiQA-train)",
+        "",
+        f"{r['grid'][0]['n_questions']:,} questions, {r['grid'][0]['n_rows']:,} rows; `GroupKFold(3)`, MAP. The Dask cluster (2 worker processes, 1 thread each) took {r['grid'][0]['dask_cluster_start_seconds']:.1f} s to start (not counted below). torch threads: the `n_jobs=1` search runs in the main process with torch's default; joblib's loky workers and Dask workers get `OMP_NUM_THREADS` = cores // workers and 1, so `n_threads=None` does not oversubscribe.",
+        "",
+        "| model | mode | wall time (s) | speed-up vs n_jobs=1 | torch threads per fit | best parameters | same best params | max abs CV-score difference |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | ---: |",
+    ]
+    for g in r["grid"]:
+        lines.append(f"| {g['model']} | {g['mode']} | {g['seconds']:.1f} | {g['speedup']:.2f} | {g['torch_threads']} | `{g['best_params']}` | {g['same_best_params']} | {g['max_abs_score_diff']:.1e} |")
+    lines += [
+        "",
+        "## Scoring with `as2rank predict`",
+        "",
+        f"Synthetic ASNQ-format files ({CANDIDATES} candidates per question, from the SQuAD sample's sentences); `--chunksize {r['chunksize']}`; one fresh process per run. *Loop* rows/s: the CLI's own figure (reading, scoring, writing); *wall* rows/s: including process start and model loading. CPU time: the process's user + system time. Peak RSS: the process's own high-water mark of resident memory (`VmHWM`).",
+        "",
+        "| model | rows | wall time (s) | CPU time (s) | rows/s (loop) | rows/s (wall) | peak RSS (MiB) | RSS vs smallest |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for s in r["scoring"]:
+        base = next(x for x in r["scoring"] if x["model"] == s["model"] and x["rows"] == min(r["sizes"]))
+        loop = f"{s['rows_per_second_loop']:,.0f}" if s["rows_per_second_loop"] else "–"
+        lines.append(f"| {s['model']} | {s['rows']:,} | {s['seconds']:.1f} | {s['cpu_seconds']:.1f} | {loop} | {s['rows_per_second_wall']:,.0f} | {s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / base['peak_rss_mib']:.2f}x |")
+    lines += [
+        "",
+        "## Streamed training (`partial_fit` on chunks of `load_asnq`)",
+        "",
+        f"`Cosinet({', '.join(f'{k}={v!r}' for k, v in STREAM_MODEL.items())})`, one pass, chunks of {r['chunksize']:,} rows, `total_rows` = the file's rows; a fresh process per run.",
+        "",
+        "| rows | chunks | steps | wall time (s) | CPU time (s) | training rows/s | loss (first → last chunk) | vocabulary | peak RSS (MiB) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for s in r["stream"]:
+        lines.append(f"| {s['rows']:,} | {s['chunks']} | {s['steps']:,} | {s['seconds']:.1f} | {s['cpu_seconds']:.1f} | {s['rows_per_second']:,.0f} | {s['first_chunk_loss']:.3f} → {s['last_chunk_loss']:.3f} | {s['vocabulary']:,} | {s['peak_rss_mib']:.0f} |")
+    lines += ["", "## Acceptance checks", "", "| check | result | measured |", "| --- | --- | --- |"]
+    for a in r["acceptance"]:
+        verdict = {True: "pass", False: "**FAIL**", None: "see tests"}[a["passed"]]
+        lines.append(f"| {a['check']} | {verdict} | {a['measured']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small files (20k, 100k, 300k rows) and 300 WikiQA questions")
+    parser.add_argument("--workdir", help="folder for the synthetic files and outputs (default: a temporary one)")
+    parser.add_argument("--keep-files", action="store_true", help="keep the synthetic files and outputs")
+    parser.add_argument("--stream-train", nargs=3, metavar=("FILE", "OUT", "CHUNKSIZE"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-cli", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.stream_train:
+        stream_train_child(*args.stream_train)
+        return
+    if args.child_cli:
+        child_cli(args.child_cli[0], args.child_cli[1:])
+        return
+
+    import torch
+
+    sizes = QUICK_SIZES if args.quick else SIZES
+    chunksize = QUICK_CHUNKSIZE if args.quick else CHUNKSIZE
+    folder = Path(args.workdir or tempfile.mkdtemp(prefix="as2rank-scale-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {
+        "machine": machine(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "load_average_start": load_average(),
+        "command": "python benchmarks/scale.py" + (" --quick" if args.quick else ""),
+        "quick": args.quick,
+        "sizes": list(sizes),
+        "chunksize": chunksize,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    try:
+        results["grid"] = grid_searches(args.quick)
+        files = {}
+        for n in sizes:
+            log(f"[data] writing {n:,} synthetic ASNQ rows")
+            files[n] = write_synthetic_asnq(folder / f"asnq-{n}.tsv", n)
+        models = fit_models(folder)
+        results["scoring"] = scoring(files, models, folder, chunksize)
+        middle = sizes[1]
+        results["checks"] = {
+            name: check_scores(models[name], files[middle], next(s["output"] for s in results["scoring"] if s["model"] == name and s["rows"] == middle))
+            for name in models
+        }
+        results["stream"] = streamed_training(files, folder, chunksize)
+    finally:
+        if not args.keep_files and not args.workdir:
+            shutil.rmtree(folder, ignore_errors=True)
+    for s in results["scoring"]:
+        s.pop("output")
+    results["acceptance"] = acceptance(results["grid"], results["scoring"], results["checks"], results["stream"], sizes)
+    results["load_average_end"] = load_average()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(json.dumps(results, indent=2))
+    (DOCS / "scale.md").write_text(markdown(results))
+    log(f"wrote {RESULTS / 'scale.json'} and {DOCS / 'scale.md'}")
+    for a in results["acceptance"]:
+        log(f"  {a['passed']}: {a['check']} -- {a['measured']}")
+
+
+if __name__ == "__main__":
+    main()
