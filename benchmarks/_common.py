@@ -24,11 +24,18 @@ def load_average() -> list:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def training_params(est) -> dict:
+    """The parameters that decide what ``fit`` learns: all of them but an estimator's inference-only ones
+    (``_inference_params``: prediction batch size, threads, progress bars...)."""
+    inference = set(getattr(est, "_inference_params", ()))
+    return {k: v for k, v in est.get_params().items() if k not in inference}
+
+
 def cache_key(est, X, y) -> str:
-    """Hash of the estimator class, its parameters and the training data."""
+    """Hash of the estimator class, its training parameters and the training data."""
     import joblib
 
-    return joblib.hash((type(est).__name__, est.get_params(), X, y))
+    return joblib.hash((type(est).__name__, training_params(est), X, y))
 
 
 def fitted(est, X, y, fit_log: list | None = None, **fit_params):
@@ -47,6 +54,9 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
     if path.exists():
         log(f"cached {name} <- {path.name}")
         model = joblib.load(path)
+        # The cached model predicts with the inference parameters asked for now.
+        inference = {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+        model.set_params(**inference)
         entry = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
         if fit_log is not None:
             fit_log.append({**entry, "key": key, "cached": True})

@@ -54,6 +54,8 @@ def test_sklearn_api():
     check_sklearn_api(Cerberus())
     check_sklearn_api(DistilledRanker())
     check_sklearn_api(LinearEnsemble())
+    # Teachers are calibrated on the whole training set: no chunked training is offered.
+    assert not hasattr(Cerberus(), "partial_fit") and not hasattr(DistilledRanker(), "partial_fit")
 
 
 def test_distillation_loss_equals_hand_computed_value():

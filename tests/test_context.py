@@ -389,6 +389,8 @@ def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):
 @pytest.mark.parametrize("cls", [ContextConcat, ContextMWA, ContextEnsemble])
 def test_sklearn_api(cls):
     check_sklearn_api(cls())
+    # The ensemble fits its two encoders on the whole training set first: no chunked training.
+    assert hasattr(cls(), "partial_fit") == (cls is not ContextEnsemble)
 
 
 @pytest.mark.parametrize(
