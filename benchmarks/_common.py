@@ -10,10 +10,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+#: The shared data folder; ``AS2RANK_SHARED_DATA`` points elsewhere (a copy carried to another machine).
+SHARED_DATA = Path(os.environ.get("AS2RANK_SHARED_DATA", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs" / "benchmarks"
 CACHE = ROOT / "benchmarks" / "cache"
+#: ``AS2RANK_BENCH_TAG`` (e.g. ``h100``) names a run's result files apart from the default machine's.
+TAG = os.environ.get("AS2RANK_BENCH_TAG", "")
+
+
+def tagged(name: str) -> str:
+    """``name`` (``"cascade.json"``) with the run's tag before the extension (``"cascade-h100.json"``)."""
+    if not TAG:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}-{TAG}{dot}{ext}"
 
 
 def log(msg: str) -> None:

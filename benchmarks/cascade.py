@@ -1,7 +1,7 @@
 """The Cascade Transformer on WikiQA: the shape of Tables 2-3 and Figure 2 of Soldaini & Moschitti (2020).
 
     python benchmarks/cascade.py [--epochs N] [--learning-rate LR] [--seeds N] [--exit-sampling uniform|all]
-                                 [--quick] [--train-only] [--threads N]
+                                 [--quick] [--train-only] [--threads N] [--model NAME]
 
 Models, all on the default offline backbone ``"minilm-l6"`` with ONE training budget (``budget()``: 2 epochs,
 batch 32, peak learning rate 1e-4, ``max_length=128``, other parameters at their defaults), trained on the
@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, fitted, load_average, log, machine, wikiqa_splits
+from _common import DOCS, RESULTS, fitted, load_average, log, machine, tagged, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
@@ -52,13 +52,13 @@ DEPTHS = (2, 3, 4, 5, 6)
 SAMPLINGS = ("uniform", "all")
 
 
-def budget(epochs: int = 2, learning_rate: float = 1e-4, random_state: int = 0) -> dict:
+def budget(epochs: int = 2, learning_rate: float = 1e-4, random_state: int = 0, model: str = "minilm-l6") -> dict:
     """The one training budget shared by every model of the benchmark.
 
     Two epochs at a peak learning rate of 1e-4 (batch 32): chosen on dev MAP in the first run of this
     benchmark (2026-11-22) among (1 epoch, 2e-5), (1, 1e-4) and (2, 1e-4) for the 6-layer TR and the cascade.
     """
-    return {"epochs": epochs, "batch_size": 32, "learning_rate": learning_rate, "max_length": 128,
+    return {"model": model, "epochs": epochs, "batch_size": 32, "learning_rate": learning_rate, "max_length": 128,
             "random_state": random_state}
 
 
@@ -574,7 +574,7 @@ def markdown(res) -> str:
         + ", ".join(f"α={a}: P@1 {pct(v['p@1'])} at cost {v['relative_cost']:.3f}" for a, v in f2["uniform"].items())
         + ".",
         "",
-        "![relative cost vs P@1](cascade_alpha.png)",
+        f"![relative cost vs P@1]({tagged('cascade_alpha.png')})",
         "",
         "Pareto front (dev):",
         "",
@@ -623,16 +623,18 @@ def main(argv=None):
                         help="Table 3 on 100 of the 243 answered test questions; 2 interleaved timing rounds on 20")
     parser.add_argument("--train-only", action="store_true", help="fit (and cache) the models, then stop")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--model", default="minilm-l6",
+                        help="backbone of every model: alias, local path or hub id (default minilm-l6)")
     parser.add_argument("--render", action="store_true",
                         help="only re-write docs/benchmarks/cascade.md from benchmarks/results/cascade.json")
     args = parser.parse_args(argv)
     if args.render:
-        res = json.loads((RESULTS / "cascade.json").read_text())
+        res = json.loads((RESULTS / tagged("cascade.json")).read_text())
         res["acceptance"] = acceptance(res["table2"], res["table3"]["rows"], res.get("throughput"), res["sampling"])
         res["notes"] = NOTES
-        (RESULTS / "cascade.json").write_text(json.dumps(res, indent=2))
-        (DOCS / "cascade.md").write_text(markdown(res))
-        log(f"re-rendered {DOCS / 'cascade.md'}")
+        (RESULTS / tagged("cascade.json")).write_text(json.dumps(res, indent=2))
+        (DOCS / tagged("cascade.md")).write_text(markdown(res))
+        log(f"re-rendered {DOCS / tagged('cascade.md')}")
         return
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -656,7 +658,7 @@ def main(argv=None):
     X_train, y_train = splits["train"]
     res.update(n_train_questions=int(X_train["qid"].nunique()), n_train_rows=len(X_train), pool_size=len(splits["pool"]))
     fit_log = []
-    res["budget"] = budget(args.epochs, args.learning_rate)
+    res["budget"] = budget(args.epochs, args.learning_rate, model=args.model)
     res["seeds"] = list(range(args.seeds))
     models, trs = fit_all(splits, res["budget"], res["seeds"], fit_log)
     res["fits"] = list({f["key"]: f for f in fit_log if "key" in f}.values())
@@ -670,7 +672,7 @@ def main(argv=None):
     X_dev, y_dev = expanded(*splits["dev"], splits["pool"])
     fig2 = figure2(ct, X_dev, y_dev)
     DOCS.mkdir(parents=True, exist_ok=True)
-    plot_figure2(fig2, DOCS / "cascade_alpha.png")
+    plot_figure2(fig2, DOCS / tagged("cascade_alpha.png"))
     res["figure2"] = {k: v for k, v in fig2.items() if not k.startswith("_")}
 
     X3, y3 = expanded(*splits["test"], splits["pool"])
@@ -691,9 +693,9 @@ def main(argv=None):
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cascade.json").write_text(json.dumps(jsonable(res), indent=2, default=str))
-    (DOCS / "cascade.md").write_text(markdown(json.loads(json.dumps(jsonable(res), default=str))))
-    log(f"wrote {RESULTS / 'cascade.json'} and {DOCS / 'cascade.md'} ({res['wall_seconds'] / 60:.1f} min)")
+    (RESULTS / tagged("cascade.json")).write_text(json.dumps(jsonable(res), indent=2, default=str))
+    (DOCS / tagged("cascade.md")).write_text(markdown(json.loads(json.dumps(jsonable(res), default=str))))
+    log(f"wrote {RESULTS / tagged('cascade.json')} and {DOCS / tagged('cascade.md')} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":

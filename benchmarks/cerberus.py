@@ -37,7 +37,7 @@ import time
 import joblib
 import numpy as np
 import torch
-from _common import CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, machine, wikiqa_splits
+from _common import CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, machine, tagged, wikiqa_splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -46,7 +46,7 @@ from as2rank.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_
 from as2rank.cosinet import Cosinet
 from as2rank.data import keep_answered
 from as2rank.metrics import mean_average_precision, paired_significance, ranking_report
-from as2rank.neural import autocast, resolve_device
+from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.backbone import batch_tensors
 from as2rank.transformer import TransformerRanker
 
@@ -139,17 +139,23 @@ def forward_fn(models, batches, device):
                         out = m.model_(batch)
                     if out.ndim == 2:  # Cerberus: Eq. 5
                         out.mean(dim=1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # CUDA runs asynchronously: time the work, not its launch
 
     return run
 
 
 def latency(archs, X, rounds, n_pairs):
-    """Median µs per sample of each architecture at batch 128 (tokenisation excluded), and per-round ratios."""
-    device = resolve_device("cpu")
+    """Median µs per sample of each architecture at batch 128 (tokenisation excluded), and per-round ratios,
+    on the device the models predict on (``device="auto"``: the GPU when there is one)."""
+    device = resolve_device("auto")
     first = next(iter(archs.values()))[0]
     rows = np.arange(min(n_pairs, len(X)))
     encoded = first._encode(X.iloc[rows])
-    batches = [batch_tensors(encoded, rows[i : i + 128]) for i in range(0, len(rows), 128)]
+    batches = [to_device(batch_tensors(encoded, rows[i : i + 128]), device) for i in range(0, len(rows), 128)]
+    for models in archs.values():
+        for m in models:
+            m.model_.to(device).eval()
     runs = {name: forward_fn(models, batches, device) for name, models in archs.items()}
     # The heads' blocks: how many calls per batch (1 = the k heads run as one computation).
     calls = []
@@ -490,9 +496,9 @@ def main(argv=None):
     parser.add_argument("--render", action="store_true", help="only re-write the Markdown page from the JSON")
     args = parser.parse_args(argv)
     if args.render:
-        res = json.loads((RESULTS / "cerberus.json").read_text())
-        (DOCS / "cerberus.md").write_text(markdown(res))
-        log(f"re-rendered {DOCS / 'cerberus.md'}")
+        res = json.loads((RESULTS / tagged("cerberus.json")).read_text())
+        (DOCS / tagged("cerberus.md")).write_text(markdown(res))
+        log(f"re-rendered {DOCS / tagged('cerberus.md')}")
         return
     if args.quick:
         args.seeds, args.epochs, args.teacher_cv = 1, 1, 2
@@ -519,9 +525,9 @@ def main(argv=None):
     res["wall_seconds"] = time.perf_counter() - start
     RESULTS.mkdir(parents=True, exist_ok=True)
     DOCS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cerberus.json").write_text(json.dumps(res, indent=2, default=float))
-    (DOCS / "cerberus.md").write_text(markdown(json.loads(json.dumps(res, default=float))))
-    log(f"wrote {RESULTS / 'cerberus.json'} and {DOCS / 'cerberus.md'} ({res['wall_seconds'] / 60:.1f} min)")
+    (RESULTS / tagged("cerberus.json")).write_text(json.dumps(res, indent=2, default=float))
+    (DOCS / tagged("cerberus.md")).write_text(markdown(json.loads(json.dumps(res, default=float))))
+    log(f"wrote {RESULTS / tagged('cerberus.json')} and {DOCS / tagged('cerberus.md')} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":

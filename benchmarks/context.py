@@ -47,7 +47,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, DOCS, RESULTS, fitted, load_average, log, machine, wikiqa_splits
+from _common import CACHE, DOCS, RESULTS, fitted, load_average, log, machine, tagged, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import keep_answered
@@ -459,8 +459,8 @@ def main(argv=None):
     parser.add_argument("--render", action="store_true", help="only rewrite docs/benchmarks/context.md from the JSON")
     args = parser.parse_args(argv)
     if args.render:
-        res = json.loads((RESULTS / "context.json").read_text())
-        (DOCS / "context.md").write_text(markdown(res))
+        res = json.loads((RESULTS / tagged("context.json")).read_text())
+        (DOCS / tagged("context.md")).write_text(markdown(res))
         return
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     args.epochs = args.epochs or (1 if args.quick else 2)
@@ -491,10 +491,10 @@ def main(argv=None):
     res["wall_seconds"] = time.perf_counter() - start
     res = jsonable(res)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "context.json").write_text(json.dumps(res, indent=2))
+    (RESULTS / tagged("context.json")).write_text(json.dumps(res, indent=2))
     DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / "context.md").write_text(markdown(res))
-    log(f"wrote {RESULTS / 'context.json'} and {DOCS / 'context.md'} ({res['wall_seconds'] / 60:.1f} min)")
+    (DOCS / tagged("context.md")).write_text(markdown(res))
+    log(f"wrote {RESULTS / tagged('context.json')} and {DOCS / tagged('context.md')} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":

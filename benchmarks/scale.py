@@ -40,7 +40,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pandas as pd
-from _common import DOCS, RESULTS, ROOT, log, load_average, machine, wikiqa_splits
+from _common import DOCS, RESULTS, ROOT, load_average, log, machine, tagged, wikiqa_splits
 
 CANDIDATES = 50
 SIZES = (100_000, 1_000_000, 5_000_000)
@@ -461,9 +461,9 @@ def main():
     results["acceptance"] = acceptance(results["grid"], results["scoring"], results["checks"], results["stream"], sizes)
     results["load_average_end"] = load_average()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(results, indent=2))
-    (DOCS / "scale.md").write_text(markdown(results))
-    log(f"wrote {RESULTS / 'scale.json'} and {DOCS / 'scale.md'}")
+    (RESULTS / tagged("scale.json")).write_text(json.dumps(results, indent=2))
+    (DOCS / tagged("scale.md")).write_text(markdown(results))
+    log(f"wrote {RESULTS / tagged('scale.json')} and {DOCS / tagged('scale.md')}")
     for a in results["acceptance"]:
         log(f"  {a['passed']}: {a['check']} -- {a['measured']}")
 

@@ -64,7 +64,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, fitted, load_average, log, machine, wikiqa_splits
+from _common import DOCS, RESULTS, fitted, load_average, log, machine, tagged, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer
 from as2rank.data import keep_answered
@@ -640,7 +640,7 @@ def markdown(res) -> str:
         lines.append(f"| {r['name']} | {r['label']} | {pct(r['map'])} | {pct(r['mrr'])} | {pct(r['p@1'])} | "
                      f"{r['median_pairs_per_second']:.1f} | {vs} | {pval(r.get('p_map_vs_peer'))} | "
                      f"{r.get('ref') or '–'} | {pval(r.get('p_map_vs_ref'))} | {r['warmup_seconds']:.1f} s |")
-    lines += ["", "![pairs/s per row](speed.png)", ""]
+    lines += ["", f"![pairs/s per row]({tagged('speed.png')})", ""]
     pl = res["plumbing"]
     lines += [
         f"## Plumbing checks ({pl['n_rows']} test pairs, one call each)",
@@ -747,12 +747,12 @@ def main(argv=None):
     parser.add_argument("--render", action="store_true", help="only re-write the Markdown page and plot from the JSON")
     args = parser.parse_args(argv)
     if args.render:
-        res = json.loads((RESULTS / "speed.json").read_text())
+        res = json.loads((RESULTS / tagged("speed.json")).read_text())
         res["acceptance"], res["notes"] = acceptance(res), NOTES
-        (RESULTS / "speed.json").write_text(json.dumps(res, indent=2))
-        plot(res, DOCS / "speed.png")
-        (DOCS / "speed.md").write_text(markdown(res))
-        log(f"re-rendered {DOCS / 'speed.md'}")
+        (RESULTS / tagged("speed.json")).write_text(json.dumps(res, indent=2))
+        plot(res, DOCS / tagged("speed.png"))
+        (DOCS / tagged("speed.md")).write_text(markdown(res))
+        log(f"re-rendered {DOCS / tagged('speed.md')}")
         return
     quick = {"epochs": 1, "train_steps": 2, "train_rounds": 1, "rounds": 1, "train_questions": 20,
              "test_questions": 30, "cascade_questions": 5, "plumbing_questions": 12}
@@ -822,10 +822,10 @@ def main(argv=None):
     res = json.loads(json.dumps(jsonable(res), default=str))
     RESULTS.mkdir(parents=True, exist_ok=True)
     DOCS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "speed.json").write_text(json.dumps(res, indent=2))
-    plot(res, DOCS / "speed.png")
-    (DOCS / "speed.md").write_text(markdown(res))
-    log(f"wrote {RESULTS / 'speed.json'}, {DOCS / 'speed.md'} ({res['wall_seconds'] / 60:.1f} min)")
+    (RESULTS / tagged("speed.json")).write_text(json.dumps(res, indent=2))
+    plot(res, DOCS / tagged("speed.png"))
+    (DOCS / tagged("speed.md")).write_text(markdown(res))
+    log(f"wrote {RESULTS / tagged('speed.json')}, {DOCS / tagged('speed.md')} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":
