@@ -84,8 +84,10 @@ def _group_rows(index: GroupIndex, groups: np.ndarray):
 def simulate_cascade(exit_logits, groups, alpha, exits, position=None):
     """The cascade's scores and cost for given drop ratios, from the logits of every exit for every row.
 
-    Exit logits do not depend on which other rows are in the batch, so this reproduces
-    :meth:`CascadeTransformer.predict` exactly from one :meth:`CascadeTransformer.predict_exits` pass.
+    Exit logits do not depend on which other rows are in the batch, so in float32 this reproduces
+    :meth:`CascadeTransformer.predict` (to rounding) from one :meth:`CascadeTransformer.predict_exits` pass.
+    Under bfloat16 autocast a logit moves slightly with the padding of its batch, and a row on a question's
+    drop boundary may then stop at a different exit than in ``predict``.
 
     Parameters
     ----------
