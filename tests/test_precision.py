@@ -202,3 +202,27 @@ def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
     with pytest.raises(ValueError, match="batch_tokens"):
         ranker.set_params(batch_tokens="big").predict(X)
     ranker.set_params(batch_tokens="auto")
+
+
+def test_score_heads_run_in_float32_under_autocast():
+    from as2rank.neural.heads import feed_forward, head_logits
+
+    torch.manual_seed(0)
+    head = feed_forward(16, 2).eval()
+    x = torch.randn(64, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, plain = head_logits(head, x), head(x)
+    assert plain.dtype == torch.bfloat16 and out.dtype == torch.float32
+    torch.testing.assert_close(out, head(x), rtol=0, atol=0)
+
+
+@needs_bf16
+@pytest.mark.parametrize("cls", [TransformerRanker, CascadeTransformer])
+def test_bf16_scores_are_not_rounded_to_bf16(tokenizer, cls):
+    # Rounded logits would tie inside questions and leave the order to the tie policy.
+    X, y = synthetic()
+    ranker = small(cls, "bert", tokenizer).fit(X, y)
+    scores = ranker.set_params(precision="bf16").predict(X).astype(np.float32)
+    on_grid = torch.from_numpy(scores).to(torch.bfloat16).float().numpy() == scores
+    assert on_grid.mean() < 0.2
+    assert len(np.unique(scores)) > 0.9 * len(scores)

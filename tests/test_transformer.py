@@ -259,3 +259,9 @@ def test_training_loop_mixed_precision_matches_fp32(dtype):
         reference, mixed = run(None), run(torch.bfloat16)
     assert mixed[-1] < 0.5 * mixed[0]
     np.testing.assert_allclose(mixed, reference, atol=1e-2)
+
+
+def test_fitted_model_keeps_no_gradients(tokenizer):
+    X, y = synthetic()
+    est = small(TransformerRanker, "bert", tokenizer).fit(X, y)
+    assert all(p.grad is None for p in est.model_.parameters())

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import masked_mean
-from .heads import pool
+from .heads import head_logits, pool
 
 __all__ = ["SEGMENTS", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "gather_segments"]
 
@@ -176,7 +176,7 @@ class MultiwayContextEncoder(nn.Module):
             keys, key_mask = gather_segments(hidden, batch["segments"], (SEGMENTS[context],))
             attended = self.attention[context](query, query_mask, keys, key_mask)
             parts.append(masked_mean(attended, query_mask))
-        return self.head(torch.cat(parts, dim=-1)).squeeze(-1)
+        return head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
 
 
 class ContextEnsembleModule(nn.Module):
@@ -206,4 +206,4 @@ class ContextEnsembleModule(nn.Module):
 
     def forward(self, batch: dict) -> torch.Tensor:
         pooled = (self._pooled(self.encoder, batch, ""), self._pooled(self.global_encoder, batch, "global_"))
-        return self.head(torch.cat(pooled, dim=-1)).squeeze(-1)
+        return head_logits(self.head, torch.cat(pooled, dim=-1)).squeeze(-1)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import LayerStack, layer_list, truncate_layers
-from .heads import feed_forward, pool
+from .heads import feed_forward, head_logits, pool
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers", "distillation_loss"]
 
@@ -237,4 +237,4 @@ class CerberusEncoder(nn.Module):
             hidden = block(hidden, mask, (batch_size, length))
         hidden = hidden.view(k * batch_size, length, width)
         pooled = pool(hidden, attention_mask.repeat(k, 1), self.pooling).view(k, batch_size, width)
-        return self.classifiers(pooled).transpose(0, 1)
+        return head_logits(self.classifiers, pooled).transpose(0, 1)

@@ -430,6 +430,8 @@ def train(
     finally:
         if progress is not None:
             progress.close()
+        # A fitted model carries no gradients: they would double its memory and its pickles.
+        module.zero_grad(set_to_none=True)
         module.eval()
     if state is not None:
         state.runs += 1
