@@ -114,17 +114,19 @@ def test_floor_rule_128_candidates(fitted):
     assert final.sum() >= 32 and ranks[final].max() <= final.sum()
 
 
-def test_per_exit_alpha_and_several_questions_per_batch(fitted):
+@pytest.mark.parametrize("batch_tokens", [16384, 64])
+def test_per_exit_alpha_and_several_questions_per_batch(fitted, batch_tokens):
+    # batch_tokens=64: many small length-sorted chunks per batch, the survivors packed again after each drop.
     X = pd.concat([one_question(40, seed=1).assign(qid="a"), one_question(17, seed=2).assign(qid="b")])
     alpha = [0.5, 0.0, 0.25, 0.1]
-    fitted.set_params(alpha=alpha)
+    fitted.set_params(alpha=alpha, batch_tokens=batch_tokens)
     scores = fitted.predict(X)
     # Per question: 40 -> 20 -> 20 -> 15 -> 14 and 17 -> 9 -> 9 -> 7 -> 7.
     assert fitted.cost_report_["survivors"].tolist() == [57, 29, 29, 22, 21]
     sim, report = simulate_cascade(fitted.predict_exits(X), X["qid"], alpha, fitted.exits_, X["position"])
     np.testing.assert_allclose(scores, sim, atol=1e-5)
     assert report["rows_per_layer"].tolist() == [57, 57, 29, 29, 22, 21]
-    fitted.set_params(alpha=0.0)
+    fitted.set_params(alpha=0.0, batch_tokens="auto")
 
 
 def test_exit_layer_scores_with_one_classifier(fitted):

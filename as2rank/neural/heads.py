@@ -165,13 +165,16 @@ class CascadeEncoder(nn.Module):
         full_mask = batch["attention_mask"]
         lengths = full_mask.sum(dim=1).cpu().numpy()
         n = len(lengths)
-        if chunk_tokens is None:
-            parts = [np.arange(n)]
-        else:
-            parts = [np.sort(p) for p in token_budget_batches(np.ones(n, dtype=np.int64), lengths, chunk_tokens)]
+
+        def chunks(rows: np.ndarray) -> list:
+            """``rows`` (batch positions) in length-sorted chunks of at most ``chunk_tokens`` padded tokens."""
+            if chunk_tokens is None:
+                return [rows]
+            return [rows[np.sort(p)] for p in token_budget_batches(np.ones(len(rows), dtype=np.int64), lengths[rows], chunk_tokens)]
+
         # One state per chunk: its rows (batch positions), hidden states and mask, cut to its longest row.
         states = []
-        for rows in parts:
+        for rows in chunks(np.arange(n)):
             width = int(lengths[rows].max())
             index = torch.from_numpy(rows).to(full_mask.device)
             part = {k: v[index, :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
@@ -197,14 +200,36 @@ class CascadeEncoder(nn.Module):
                 continue
             keep = drop_lowest(codes[live], scores[live], alphas[e])
             alive[live[~keep]] = False
-            states = []
-            for rows, hidden, mask in ran:
-                kept = alive[rows]
-                if not kept.any():
-                    continue
-                keep_t = torch.from_numpy(kept).to(hidden.device)
-                mask = mask[keep_t]
-                # Survivors may all be shorter than the dropped rows: trailing padding columns go too.
-                width = int(mask.sum(dim=1).max())
-                states.append((rows[kept], hidden[keep_t, :width], mask[:, :width]))
+            states = self._repack(ran, alive, lengths, full_mask, chunks)
         return logits, rows_per_layer
+
+    @staticmethod
+    def _repack(states, alive, lengths, full_mask, chunks) -> list:
+        """The survivors of every chunk, packed into new full chunks.
+
+        Keeping each chunk with its own survivors would leave, after a few drops, many small chunks (each a
+        round of small matrix products); packing the survivors again keeps every chunk near the token budget.
+        """
+        rows = np.flatnonzero(alive)
+        if len(rows) == 0:
+            return []
+        width = int(lengths[rows].max())
+        # Every survivor's hidden states in one tensor padded to the longest survivor, in ``rows`` order.
+        kept_rows, kept_hidden = [], []
+        for chunk_rows, hidden, _ in states:
+            kept = alive[chunk_rows]
+            if kept.any():
+                part = hidden[torch.from_numpy(kept).to(hidden.device), :width]
+                kept_hidden.append(nn.functional.pad(part, (0, 0, 0, width - part.shape[1])))
+                kept_rows.append(chunk_rows[kept])
+        flat_rows = np.concatenate(kept_rows)
+        flat = torch.cat(kept_hidden)
+        slot = np.empty(len(lengths), dtype=np.int64)
+        slot[flat_rows] = np.arange(len(flat_rows))
+        repacked = []
+        for part_rows in chunks(rows):
+            part_width = int(lengths[part_rows].max())
+            index = torch.from_numpy(slot[part_rows]).to(flat.device)
+            mask = full_mask[torch.from_numpy(part_rows).to(full_mask.device), :part_width]
+            repacked.append((part_rows, flat[index, :part_width], mask))
+        return repacked
