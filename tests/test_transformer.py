@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from as2rank.neural.backbone import token_budget_batches  # noqa: E402
+from as2rank.neural.backbone import encode_pairs, token_budget_batches  # noqa: E402
 from as2rank.transformer import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 
@@ -265,3 +265,25 @@ def test_fitted_model_keeps_no_gradients(tokenizer):
     X, y = synthetic()
     est = small(TransformerRanker, "bert", tokenizer).fit(X, y)
     assert all(p.grad is None for p in est.model_.parameters())
+
+
+@pytest.mark.parametrize("max_length", [8, 16, 64])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_encode_pairs_matches_the_tokenizer_call(tokenizer, max_length, padding_side):
+    # encode_pairs calls the Rust tokenizer directly; it must give what tokenizer(...) gives, right-padded.
+    rng = np.random.default_rng(0)
+    questions = [" ".join(rng.choice(WORDS + ["zebra", "a,", "don't"], int(rng.integers(1, 30)))) for _ in range(50)]
+    candidates = [" ".join(rng.choice(WORDS, int(rng.integers(1, 60)))) for _ in range(50)]
+    tokenizer.padding_side = padding_side
+    try:
+        got = encode_pairs(tokenizer, questions, candidates, max_length=max_length)
+        ref = tokenizer(questions, candidates, truncation="longest_first", max_length=max_length,
+                        padding="longest", padding_side="right", return_tensors="np")
+    finally:
+        tokenizer.padding_side = "right"
+    assert set(got) == {"input_ids", "attention_mask", "token_type_ids", "lengths"}
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        np.testing.assert_array_equal(got[key], ref[key])
+        assert got[key].dtype == np.int64
+    np.testing.assert_array_equal(got["lengths"], ref["attention_mask"].sum(axis=1))
+    assert got["lengths"].max() <= max_length

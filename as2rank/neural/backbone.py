@@ -15,6 +15,8 @@ Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -232,12 +234,16 @@ def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, tok
     """
     if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 8:
         raise ValueError(f"max_length must be an integer >= 8, got {max_length!r}.")
+    questions, candidates = list(questions), list(candidates)
+    if getattr(tokenizer, "is_fast", False) and questions:
+        return _encode_with_backend(tokenizer, questions, candidates, int(max_length), token_types)
     enc = tokenizer(
         list(questions),
         list(candidates),
         truncation="longest_first",
         max_length=int(max_length),
         padding="longest",
+        padding_side="right",  # batches keep each row's first ``length`` columns
         return_tensors="np",
         return_token_type_ids=token_types,
         return_attention_mask=True,
@@ -246,6 +252,43 @@ def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, tok
     if token_types:
         out["token_type_ids"] = enc["token_type_ids"].astype(np.int64)
     out["lengths"] = out["attention_mask"].sum(axis=1)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _pair_backend(tokenizer, max_length: int):
+    """A copy of a fast tokenizer's Rust tokenizer that truncates pairs as ``tokenizer(..., truncation=
+    "longest_first", max_length=max_length)`` does, without padding (the copy leaves the caller's untouched)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.enable_truncation(max_length, stride=0, strategy="longest_first", direction=tokenizer.truncation_side)
+    backend.no_padding()
+    return backend
+
+
+def _encode_with_backend(tokenizer, questions, candidates, max_length, token_types) -> dict:
+    """:func:`encode_pairs` through the Rust tokenizer directly, padded here in numpy.
+
+    The same ids as the ``tokenizer(...)`` call (tested), without its per-pair Python post-processing, which
+    took most of the tokenisation time (about a tenth of a MiniLM ``predict`` on the CPU).
+    """
+    encodings = _pair_backend(tokenizer, max_length).encode_batch(list(zip(questions, candidates)))
+    n = len(encodings)
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=n)
+    filled = np.arange(lengths.max()) < lengths[:, None]
+    total = int(lengths.sum())
+
+    def padded(values, pad):
+        out = np.full(filled.shape, pad, dtype=np.int64)
+        out[filled] = np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64, count=total)
+        return out
+
+    out = {"input_ids": padded((e.ids for e in encodings), tokenizer.pad_token_id or 0),
+           "attention_mask": filled.astype(np.int64)}
+    if token_types:
+        out["token_type_ids"] = padded((e.type_ids for e in encodings), tokenizer.pad_token_type_id)
+    out["lengths"] = lengths
     return out
 
 
