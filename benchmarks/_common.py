@@ -27,6 +27,24 @@ def tagged(name: str) -> str:
     return f"{stem}-{TAG}{dot}{ext}"
 
 
+def jsonable(obj):
+    """``obj`` with numpy values as Python ones, keys as strings, and keys starting with ``_`` (a script's
+    working copies, such as full score tables) left out of the result files."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items() if not str(k).startswith("_")}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    return obj
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 

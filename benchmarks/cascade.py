@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, fitted, load_average, log, machine, tagged, wikiqa_splits
+from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, machine, tagged, wikiqa_splits
 
 from as2rank.cascade import EXIT_GAP, CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
@@ -140,20 +140,6 @@ def subset_questions(X, y, n, seed):
     qids = np.sort(np.random.default_rng(seed).choice(X["qid"].unique(), size=n, replace=False))
     keep = X["qid"].isin(qids).to_numpy()
     return X[keep].reset_index(drop=True), y[keep]
-
-
-def jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    return obj
 
 
 # ----------------------------------------------------------------------------------------------- Table 2

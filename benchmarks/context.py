@@ -47,7 +47,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, DOCS, RESULTS, fitted, load_average, log, machine, tagged, wikiqa_splits
+from _common import CACHE, DOCS, RESULTS, fitted, jsonable, load_average, log, machine, tagged, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import keep_answered
@@ -465,20 +465,6 @@ NOTES = [
     "same length. With dynamic padding the no-context model reads far fewer tokens per pair (see the token column), "
     "so its latency advantage is much larger.",
 ]
-
-
-def jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    return obj
 
 
 def main(argv=None):

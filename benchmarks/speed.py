@@ -64,7 +64,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, fitted, load_average, log, machine, tagged, wikiqa_splits
+from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, machine, tagged, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer
 from as2rank.data import keep_answered
@@ -100,20 +100,6 @@ def subset_questions(X, y, n, seed):
     qids = np.random.default_rng(seed).choice(np.sort(X["qid"].unique()), size=n, replace=False)
     keep = X["qid"].isin(qids).to_numpy()
     return X[keep].reset_index(drop=True), y[keep]
-
-
-def jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items() if not str(k).startswith("_")}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    return obj
 
 
 def pairs_of(X) -> list:
