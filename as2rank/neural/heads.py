@@ -209,27 +209,27 @@ class CascadeEncoder(nn.Module):
 
         Keeping each chunk with its own survivors would leave, after a few drops, many small chunks (each a
         round of small matrix products); packing the survivors again keeps every chunk near the token budget.
+        Each new chunk copies its rows straight from the chunks that hold them, at its own width (rows of a
+        chunk may come in any order: scores are scattered back by row).
         """
         rows = np.flatnonzero(alive)
         if len(rows) == 0:
             return []
-        width = int(lengths[rows].max())
-        # Every survivor's hidden states in one tensor padded to the longest survivor, in ``rows`` order.
-        kept_rows, kept_hidden = [], []
-        for chunk_rows, hidden, _ in states:
-            kept = alive[chunk_rows]
-            if kept.any():
-                part = hidden[torch.from_numpy(kept).to(hidden.device), :width]
-                kept_hidden.append(nn.functional.pad(part, (0, 0, 0, width - part.shape[1])))
-                kept_rows.append(chunk_rows[kept])
-        flat_rows = np.concatenate(kept_rows)
-        flat = torch.cat(kept_hidden)
-        slot = np.empty(len(lengths), dtype=np.int64)
-        slot[flat_rows] = np.arange(len(flat_rows))
+        source = np.empty(len(lengths), dtype=np.int64)  # chunk holding each row, and its position there
+        position = np.empty(len(lengths), dtype=np.int64)
+        for c, (chunk_rows, _, _) in enumerate(states):
+            source[chunk_rows] = c
+            position[chunk_rows] = np.arange(len(chunk_rows))
         repacked = []
         for part_rows in chunks(rows):
-            part_width = int(lengths[part_rows].max())
-            index = torch.from_numpy(slot[part_rows]).to(flat.device)
-            mask = full_mask[torch.from_numpy(part_rows).to(full_mask.device), :part_width]
-            repacked.append((part_rows, flat[index, :part_width], mask))
+            part_rows = part_rows[np.argsort(source[part_rows], kind="stable")]
+            width = int(lengths[part_rows].max())
+            pieces = []
+            for c in np.unique(source[part_rows]):
+                hidden = states[c][1]
+                take = torch.from_numpy(position[part_rows[source[part_rows] == c]]).to(hidden.device)
+                piece = hidden[take, :width]
+                pieces.append(nn.functional.pad(piece, (0, 0, 0, width - piece.shape[1])))
+            mask = full_mask[torch.from_numpy(part_rows).to(full_mask.device), :width]
+            repacked.append((part_rows, torch.cat(pieces) if len(pieces) > 1 else pieces[0], mask))
         return repacked
