@@ -464,8 +464,28 @@ def markdown(res) -> str:
             f"{f.get('fit_seconds', float('nan')):.0f} s | {'–' if pps is None else f'{pps:.1f}'} | {f.get('load_average')} | "
             f"{'cache' if f['cached'] else ''} |"
         )
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in NOTES] + [""]
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in [distillation_note(res), *NOTES]] + [""]
     return "\n".join(lines)
+
+
+def distillation_note(res) -> str:
+    """What the students learned from: the cross-fitted targets' quality beside the student's, and which
+    distilled rows differ significantly from the no-teacher student (generated from the results)."""
+    rows = {r["key"]: r for r in res["rows"]}
+    student = rows["student"]["map"]["mean"]
+    oof = res["teacher_targets"]["cross_fitted_train_map"]
+    k = res["teacher_cv"]
+    distilled = [r for r in res["rows"] if r["group"] == "student" and r["key"] != "student"]
+    better = [f"{r['label'].strip('*')} ({100 * (r['map']['mean'] - student):+.2f}, p={r['p_map_vs_student']:.3f})"
+              for r in distilled if (r["p_map_vs_student"] or 1.0) < 0.05]
+    return (
+        f"Why the distilled rows do not beat the student here: a student gains from a teacher that knows more "
+        f"than its labels. The cross-fitted targets (each from a clone trained on {k - 1}/{k} of the training "
+        f"questions) rank the training questions at MAP {100 * min(oof.values()):.1f}–{100 * max(oof.values()):.1f}, "
+        f"about the level the student reaches on its own (test MAP {100 * student:.2f}; other questions, so a rough "
+        f"comparison); the paper's teachers are large models well above their students. At this budget, distilled rows significantly different from "
+        f"the no-teacher student (p < 0.05): {', '.join(better) if better else 'none'}."
+    )
 
 
 NOTES = [
