@@ -264,12 +264,11 @@ def _write_json(path: Path, data: dict) -> None:
 def predict_dask(estimator, ddf, *, partitioned=False):
     """Score a Dask DataFrame in the grouped-candidate format, partition by partition.
 
-    With a ``distributed`` client, the fitted estimator is scattered to every worker once, up front, and
-    each partition's task reads the worker's copy (not one copy per partition); with the local schedulers it
-    enters the graph as one task. Dask's active memory manager (on by default, policy ``ReduceReplicas``)
-    may still drop a worker's copy while no waiting task there needs it, and the worker then fetches it
-    again; for a strict one copy per worker, start the scheduler with
-    ``distributed.scheduler.active-memory-manager.start: False``. Every partition must hold whole
+    The fitted estimator enters the task graph once, as one task: each worker fetches it when it first
+    needs it and keeps it for the partitions it scores (not one copy per partition). Dask's active memory
+    manager (on by default, policy ``ReduceReplicas``) may drop a worker's copy while no waiting task there
+    needs it, and the worker then fetches it again; for a strict one copy per worker, start the scheduler
+    with ``distributed.scheduler.active-memory-manager.start: False``. Every partition must hold whole
     questions, since scores such as Cosinet's depend on a question's other candidates and ranks are per
     question: unless ``partitioned=True``, the frame is first shuffled by ``qid`` (hash partitioning), after
     adding a ``position`` column (the order of the rows inside their question, which a shuffle would lose)
@@ -308,25 +307,9 @@ def predict_dask(estimator, ddf, *, partitioned=False):
         if "position" not in ddf.columns:
             ddf = ddf.assign(position=ddf.groupby("qid").cumcount())
         ddf = ddf.shuffle(on="qid")
-    model = _shipped(estimator)
+    model = dask.delayed(estimator, pure=False, traverse=False)
     meta = pd.DataFrame({"score": pd.Series(dtype="float64"), "rank": pd.Series(dtype="int64")}, index=ddf._meta.index)
     return ddf.map_partitions(_score_partition, model, meta=meta)
-
-
-def _shipped(estimator):
-    """The estimator as the partitions' tasks receive it: with a ``distributed`` client, one copy put on every
-    worker up front (a model fetched on demand is dropped again by the scheduler's memory manager once no
-    waiting task on that worker needs it, and fetched again for the next); with the local schedulers, one
-    task of the graph."""
-    import dask
-
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
-        return dask.delayed(estimator, pure=False, traverse=False)
-    return client.scatter(estimator, broadcast=True, hash=False)
 
 
 def _score_partition(X, estimator):
