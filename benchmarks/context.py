@@ -33,7 +33,8 @@ tokens per pair (both inputs for the ensemble) explain the dynamic figures.
 
 ``--quick``: 1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128
 rows: an end-to-end check, not a result. Writes ``benchmarks/results/context.json`` and
-``docs/benchmarks/context.md`` (``--render`` rewrites the Markdown from the JSON).
+``docs/benchmarks/context.md`` (``--render`` rewrites the Markdown from the JSON, first adding to the JSON the
+fields added since its run, from the same splits).
 """
 
 from __future__ import annotations
@@ -505,7 +506,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default 2; quick: 1)")
     parser.add_argument("--data", nargs="+", choices=("wikiqa", "squad"), default=["wikiqa", "squad"])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--render", action="store_true", help="only rewrite docs/benchmarks/context.md from the JSON")
+    parser.add_argument("--render", action="store_true", help="only rewrite docs/benchmarks/context.md from the JSON (adding fields added since its run)")
     args = parser.parse_args(argv)
     if args.render:
         res = json.loads((RESULTS / tagged("context.json")).read_text())

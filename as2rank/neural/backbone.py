@@ -238,8 +238,8 @@ def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, tok
     if getattr(tokenizer, "is_fast", False) and questions:
         return _encode_with_backend(tokenizer, questions, candidates, int(max_length), token_types)
     enc = tokenizer(
-        list(questions),
-        list(candidates),
+        questions,
+        candidates,
         truncation="longest_first",
         max_length=int(max_length),
         padding="longest",
