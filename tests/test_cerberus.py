@@ -154,6 +154,33 @@ def test_body_runs_once_per_input_and_the_heads_once_per_batch(tokenizer, data):
     assert all(k == 3 for k, _ in calls["heads"]) and sum(n for _, n in calls["heads"][::2]) >= len(X)
 
 
+def test_cpu_inference_runs_the_heads_over_row_blocks_with_equal_logits(tokenizer, data, monkeypatch):
+    import as2rank.neural.distillation as distillation
+
+    X, y = data
+    est = cerberus(tokenizer, X, y).fit(X, y)
+    module = est.model_.eval()
+    batch = {k: torch.from_numpy(v[:20]) for k, v in est._encode(X).items() if k != "lengths"}
+    with torch.inference_mode():
+        whole = module(batch)
+        body = module.encoder(**batch).last_hidden_state
+        assert module.head_rows(body) == 20  # tiny model: every row at once
+        # Temporaries of 6 rows per block (the widest is n_heads × length × intermediate × element size).
+        widest = 3 * body.shape[1] * module.heads[0].ffn_in_weight.shape[1] * body.element_size()
+        monkeypatch.setattr(distillation, "_CPU_TEMP_BYTES", 6 * widest + 1)
+        calls = []
+        hooks = [block.register_forward_hook(lambda m, a, o: calls.append(a[0].shape[:2])) for block in module.heads]
+        blocked = module(batch)
+        for h in hooks:
+            h.remove()
+    assert module.head_rows(body) == 6
+    torch.testing.assert_close(blocked, whole, rtol=0, atol=1e-5)
+    length = body.shape[1]
+    assert calls[::2] == [(3, 6 * length)] * 3 + [(3, 2 * length)]  # 4 row blocks, every call all 3 heads
+    module.train()
+    assert module.head_rows(body) == 20  # training steps keep whole batches
+
+
 def test_gradient_of_one_head_does_not_reach_the_others(tokenizer, data):
     X, y = data
     est = cerberus(tokenizer, X, y).fit(X, y)
