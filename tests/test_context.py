@@ -24,7 +24,7 @@ from as2rank.context import (  # noqa: E402
     _share_budget,
 )
 from as2rank.metrics import get_scorer  # noqa: E402
-from as2rank.neural.context import SEGMENTS, MultiwayAttention, gather_segments  # noqa: E402
+from as2rank.neural.context import SEGMENTS, MultiwayAttention, gather_segments, segment_widths  # noqa: E402
 from as2rank.text import tokenize  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 
@@ -329,6 +329,13 @@ def test_gather_segments_packs_tokens_in_order():
     assert tokens[0, :, 0].tolist() == [1.0, 3.0] and mask.tolist() == [[True, True], [False, False]]
     tokens, mask = gather_segments(hidden, segments, (3,))
     assert tokens[1, :, 0].tolist() == [7.0, 8.0] and mask.tolist() == [[True, False], [True, True]]
+    # Widths read up front for several groups at once give the same packing; a group absent from every row
+    # still gets one (masked) column.
+    assert segment_widths(segments, [(1, 2), (3,), (4,)]) == [2, 2, 1]
+    wide, wide_mask = gather_segments(hidden, segments, (3,), width=2)
+    assert torch.equal(wide, tokens) and torch.equal(wide_mask, mask)
+    none, none_mask = gather_segments(hidden, segments, (4,), width=1)
+    assert none.shape == (2, 1, 1) and not none_mask.any()
 
 
 def test_multiway_attention_shapes_and_masking():

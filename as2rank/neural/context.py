@@ -14,7 +14,7 @@ from torch import nn
 from .backbone import masked_mean
 from .heads import head_logits, pool
 
-__all__ = ["SEGMENTS", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "gather_segments"]
+__all__ = ["SEGMENTS", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "gather_segments", "segment_widths"]
 
 #: Segment id of each token of a context input: special tokens (and padding) are 0.
 SEGMENTS = {"special": 0, "question": 1, "candidate": 2, "local": 3, "global": 4}
@@ -26,8 +26,33 @@ def classifier(in_features: int, hidden: int, dropout: float = 0.1) -> nn.Sequen
     return nn.Sequential(nn.Dropout(dropout), nn.Linear(in_features, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 1))
 
 
-def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tokens of some segments of each row, packed to the left and padded to the longest row.
+def segment_widths(segments: torch.Tensor, groups) -> list[int]:
+    """For each group of segment ids, the largest number of its tokens in a row (at least 1).
+
+    One host read for all groups: called before the encoder runs, it waits on the batch's copy to the device
+    alone, so the launches of the layers after the encoder overlap the encoder's work on a GPU (each width
+    read after the encoder would make the device idle while the rest is launched).
+
+    Parameters
+    ----------
+    segments : Tensor of int, shape (batch, length)
+        Segment id of every token (:data:`SEGMENTS`).
+    groups : sequence of sequences of int
+
+    Returns
+    -------
+    list of int
+    """
+    counts = torch.stack([_kept(segments, ids).sum(dim=1) for ids in groups])
+    return counts.amax(dim=1).clamp_min(1).tolist()
+
+
+def _kept(segments: torch.Tensor, ids) -> torch.Tensor:
+    return torch.isin(segments, torch.as_tensor(list(ids), device=segments.device))
+
+
+def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens of some segments of each row, packed to the left and padded to ``width``.
 
     Parameters
     ----------
@@ -36,17 +61,20 @@ def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids) -> tuple[
         Segment id of every token (:data:`SEGMENTS`).
     ids : sequence of int
         Segments to keep, in sequence order (their tokens keep their order).
+    width : int, default=None
+        Tokens per row of the output, at least the largest count of kept tokens in a row
+        (:func:`segment_widths`); ``None`` reads that count from the device.
 
     Returns
     -------
     tokens : Tensor of shape (batch, width, dim)
-        ``width`` is the largest number of kept tokens in a row (at least 1).
     mask : Tensor of bool, shape (batch, width)
         True for real tokens; a row without any token of ``ids`` is all False.
     """
-    keep = torch.isin(segments, torch.as_tensor(list(ids), device=segments.device))
+    keep = _kept(segments, ids)
     counts = keep.sum(dim=1)
-    width = max(1, int(counts.max()))
+    if width is None:
+        width = max(1, int(counts.max()))
     # A stable sort of "not kept" brings the kept positions first, in their order.
     order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]
     tokens = hidden.gather(1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
@@ -168,12 +196,15 @@ class MultiwayContextEncoder(nn.Module):
         self.head = classifier(hidden * (1 + len(self.contexts)), hidden)
 
     def forward(self, batch: dict) -> torch.Tensor:
+        segments = batch["segments"]
+        groups = [(SEGMENTS["question"], SEGMENTS["candidate"])] + [(SEGMENTS[c],) for c in self.contexts]
+        widths = segment_widths(segments, groups)  # before the encoder: see segment_widths
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
         parts = [pool(hidden, batch["attention_mask"], self.pooling)]
-        query, query_mask = gather_segments(hidden, batch["segments"], (SEGMENTS["question"], SEGMENTS["candidate"]))
-        for context in self.contexts:
-            keys, key_mask = gather_segments(hidden, batch["segments"], (SEGMENTS[context],))
+        query, query_mask = gather_segments(hidden, segments, groups[0], widths[0])
+        for context, ids, width in zip(self.contexts, groups[1:], widths[1:]):
+            keys, key_mask = gather_segments(hidden, segments, ids, width)
             attended = self.attention[context](query, query_mask, keys, key_mask)
             parts.append(masked_mean(attended, query_mask))
         return head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
@@ -197,13 +228,17 @@ class ContextEnsembleModule(nn.Module):
         hidden = encoder.config.hidden_size
         self.head = classifier(2 * hidden, hidden)
 
-    def _pooled(self, encoder, batch, prefix):
-        mask = batch[prefix + "attention_mask"]
-        width = max(1, int(mask.sum(dim=1).max())) if self.trim_padding else mask.shape[1]
+    def _pooled(self, encoder, batch, prefix, width):
         inputs = {k: batch[prefix + k][:, :width] for k in ("input_ids", "attention_mask", "token_type_ids") if prefix + k in batch}
         hidden = encoder(**inputs).last_hidden_state
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
     def forward(self, batch: dict) -> torch.Tensor:
-        pooled = (self._pooled(self.encoder, batch, ""), self._pooled(self.global_encoder, batch, "global_"))
+        masks = (batch["attention_mask"], batch["global_attention_mask"])
+        if self.trim_padding:
+            # Both widths in one host read, before either encoder runs (see segment_widths).
+            widths = torch.stack([m.sum(dim=1).amax() for m in masks]).clamp_min(1).tolist()
+        else:
+            widths = [m.shape[1] for m in masks]
+        pooled = (self._pooled(self.encoder, batch, "", widths[0]), self._pooled(self.global_encoder, batch, "global_", widths[1]))
         return head_logits(self.head, torch.cat(pooled, dim=-1)).squeeze(-1)
