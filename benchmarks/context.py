@@ -238,6 +238,19 @@ def time_forward(est, batches, device, fixed: bool) -> float:
     return seconds
 
 
+def forward_ops(est, batch, device) -> int:
+    """Operators one forward pass issues: top-level aten calls, each about one kernel launch on a GPU (where
+    a small model at batch 128 waits on launches more than on arithmetic, latency follows this count)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    module = est._module_on(device)
+    batch = to_device(batch, device)
+    with torch.inference_mode(), autocast(device, est._compute_dtype(device)):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            module(batch)
+    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None)
+
+
 def latency(models: dict, frames: dict, rounds: int, n_rows: int) -> dict:
     device = resolve_device("auto")
     out = {}
@@ -249,6 +262,8 @@ def latency(models: dict, frames: dict, rounds: int, n_rows: int) -> dict:
                 times[row].append(1000 * time_forward(est, prepared[row], device, width is not None) / min(n_rows, len(frames[row])))
             log(f"[latency {mode}] round {r}: " + ", ".join(f"{row} {t[-1]:.2f}" for row, t in times.items()) + " ms/sample")
         out[mode] = {row: {"ms_per_sample": float(np.median(t)), "rounds": t} for row, t in times.items()}
+        if mode == "dynamic":
+            out["ops_per_forward"] = {row: forward_ops(est, prepared[row][0], device) for row, est in models.items()}
     return out
 
 
@@ -361,14 +376,17 @@ def markdown(res) -> str:
         "batch building excluded), batches of 128 test rows, seed-0 models, median of interleaved rounds, in ms per "
         "sample; **dynamic** = rows sorted by length, each batch padded to its longest row (the context tokens "
         "show); **fixed** = every model, the no-context one included, padded to 256 tokens (the paper's setting). "
-        "×: relative to the no-context row of the same column.",
+        "×: relative to the no-context row of the same column. ops / forward: top-level torch operators one forward "
+        "pass of a batch issues (about one kernel launch each on a GPU, where this 6-layer model at batch 128 is "
+        "bound more by launches than by arithmetic, so latency there follows this count more than the tokens).",
         "",
     ]
     for name, data in res["datasets"].items():
         n = data["n"]
         title = {"wikiqa": "WikiQA", "squad": "SQuAD 2.0 sample (paragraphs)"}[name]
         lat = data["latency"]
-        base_lat = {mode: lat[mode]["No context"]["ms_per_sample"] for mode in lat}
+        base_lat = {mode: lat[mode]["No context"]["ms_per_sample"] for mode in ("dynamic", "fixed")}
+        ops = lat.get("ops_per_forward", {})
         lines += [
             f"## {title}: Table 2 analog",
             "",
@@ -377,8 +395,8 @@ def markdown(res) -> str:
             f"{data['latency_rows']} test rows.",
             "",
             "| model | P@1 | MAP | MRR | p P@1 | p AP | tokens / pair | latency dynamic (ms) | × | latency fixed (ms) | × | "
-            "paper (ASNQ) P@1 / MAP / MRR | paper latency × |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "ops / forward | paper (ASNQ) P@1 / MAP / MRR | paper latency × |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in ROWS:
             r = data["rows"][row]
@@ -390,7 +408,7 @@ def markdown(res) -> str:
             lines.append(
                 f"| {row} | {' | '.join(cells)} | {pval(r.get('p_p@1'))} | {pval(r.get('p_map'))} | "
                 f"{r['tokens_per_pair']:.0f} | {dyn:.2f} | {dyn / base_lat['dynamic']:.2f} | {fix:.2f} | "
-                f"{fix / base_lat['fixed']:.2f} | {paper_cells} | {paper_lat} |"
+                f"{fix / base_lat['fixed']:.2f} | {ops.get(row, '–')} | {paper_cells} | {paper_lat} |"
             )
         rows = data["rows"]
         lines += [

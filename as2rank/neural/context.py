@@ -48,7 +48,12 @@ def segment_widths(segments: torch.Tensor, groups) -> list[int]:
 
 
 def _kept(segments: torch.Tensor, ids) -> torch.Tensor:
-    return torch.isin(segments, torch.as_tensor(list(ids), device=segments.device))
+    # Comparisons with Python ints: a tensor of ``ids`` would be a host-to-device copy, which on a GPU waits
+    # for everything queued before it.
+    keep = segments == ids[0]
+    for i in ids[1:]:
+        keep |= segments == i
+    return keep
 
 
 def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
