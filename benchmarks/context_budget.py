@@ -1,7 +1,7 @@
-"""How many epochs a context model needs: learning curves of a no-context and a local-context ranker on the
-SQuAD split of ``benchmarks/context.py``.
+"""How many epochs a context model needs: learning curves of a no-context and a local-context ranker on a
+data set of ``benchmarks/context.py`` (its splits; SQuAD by default).
 
-    python benchmarks/context_budget.py [--epochs 2 4 6] [--seed 1] [--threads N]
+    python benchmarks/context_budget.py [--data squad|wikiqa] [--epochs 2 4 6] [--seed 1] [--threads N]
 
 One fit per (model, epoch budget): ``TransformerRanker(max_length=128)`` ("No context") and
 ``ContextConcat(contexts=("local",))`` ("Local", cosine-context frames) with the training budget of
@@ -12,7 +12,7 @@ base-rate loss (the constant prediction of the share of right answers) and dev M
 and MRR; plots dev MAP per epoch. This is what sets ``EPOCHS`` of ``benchmarks/context.py``.
 
 Writes ``benchmarks/results/context_budget.json``, ``docs/benchmarks/context_budget.md`` and
-``docs/benchmarks/context_budget.png``.
+``docs/benchmarks/context_budget.png`` (with ``-wikiqa`` before the extension for WikiQA).
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ from as2rank.context import ContextConcat
 from as2rank.transformer import TransformerRanker
 
 ROWS = ("No context", "Local")
+TITLES = {"squad": "SQuAD sample", "wikiqa": "WikiQA"}
+
+
+def output_name(data: str, ext: str) -> str:
+    return tagged(f"context_budget{'' if data == 'squad' else '-' + data}.{ext}")
 
 
 def make(row: str, epochs: int, seed: int):
@@ -41,7 +46,7 @@ def make(row: str, epochs: int, seed: int):
 
 
 def run(args) -> dict:
-    data = load_data("squad", quick=False)
+    data = load_data(args.data, quick=False)
     frames = {split: with_context(X, "cosine")[0] for split, (X, _) in data.items()}
     (_, y_train), (_, y_dev), (_, y_test) = data["train"], data["dev"], data["test"]
     res = {"base_rate_loss": base_rate_loss(y_train), "n_train_pairs": len(y_train), "fits": []}
@@ -78,7 +83,7 @@ def plot(res, path):
                 label=f"{f['row']}, {f['epochs']}-epoch budget")
     ax.set_xlabel("epoch")
     ax.set_ylabel("dev MAP (%)")
-    ax.set_title(f"SQuAD sample, {res['n_train_pairs']} training pairs, batch 32 (seed {res['seed']})", fontsize=9)
+    ax.set_title(f"{TITLES[res['data']]}, {res['n_train_pairs']} training pairs, batch 32 (seed {res['seed']})", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -88,13 +93,13 @@ def plot(res, path):
 
 def markdown(res) -> str:
     lines = [
-        "# Context models: training budget (SQuAD sample)",
+        f"# Context models: training budget ({TITLES[res['data']]})",
         "",
         f"Measured {res['date']} on {res['machine']}; torch {res['torch']} with {res['torch_threads']} CPU thread(s). "
         f"Command: `{res['command']}`. Wall time {res['wall_seconds'] / 60:.1f} min (fits read from "
         "`benchmarks/cache/` where cached).",
         "",
-        f"The SQuAD split of `benchmarks/context.py` ({res['n_train_pairs']} training pairs, about "
+        f"The {TITLES[res['data']]} split of `benchmarks/context.py` ({res['n_train_pairs']} training pairs, about "
         f"{res['n_train_pairs'] // 32} steps an epoch at batch 32), seed {res['seed']}, backbone `minilm-l6`. Each "
         "row is one fit with its own schedule (warm-up, then linear decay over the whole budget); early stopping "
         "on the dev split restores the best epoch, which the test figures use. Base-rate loss (the constant "
@@ -111,12 +116,13 @@ def markdown(res) -> str:
             f"{' '.join(f'{100 * v:.1f}' for v in f['dev_map'])} | {best} | "
             + " | ".join(f"{100 * f[m]:.2f}" for m in METRICS) + " |"
         )
-    lines += ["", f"![dev MAP per epoch]({tagged('context_budget.png')})", ""]
+    lines += ["", f"![dev MAP per epoch]({output_name(res['data'], 'png')})", ""]
     return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", choices=tuple(TITLES), default="squad")
     parser.add_argument("--epochs", type=int, nargs="+", default=[2, 4, 6], help="epoch budgets (default 2 4 6)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -131,17 +137,18 @@ def main(argv=None):
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "load_average_start": load_average(),
+        "data": args.data,
         "seed": args.seed,
         **run(args),
     }
     res["wall_seconds"] = time.perf_counter() - start
     res = jsonable(res)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / tagged("context_budget.json")).write_text(json.dumps(res, indent=2))
+    (RESULTS / output_name(args.data, "json")).write_text(json.dumps(res, indent=2))
     DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / tagged("context_budget.png"))
-    (DOCS / tagged("context_budget.md")).write_text(markdown(res))
-    log(f"wrote {DOCS / tagged('context_budget.md')} ({res['wall_seconds'] / 60:.1f} min)")
+    plot(res, DOCS / output_name(args.data, "png"))
+    (DOCS / output_name(args.data, "md")).write_text(markdown(res))
+    log(f"wrote {DOCS / output_name(args.data, 'md')} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":
