@@ -120,6 +120,23 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
     return est
 
 
+def run_header(script: str, argv) -> dict:
+    """What every result file starts with: the command that made it, the date, the machine, torch and its
+    CPU threads, and the load average at the start (``argv`` as given to ``main``; None: the process's)."""
+    import sys
+
+    import torch
+
+    return {
+        "command": (f"python benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "load_average_start": load_average(),
+    }
+
+
 def machine() -> str:
     """CPU model, core count and the instruction-set flags that matter for torch on CPU, or the GPU."""
     model = platform.machine()

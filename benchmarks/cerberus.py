@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import joblib
 import numpy as np
 import torch
-from _common import CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, machine, tagged, wikiqa_splits
+from _common import CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, run_header, tagged, wikiqa_splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -535,12 +534,7 @@ def main(argv=None):
         raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}; this benchmark needs the shared data.")
     start = time.perf_counter()
     res = {
-        "command": ("python benchmarks/cerberus.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "load_average_start": load_average(),
+        **run_header("cerberus.py", argv),
         "quick": "one seed, one epoch, 100 training / 40 dev / 60 test questions (fixed random subsets), 2-fold "
                  "cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
     }

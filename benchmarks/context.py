@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, DOCS, RESULTS, fitted, jsonable, load_average, log, machine, tagged, wikiqa_splits
+from _common import CACHE, DOCS, RESULTS, fitted, jsonable, load_average, log, run_header, tagged, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import keep_answered
@@ -557,12 +556,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     res = {
-        "command": ("python benchmarks/context.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "load_average_start": load_average(),
+        **run_header("context.py", argv),
         "quick": "1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128 rows"
         if args.quick else "",
         "seeds": args.seeds,

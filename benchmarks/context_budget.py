@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
 import torch
-from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, machine, tagged
+from _common import DOCS, RESULTS, fitted, jsonable, log, run_header, tagged
 from context import CONTEXT_LENGTHS, METRICS, NO_CONTEXT_LENGTH, base_rate_loss, budget, evaluate, load_data, with_context
 
 from as2rank.context import ContextConcat
@@ -131,12 +130,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     res = {
-        "command": ("python benchmarks/context_budget.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "load_average_start": load_average(),
+        **run_header("context_budget.py", argv),
         "data": args.data,
         "seed": args.seed,
         **run(args),
