@@ -3,7 +3,7 @@ data set of ``benchmarks/context.py`` (its splits; SQuAD by default).
 
     python benchmarks/context_budget.py [--data squad|wikiqa] [--epochs 2 4 6] [--seed 1] [--threads N]
 
-One fit per (model, epoch budget): ``TransformerRanker(max_length=128)`` ("No context") and
+One fit per (model, epoch budget) of two rows of ``context.make``: ``TransformerRanker(max_length=128)`` ("No context") and
 ``ContextConcat(contexts=("local",))`` ("Local", cosine-context frames) with the training budget of
 ``benchmarks/context.py`` (batch 32, learning rate 1e-4, warm-up then linear decay over the whole budget,
 early stopping on the dev split with the best epoch restored). A budget is a schedule, not a checkpoint:
@@ -24,10 +24,7 @@ import time
 import numpy as np
 import torch
 from _common import DOCS, RESULTS, fitted, jsonable, log, run_header, tagged
-from context import CONTEXT_LENGTHS, METRICS, NO_CONTEXT_LENGTH, base_rate_loss, budget, evaluate, load_data, with_context
-
-from as2rank.context import ContextConcat
-from as2rank.transformer import TransformerRanker
+from context import METRICS, base_rate_loss, evaluate, load_data, make, with_context
 
 ROWS = ("No context", "Local")
 TITLES = {"squad": "SQuAD sample", "wikiqa": "WikiQA"}
@@ -35,13 +32,6 @@ TITLES = {"squad": "SQuAD sample", "wikiqa": "WikiQA"}
 
 def output_name(data: str, ext: str) -> str:
     return tagged(f"context_budget{'' if data == 'squad' else '-' + data}.{ext}")
-
-
-def make(row: str, epochs: int, seed: int):
-    b = budget(epochs, seed)
-    if row == "No context":
-        return TransformerRanker(max_length=NO_CONTEXT_LENGTH, **b)
-    return ContextConcat(contexts=("local",), **CONTEXT_LENGTHS, **b)
 
 
 def run(args) -> dict:
@@ -53,7 +43,7 @@ def run(args) -> dict:
     for row in ROWS:
         for epochs in args.epochs:
             X = {split: data[split][0] if row == "No context" else frames[split] for split in data}
-            model = fitted(make(row, epochs, args.seed), X["train"], y_train, fit_log, eval_set=(X["dev"], y_dev))
+            model = fitted(make(row, epochs, args.seed)[0], X["train"], y_train, fit_log, eval_set=(X["dev"], y_dev))
             history = model.history_
             scores = evaluate(y_test, model.predict(X["test"]), X["test"])
             res["fits"].append({

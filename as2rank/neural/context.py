@@ -43,8 +43,11 @@ def segment_widths(segments: torch.Tensor, groups) -> list[int]:
     -------
     list of int
     """
-    counts = torch.stack([_kept(segments, ids).sum(dim=1) for ids in groups])
-    return counts.amax(dim=1).clamp_min(1).tolist()
+    return _widths([_kept(segments, ids).sum(dim=1) for ids in groups])
+
+
+def _widths(counts) -> list[int]:
+    return torch.stack(counts).amax(dim=1).clamp_min(1).tolist()
 
 
 def _kept(segments: torch.Tensor, ids) -> torch.Tensor:
@@ -80,6 +83,10 @@ def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids, width: in
     counts = keep.sum(dim=1)
     if width is None:
         width = max(1, int(counts.max()))
+    return _pack(hidden, keep, counts, width)
+
+
+def _pack(hidden, keep, counts, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     # A stable sort of "not kept" brings the kept positions first, in their order.
     order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]
     tokens = hidden.gather(1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
@@ -201,15 +208,16 @@ class MultiwayContextEncoder(nn.Module):
         self.head = classifier(hidden * (1 + len(self.contexts)), hidden)
 
     def forward(self, batch: dict) -> torch.Tensor:
-        segments = batch["segments"]
         groups = [(SEGMENTS["question"], SEGMENTS["candidate"])] + [(SEGMENTS[c],) for c in self.contexts]
-        widths = segment_widths(segments, groups)  # before the encoder: see segment_widths
+        keeps = [_kept(batch["segments"], ids) for ids in groups]
+        counts = [keep.sum(dim=1) for keep in keeps]
+        widths = _widths(counts)  # before the encoder: see segment_widths
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
         parts = [pool(hidden, batch["attention_mask"], self.pooling)]
-        query, query_mask = gather_segments(hidden, segments, groups[0], widths[0])
-        for context, ids, width in zip(self.contexts, groups[1:], widths[1:]):
-            keys, key_mask = gather_segments(hidden, segments, ids, width)
+        query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])
+        for i, context in enumerate(self.contexts, start=1):
+            keys, key_mask = _pack(hidden, keeps[i], counts[i], widths[i])
             attended = self.attention[context](query, query_mask, keys, key_mask)
             parts.append(masked_mean(attended, query_mask))
         return head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
