@@ -123,12 +123,13 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
 def run_header(script: str, argv) -> dict:
     """What every result file starts with: the command that made it, the date, the machine, torch and its
     CPU threads, and the load average at the start (``argv`` as given to ``main``; None: the process's)."""
+    import shlex
     import sys
 
     import torch
 
     return {
-        "command": (f"python benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
+        "command": (f"python benchmarks/{script} " + shlex.join(argv if argv is not None else sys.argv[1:])).strip(),
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),
         "torch": torch.__version__,

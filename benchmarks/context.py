@@ -51,7 +51,7 @@ import torch
 from _common import CACHE, DOCS, RESULTS, fitted, jsonable, load_average, log, run_header, tagged, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
-from as2rank.data import keep_answered
+from as2rank.data import GroupIndex, keep_answered
 from as2rank.metrics import mean_average_precision, paired_significance, precision_at_k, ranking_report
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.backbone import batch_tensors
@@ -177,21 +177,43 @@ def base_rate_loss(y) -> float:
     return float(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
 
 
-def answer_in_context(X, Xc, y) -> dict:
-    """Share of the wrong candidates (label 0) whose local / global context contains a right candidate of the
-    same question verbatim: how often the context points at the answer for a candidate that is not it."""
-    rows = pd.DataFrame({"qid": X["qid"].to_numpy(), "text": X["candidate"].to_numpy(), "label": np.asarray(y)})
-    rows["row"] = np.arange(len(rows))
-    pairs = rows[rows["label"] == 0].merge(rows[rows["label"] > 0], on="qid", suffixes=("", "_pos"))
-    out = {"wrong_candidates": int((rows["label"] == 0).sum())}
-    hits = {}
+def context_holds_answer(Xc, y, rows) -> dict:
+    """For each of ``rows`` (wrong candidates), whether its local / global context contains a right candidate
+    of the same question verbatim: ``{"local": bool array, "global": bool array}``."""
+    rows = np.asarray(rows)
+    frame = pd.DataFrame({"qid": Xc["qid"].to_numpy(), "text": Xc["candidate"].to_numpy(), "label": np.asarray(y)})
+    frame["row"] = np.arange(len(frame))
+    pairs = frame.iloc[rows].merge(frame[frame["label"] > 0], on="qid", suffixes=("", "_pos"))
+    out = {}
     for column in ("local_context", "global_context"):
         context = Xc[column].to_numpy()[pairs["row"].to_numpy()]
         found = np.fromiter((a in c for a, c in zip(pairs["text_pos"], context)), dtype=bool, count=len(pairs))
-        hits[column] = set(pairs["row"].to_numpy()[found])
-        out[column.split("_")[0]] = len(hits[column]) / max(out["wrong_candidates"], 1)
-    out["either"] = len(hits["local_context"] | hits["global_context"]) / max(out["wrong_candidates"], 1)
+        out[column.split("_")[0]] = np.isin(rows, pairs["row"].to_numpy()[found])
     return out
+
+
+def answer_in_context(X, Xc, y) -> dict:
+    """Share of the wrong candidates (label 0) whose local / global context contains a right candidate of the
+    same question verbatim: how often the context points at the answer for a candidate that is not it."""
+    wrong = np.flatnonzero(np.asarray(y) == 0)
+    hits = context_holds_answer(Xc, y, wrong)
+    n = max(len(wrong), 1)
+    return {"wrong_candidates": len(wrong), "local": float(hits["local"].sum() / n), "global": float(hits["global"].sum() / n),
+            "either": float((hits["local"] | hits["global"]).sum() / n)}
+
+
+def wrong_picks(Xc, y, scores) -> dict:
+    """The questions a model gets wrong at rank 1, and how many of its wrong picks have a right answer of the
+    question in their local / global context (ties broken as the metrics break them: pessimistically).
+
+    Set beside :func:`answer_in_context` (the share among all wrong candidates), a model whose wrong picks hold
+    the answer in their context far more often than wrong candidates at large is drawn to the answer's
+    neighbours by the context."""
+    index = GroupIndex(Xc["qid"].to_numpy(), Xc["position"].to_numpy())
+    picks = index.sort(np.asarray(scores, dtype=np.float64), np.asarray(y))[index.starts]
+    wrong = picks[np.asarray(y)[picks] == 0]
+    hits = context_holds_answer(Xc, y, wrong)
+    return {"questions": len(picks), "wrong": len(wrong), "local": int(hits["local"].sum()), "global": int(hits["global"].sum())}
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
@@ -312,7 +334,8 @@ def run_dataset(name, args, fit_log) -> dict:
             model = fitted(est, X_train, y_train, fit_log, eval_set=(X_dev, y_dev))
             fit_log[-1].update(data=name, row=row, seed=seed)
             scores = model.predict(X_test)
-            runs.append({"seed": seed, **evaluate(y_test, scores, X_test)})
+            picks = wrong_picks(frames[("test", method or "cosine")], y_test, scores)
+            runs.append({"seed": seed, **evaluate(y_test, scores, X_test), "wrong_picks": picks})
             for m in ("map", "p@1"):
                 per_q[row][m].append(per_question(y_test, scores, X_test, m))
             if seed == args.seeds[0]:
@@ -455,6 +478,8 @@ def markdown(res) -> str:
             + ".",
             "",
         ]
+        if all("wrong_picks" in r for row in rows.values() for r in row["runs"]):
+            lines += wrong_picks_table(data)
         if "answer_in_context" in data:
             lines += [
                 "Wrong test candidates whose context holds a right answer of the same question verbatim: "
@@ -490,6 +515,28 @@ def markdown(res) -> str:
         lines.append(f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |")
     lines += ["", "## Notes", ""] + [f"- {n}" for n in NOTES] + [""]
     return "\n".join(lines)
+
+
+def wrong_picks_table(data) -> list:
+    """Per row: the test questions it ranks a wrong candidate first, and how often that pick's context holds the
+    right answer, beside the share among all wrong candidates (:func:`answer_in_context`)."""
+    base = data["answer_in_context"]["cosine"]
+    lines = [
+        "Wrong picks: test questions whose top-ranked candidate is wrong (mean over seeds), and the share of those "
+        "picks whose local / global context holds a right answer of the question verbatim (the no-context row's "
+        "picks are looked up in the cosine contexts). Among all wrong candidates the shares are "
+        f"{100 * base['local']:.1f}% / {100 * base['global']:.1f}%; a row whose picks sit far above that is drawn "
+        "to the answer's neighbours by the context.",
+        "",
+        "| model | questions wrong at rank 1 | pick's local context holds the answer | pick's global context holds the answer |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for row in ROWS:
+        picks = [r["wrong_picks"] for r in data["rows"][row]["runs"]]
+        wrong = sum(p["wrong"] for p in picks)
+        share = {c: 100 * sum(p[c] for p in picks) / max(wrong, 1) for c in ("local", "global")}
+        lines.append(f"| {row} | {wrong / len(picks):.1f} of {picks[0]['questions']} | {share['local']:.1f}% | {share['global']:.1f}% |")
+    return lines + [""]
 
 
 def untrained_note(res) -> str:

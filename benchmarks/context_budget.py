@@ -1,10 +1,11 @@
-"""How many epochs a context model needs: learning curves of a no-context and a local-context ranker on a
-data set of ``benchmarks/context.py`` (its splits; SQuAD by default).
+"""How many epochs a context model needs: learning curves of context and no-context rankers on a data set
+of ``benchmarks/context.py`` (its splits; SQuAD by default).
 
-    python benchmarks/context_budget.py [--data squad|wikiqa] [--epochs 2 4 6] [--seed 1] [--threads N]
+    python benchmarks/context_budget.py [--data squad|wikiqa] [--rows "No context" Local] [--epochs 2 4 6] [--seed 1] [--threads N]
 
-One fit per (model, epoch budget) of two rows of ``context.make``: ``TransformerRanker(max_length=128)`` ("No context") and
-``ContextConcat(contexts=("local",))`` ("Local", cosine-context frames) with the training budget of
+One fit per (row, epoch budget) of rows of ``context.make`` (by default ``TransformerRanker(max_length=128)``,
+"No context", and ``ContextConcat(contexts=("local",))``, "Local"; context rows read the frames of their
+global-context method) with the training budget of
 ``benchmarks/context.py`` (batch 32, learning rate 1e-4, warm-up then linear decay over the whole budget,
 early stopping on the dev split with the best epoch restored). A budget is a schedule, not a checkpoint:
 the 6-epoch fit is not the 2-epoch fit trained on. Reports each fit's per-epoch training loss against the
@@ -24,9 +25,11 @@ import time
 import numpy as np
 import torch
 from _common import DOCS, RESULTS, fitted, jsonable, log, run_header, tagged
-from context import METRICS, base_rate_loss, evaluate, load_data, make, with_context
+import context
+from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, with_context, wrong_picks
 
 ROWS = ("No context", "Local")
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
 TITLES = {"squad": "SQuAD sample", "wikiqa": "WikiQA"}
 
 
@@ -36,19 +39,24 @@ def output_name(data: str, ext: str) -> str:
 
 def run(args) -> dict:
     data = load_data(args.data, quick=False)
-    frames = {split: with_context(X, "cosine")[0] for split, (X, _) in data.items()}
     (_, y_train), (_, y_dev), (_, y_test) = data["train"], data["dev"], data["test"]
-    res = {"base_rate_loss": base_rate_loss(y_train), "n_train_pairs": len(y_train), "fits": []}
+    res = {
+        "base_rate_loss": base_rate_loss(y_train), "n_train_pairs": len(y_train), "rows": list(args.rows),
+        "answer_in_context": answer_in_context(data["test"][0], with_context(data["test"][0], "cosine")[0], y_test), "fits": [],
+    }
     fit_log = []
-    for row in ROWS:
+    for row in args.rows:
         for epochs in args.epochs:
-            X = {split: data[split][0] if row == "No context" else frames[split] for split in data}
-            model = fitted(make(row, epochs, args.seed)[0], X["train"], y_train, fit_log, eval_set=(X["dev"], y_dev))
+            est, method = make(row, epochs, args.seed)
+            X = {split: data[split][0] if method is None else with_context(data[split][0], method)[0] for split in data}
+            model = fitted(est, X["train"], y_train, fit_log, eval_set=(X["dev"], y_dev))
             history = model.history_
-            scores = evaluate(y_test, model.predict(X["test"]), X["test"])
+            predicted = model.predict(X["test"])
+            scores = evaluate(y_test, predicted, X["test"])
+            picks = wrong_picks(with_context(data["test"][0], method or "cosine")[0], y_test, predicted)
             res["fits"].append({
                 "row": row, "epochs": epochs, "epoch_loss": list(history.epoch_loss), "dev_map": list(history.eval_scores),
-                "best_step": history.best_step, "steps": len(history.step_loss), **scores,
+                "best_step": history.best_step, "steps": len(history.step_loss), **scores, "wrong_picks": picks,
                 "fit_seconds": fit_log[-1].get("fit_seconds"), "cached": fit_log[-1]["cached"],
             })
             log(f"{row}, {epochs} epochs: loss {np.round(history.epoch_loss, 3)}, dev MAP "
@@ -61,15 +69,18 @@ def plot(res, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    colors = {"No context": "tab:blue", "Local": "tab:orange"}
+    rows = res.get("rows", ROWS)
+    colors = dict(zip(rows, COLORS))
     styles = ["-", "--", ":", "-."]
     budgets = sorted({f["epochs"] for f in res["fits"]})
     for f in res["fits"]:
         ax.plot(range(1, len(f["dev_map"]) + 1), [100 * v for v in f["dev_map"]], marker="o", ms=3,
                 color=colors[f["row"]], ls=styles[budgets.index(f["epochs"]) % len(styles)],
                 label=f"{f['row']}, {f['epochs']}-epoch budget")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("dev MAP (%)")
     ax.set_title(f"{TITLES[res['data']]}, {res['n_train_pairs']} training pairs, batch 32 (seed {res['seed']})", fontsize=9)
@@ -94,24 +105,63 @@ def markdown(res) -> str:
         "on the dev split restores the best epoch, which the test figures use. Base-rate loss (the constant "
         f"prediction of the share of right answers): {res['base_rate_loss']:.3f}.",
         "",
-        "| model | epochs | training loss per epoch | dev MAP per epoch | best epoch | test P@1 | test MAP | test MRR |",
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    picks = "answer_in_context" in res
+    if picks:
+        base = res["answer_in_context"]
+        lines += [
+            "Wrong picks: test questions whose top-ranked candidate is wrong, and the share of those picks whose "
+            "local / global context (cosine contexts, also for the no-context row) holds a right answer of the "
+            f"question verbatim; among all wrong test candidates the shares are {100 * base['local']:.1f}% / "
+            f"{100 * base['global']:.1f}%. A row whose picks sit far above that is drawn to the answer's "
+            "neighbours by the context.",
+            "",
+        ]
+    lines += [
+        "| model | epochs | training loss per epoch | dev MAP per epoch | best epoch | test P@1 | test MAP | test MRR |"
+        + (" wrong picks | local holds answer | global holds answer |" if picks else ""),
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if picks else ""),
     ]
     for f in res["fits"]:
         steps_per_epoch = f["steps"] / max(1, len(f["epoch_loss"]))
         best = round(f["best_step"] / steps_per_epoch) if f["best_step"] else "–"
-        lines.append(
+        line = (
             f"| {f['row']} | {f['epochs']} | {' '.join(f'{v:.3f}' for v in f['epoch_loss'])} | "
             f"{' '.join(f'{100 * v:.1f}' for v in f['dev_map'])} | {best} | "
             + " | ".join(f"{100 * f[m]:.2f}" for m in METRICS) + " |"
         )
-    lines += ["", f"![dev MAP per epoch]({output_name(res['data'], 'png')})", ""]
+        if picks:
+            w = f["wrong_picks"]
+            line += f" {w['wrong']} of {w['questions']} | " + " | ".join(f"{100 * w[c] / max(w['wrong'], 1):.1f}%" for c in ("local", "global")) + " |"
+        lines.append(line)
+    lines += ["", *reading(res), "", f"![dev MAP per epoch]({output_name(res['data'], 'png')})", ""]
     return "\n".join(lines)
+
+
+def reading(res) -> list:
+    """Each context fit beside the no-context fit of the same budget: final training loss, best dev MAP and
+    test P@1, and whether it ended near the base-rate loss (within 10%: it learned next to nothing)."""
+    plain = {f["epochs"]: f for f in res["fits"] if f["row"] == "No context"}
+    out = []
+    for f in res["fits"]:
+        base = plain.get(f["epochs"])
+        if f["row"] == "No context" or base is None:
+            continue
+        stalled = f["epoch_loss"][-1] >= 0.9 * res["base_rate_loss"]
+        out.append(
+            f"- {f['row']}, {f['epochs']} epochs: final training loss {f['epoch_loss'][-1]:.3f} (no context "
+            f"{base['epoch_loss'][-1]:.3f}; base rate {res['base_rate_loss']:.3f}: "
+            + ("near it, so this fit is under-trained" if stalled else "well below it") + "), best dev MAP "
+            f"{100 * max(f['dev_map']):.1f} ({100 * max(base['dev_map']):.1f}), test P@1 "
+            f"{100 * (f['p@1'] - base['p@1']):+.2f} points."
+        )
+    return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", choices=tuple(TITLES), default="squad")
+    parser.add_argument("--rows", nargs="+", choices=context.ROWS, default=list(ROWS), help="table rows of benchmarks/context.py (default: No context, Local)")
     parser.add_argument("--epochs", type=int, nargs="+", default=[2, 4, 6], help="epoch budgets (default 2 4 6)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
