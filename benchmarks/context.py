@@ -563,9 +563,13 @@ NOTES = [
     "a wrong candidate then usually holds the right one (its neighbour, or one of the question's most similar "
     "sentences; counted under each Table 4 analog): the context says 'the answer is near' for every candidate of the question alike, and the model "
     "must learn to tell which segment holds it. In ASNQ, where the paper measured its gains, candidates come from "
-    "whole Wikipedia pages and most have no answer anywhere near them. This is a likely reason that context "
-    "models rank below the no-context one where they did learn; where a fit ended near the base-rate loss (see "
-    "Fits), it did not learn at all, and its row says nothing about context.",
+    "whole Wikipedia pages and most have no answer anywhere near them. Where a fit ended near the base-rate loss "
+    "(see Fits), it did not learn at all, and its row says nothing about context. For MWA on WikiQA, "
+    "`context_budget-wikiqa.md` tests two readings of its deficit and rejects both: its wrong picks hold the answer "
+    "in their local context no more often than the no-context ranker's (it is not drawn to the answer's "
+    "neighbours), and a longer budget lowers its training loss while its dev MAP stays flat and its test P@1 falls "
+    "(it is not under-trained): with inputs five times longer than the pair, it fits the few hundred training "
+    "questions without generalising.",
     "Global sentences are counted in spaCy tokens (max 128); MiniLM's wordpieces are about 1.2× more, and the "
     "contexts share 256 − (question + candidate tokens) of the input, so long global contexts lose their last, "
     "least similar sentence to truncation.",

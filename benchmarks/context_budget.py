@@ -1,7 +1,7 @@
 """How many epochs a context model needs: learning curves of context and no-context rankers on a data set
 of ``benchmarks/context.py`` (its splits; SQuAD by default).
 
-    python benchmarks/context_budget.py [--data squad|wikiqa] [--rows "No context" Local] [--epochs 2 4 6] [--seed 1] [--threads N]
+    python benchmarks/context_budget.py [--data squad|wikiqa] [--rows "No context" Local] [--epochs 2 4 6] [--seed 1] [--threads N] [--render]
 
 One fit per (row, epoch budget) of rows of ``context.make`` (by default ``TransformerRanker(max_length=128)``,
 "No context", and ``ContextConcat(contexts=("local",))``, "Local"; context rows read the frames of their
@@ -113,8 +113,9 @@ def markdown(res) -> str:
             "Wrong picks: test questions whose top-ranked candidate is wrong, and the share of those picks whose "
             "local / global context (cosine contexts, also for the no-context row) holds a right answer of the "
             f"question verbatim; among all wrong test candidates the shares are {100 * base['local']:.1f}% / "
-            f"{100 * base['global']:.1f}%. A row whose picks sit far above that is drawn to the answer's "
-            "neighbours by the context.",
+            f"{100 * base['global']:.1f}%. Any ranker's wrong picks resemble the answer, so they sit above those "
+            "shares; a context row whose wrong picks hold the answer in their context more often than the "
+            "no-context row's is drawn to the answer's neighbours by the context.",
             "",
         ]
     lines += [
@@ -165,7 +166,13 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, nargs="+", default=[2, 4, 6], help="epoch budgets (default 2 4 6)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the page of --data from its JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        res = json.loads((RESULTS / output_name(args.data, "json")).read_text())
+        plot(res, DOCS / output_name(args.data, "png"))
+        (DOCS / output_name(args.data, "md")).write_text(markdown(res))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
