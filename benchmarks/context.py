@@ -192,7 +192,7 @@ def context_holds_answer(Xc, y, rows) -> dict:
     return out
 
 
-def answer_in_context(X, Xc, y) -> dict:
+def answer_in_context(Xc, y) -> dict:
     """Share of the wrong candidates (label 0) whose local / global context contains a right candidate of the
     same question verbatim: how often the context points at the answer for a candidate that is not it."""
     wrong = np.flatnonzero(np.asarray(y) == 0)
@@ -206,9 +206,7 @@ def wrong_picks(Xc, y, scores) -> dict:
     """The questions a model gets wrong at rank 1, and how many of its wrong picks have a right answer of the
     question in their local / global context (ties broken as the metrics break them: pessimistically).
 
-    Set beside :func:`answer_in_context` (the share among all wrong candidates), a model whose wrong picks hold
-    the answer in their context far more often than wrong candidates at large is drawn to the answer's
-    neighbours by the context."""
+    See :func:`wrong_picks_note` for how to read it."""
     index = GroupIndex(Xc["qid"].to_numpy(), Xc["position"].to_numpy())
     picks = index.sort(np.asarray(scores, dtype=np.float64), np.asarray(y))[index.starts]
     wrong = picks[np.asarray(y)[picks] == 0]
@@ -317,7 +315,7 @@ def run_dataset(name, args, fit_log) -> dict:
         "n": {split: {"questions": int(X["qid"].nunique()), "rows": len(X)} for split, (X, _) in data.items()},
         "base_rate_loss": base_rate_loss(data["train"][1]),
         "extraction": extraction,
-        "answer_in_context": {m: answer_in_context(data["test"][0], frames[("test", m)], data["test"][1]) for m in ("ngram", "cosine")},
+        "answer_in_context": {m: answer_in_context(frames[("test", m)], data["test"][1]) for m in ("ngram", "cosine")},
         "rows": {},
     }
     y_train, y_dev, y_test = (data[s][1] for s in ("train", "dev", "test"))
@@ -517,16 +515,24 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
+def wrong_picks_note(base) -> str:
+    """How to read :func:`wrong_picks` figures, with ``base``, the shares among all wrong test candidates
+    (:func:`answer_in_context`)."""
+    return (
+        "Wrong picks: test questions whose top-ranked candidate is wrong, and the share of those picks whose "
+        "local / global context (the contexts the row reads; the cosine ones for the no-context row) holds a right answer of the "
+        f"question verbatim; among all wrong test candidates the shares are {100 * base['local']:.1f}% / "
+        f"{100 * base['global']:.1f}%. Any ranker's wrong picks resemble the answer, so they sit above those "
+        "shares; a context row whose wrong picks hold the answer in their context more often than the "
+        "no-context row's is drawn to the answer's neighbours by the context."
+    )
+
+
 def wrong_picks_table(data) -> list:
     """Per row: the test questions it ranks a wrong candidate first, and how often that pick's context holds the
     right answer, beside the share among all wrong candidates (:func:`answer_in_context`)."""
-    base = data["answer_in_context"]["cosine"]
     lines = [
-        "Wrong picks: test questions whose top-ranked candidate is wrong (mean over seeds), and the share of those "
-        "picks whose local / global context holds a right answer of the question verbatim (the no-context row's "
-        "picks are looked up in the cosine contexts). Among all wrong candidates the shares are "
-        f"{100 * base['local']:.1f}% / {100 * base['global']:.1f}%; a row whose picks sit far above that is drawn "
-        "to the answer's neighbours by the context.",
+        wrong_picks_note(data["answer_in_context"]["cosine"]).replace("is wrong,", "is wrong (mean over seeds),"),
         "",
         "| model | questions wrong at rank 1 | pick's local context holds the answer | pick's global context holds the answer |",
         "| --- | ---: | ---: | ---: |",

@@ -22,11 +22,11 @@ import argparse
 import json
 import time
 
+import context
 import numpy as np
 import torch
 from _common import DOCS, RESULTS, fitted, jsonable, log, run_header, tagged
-import context
-from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, with_context, wrong_picks
+from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, with_context, wrong_picks, wrong_picks_note
 
 ROWS = ("No context", "Local")
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
@@ -42,7 +42,7 @@ def run(args) -> dict:
     (_, y_train), (_, y_dev), (_, y_test) = data["train"], data["dev"], data["test"]
     res = {
         "base_rate_loss": base_rate_loss(y_train), "n_train_pairs": len(y_train), "rows": list(args.rows),
-        "answer_in_context": answer_in_context(data["test"][0], with_context(data["test"][0], "cosine")[0], y_test), "fits": [],
+        "answer_in_context": answer_in_context(with_context(data["test"][0], "cosine")[0], y_test), "fits": [],
     }
     fit_log = []
     for row in args.rows:
@@ -108,16 +108,7 @@ def markdown(res) -> str:
     ]
     picks = "answer_in_context" in res
     if picks:
-        base = res["answer_in_context"]
-        lines += [
-            "Wrong picks: test questions whose top-ranked candidate is wrong, and the share of those picks whose "
-            "local / global context (cosine contexts, also for the no-context row) holds a right answer of the "
-            f"question verbatim; among all wrong test candidates the shares are {100 * base['local']:.1f}% / "
-            f"{100 * base['global']:.1f}%. Any ranker's wrong picks resemble the answer, so they sit above those "
-            "shares; a context row whose wrong picks hold the answer in their context more often than the "
-            "no-context row's is drawn to the answer's neighbours by the context.",
-            "",
-        ]
+        lines += [wrong_picks_note(res["answer_in_context"]), ""]
     lines += [
         "| model | epochs | training loss per epoch | dev MAP per epoch | best epoch | test P@1 | test MAP | test MRR |"
         + (" wrong picks | local holds answer | global holds answer |" if picks else ""),
