@@ -103,16 +103,17 @@ def markdown(res) -> str:
         f"{res['n_train_pairs'] // 32} steps an epoch at batch 32), seed {res['seed']}, backbone `minilm-l6`. Each "
         "row is one fit with its own schedule (warm-up, then linear decay over the whole budget); early stopping "
         "on the dev split restores the best epoch, which the test figures use. Base-rate loss (the constant "
-        f"prediction of the share of right answers): {res['base_rate_loss']:.3f}.",
+        f"prediction of the share of right answers): {res['base_rate_loss']:.3f}. Fit time: the run that trained "
+        "the fit, on the machine of that run (a cached fit keeps its time).",
         "",
     ]
     picks = "answer_in_context" in res
     if picks:
         lines += [wrong_picks_note(res["answer_in_context"]), ""]
     lines += [
-        "| model | epochs | training loss per epoch | dev MAP per epoch | best epoch | test P@1 | test MAP | test MRR |"
+        "| model | epochs | training loss per epoch | dev MAP per epoch | best epoch | test P@1 | test MAP | test MRR | fit time |"
         + (" wrong picks | local holds answer | global holds answer |" if picks else ""),
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if picks else ""),
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if picks else ""),
     ]
     for f in res["fits"]:
         steps_per_epoch = f["steps"] / max(1, len(f["epoch_loss"]))
@@ -120,7 +121,7 @@ def markdown(res) -> str:
         line = (
             f"| {f['row']} | {f['epochs']} | {' '.join(f'{v:.3f}' for v in f['epoch_loss'])} | "
             f"{' '.join(f'{100 * v:.1f}' for v in f['dev_map'])} | {best} | "
-            + " | ".join(f"{100 * f[m]:.2f}" for m in METRICS) + " |"
+            + " | ".join(f"{100 * f[m]:.2f}" for m in METRICS) + f" | {f['fit_seconds'] / 60:.1f} min |"
         )
         if picks:
             w = f["wrong_picks"]
