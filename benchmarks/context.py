@@ -515,11 +515,12 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
-def wrong_picks_note(base) -> str:
+def wrong_picks_note(base, over_seeds: bool = False) -> str:
     """How to read :func:`wrong_picks` figures, with ``base``, the shares among all wrong test candidates
     (:func:`answer_in_context`)."""
     return (
-        "Wrong picks: test questions whose top-ranked candidate is wrong, and the share of those picks whose "
+        f"Wrong picks: test questions whose top-ranked candidate is wrong{' (mean over seeds)' if over_seeds else ''}, "
+        "and the share of those picks whose "
         "local / global context (the contexts the row reads; the cosine ones for the no-context row) holds a right answer of the "
         f"question verbatim; among all wrong test candidates the shares are {100 * base['local']:.1f}% / "
         f"{100 * base['global']:.1f}%. Any ranker's wrong picks resemble the answer, so they sit above those "
@@ -532,7 +533,7 @@ def wrong_picks_table(data) -> list:
     """Per row: the test questions it ranks a wrong candidate first, and how often that pick's context holds the
     right answer, beside the share among all wrong candidates (:func:`answer_in_context`)."""
     lines = [
-        wrong_picks_note(data["answer_in_context"]["cosine"]).replace("is wrong,", "is wrong (mean over seeds),"),
+        wrong_picks_note(data["answer_in_context"]["cosine"], over_seeds=True),
         "",
         "| model | questions wrong at rank 1 | pick's local context holds the answer | pick's global context holds the answer |",
         "| --- | ---: | ---: | ---: |",
