@@ -812,8 +812,9 @@ class ContextMWA(_ContextRanker):
     kept. A :class:`~as2rank.neural.context.MultiwayAttention` layer per context lets the question and
     candidate tokens attend to the local-context tokens and, separately, to the global-context tokens
     with four scoring functions (concat, bilinear, dot, minus), mixed by an attention over the ways. The
-    classifier (dense + tanh, dense, with dropout) reads the pooled encoding of the whole sequence beside
-    each context's attended views, averaged over the question and candidate tokens. Padding, special
+    classifier (dense + tanh, dense, with dropout) reads the question and candidate tokens' own encodings
+    beside each context's attended views, all averaged over those tokens (``summary="pair"``; Tan et al.
+    aggregate each token's encoding with its attended views). Padding, special
     tokens and the other context's tokens never enter a context's attention. The attention adds
     ``O(query tokens × context tokens × attention_dim)`` work per row on top of the one encoder pass, so
     the cost stays close to :class:`ContextConcat`'s, not to :class:`ContextEnsemble`'s two passes.
@@ -829,6 +830,12 @@ class ContextMWA(_ContextRanker):
     attention_dim : int, default=16
         Size of the scoring space of the concat, dot and minus ways (their per-row tensors are
         query tokens × context tokens × ``attention_dim``).
+    summary : {{"pair", "sequence"}}, default="pair"
+        What the classifier reads beside the attended views: the mean encoding of the question and
+        candidate tokens (``"pair"``), or the whole sequence pooled by ``pooling``, context tokens
+        included (``"sequence"``, as :class:`ContextConcat` reads it). On WikiQA ``"pair"`` ranks better
+        (``docs/benchmarks/context_summary.md``). ``pooling`` applies to ``"sequence"`` only, so
+        ``pooling="cls"`` asks for ``summary="sequence"``.
 
     Attributes
     ----------
@@ -857,6 +864,7 @@ class ContextMWA(_ContextRanker):
         tokenizer=None,
         contexts=("local", "global"),
         attention_dim=16,
+        summary="pair",
         num_layers=None,
         pooling="auto",
         max_length=256,
@@ -885,6 +893,7 @@ class ContextMWA(_ContextRanker):
         self.tokenizer = tokenizer
         self.contexts = contexts
         self.attention_dim = attention_dim
+        self.summary = summary
         self.num_layers = num_layers
         self.pooling = pooling
         self.max_length = max_length
@@ -911,12 +920,21 @@ class ContextMWA(_ContextRanker):
 
     def _check_params(self):
         super()._check_params()
+        from .neural.context import MultiwayContextEncoder
+
         _check_number("attention_dim", self.attention_dim, 1, integer=True)
+        if self.summary not in MultiwayContextEncoder.SUMMARIES:
+            raise ValueError(f"summary must be one of {MultiwayContextEncoder.SUMMARIES}, got {self.summary!r}.")
+        if self.summary == "pair" and self.pooling == "cls":
+            raise ValueError(
+                "pooling='cls' pools the whole sequence, which summary='pair' does not read (it averages the "
+                "question and candidate tokens): pass summary='sequence' to read the first token."
+            )
 
     def _build_module(self, encoder):
         from .neural.context import MultiwayContextEncoder
 
-        return MultiwayContextEncoder(encoder, self.pooling_, self._contexts(), int(self.attention_dim))
+        return MultiwayContextEncoder(encoder, self.pooling_, self._contexts(), int(self.attention_dim), self.summary)
 
 
 class ContextEnsemble(_ContextRanker):

@@ -26,7 +26,7 @@ import context
 import numpy as np
 import torch
 from _common import DOCS, RESULTS, fitted, jsonable, log, run_header, tagged
-from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, with_context, wrong_picks, wrong_picks_note
+from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, mwa_summary_note, with_context, wrong_picks, wrong_picks_note
 
 ROWS = ("No context", "Local")
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
@@ -61,6 +61,7 @@ def run(args) -> dict:
                 "row": row, "epochs": epochs, "epoch_loss": list(history.epoch_loss), "dev_map": list(history.eval_scores),
                 "best_step": history.best_step, "steps": len(history.step_loss), **scores, "wrong_picks": picks,
                 "fit_seconds": fit_log[-1].get("fit_seconds"), "cached": fit_log[-1]["cached"],
+                "summary": est.get_params().get("summary"),
             })
             log(f"{row}, {epochs} epochs: loss {np.round(history.epoch_loss, 3)}, dev MAP "
                 f"{np.round(history.eval_scores, 3)}, test " + " ".join(f"{m} {scores[m]:.4f}" for m in METRICS))
@@ -107,7 +108,7 @@ def markdown(res) -> str:
         "row is one fit with its own schedule (warm-up, then linear decay over the whole budget); early stopping "
         "on the dev split restores the best epoch, which the test figures use. Base-rate loss (the constant "
         f"prediction of the share of right answers): {res['base_rate_loss']:.3f}. Fit time: the run that trained "
-        "the fit, on the machine of that run (a cached fit keeps its time).",
+        "the fit, on the machine of that run (a cached fit keeps its time). " + mwa_summary_note(res["fits"]),
         "",
     ]
     picks = "answer_in_context" in res

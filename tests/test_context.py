@@ -392,6 +392,30 @@ def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):
     torch.testing.assert_close(weights.sum(-1)[n_local > 0], torch.ones_like(weights.sum(-1)[n_local > 0]))
 
 
+@pytest.mark.parametrize("summary, pooling", [("pair", "auto"), ("sequence", "mean"), ("sequence", "cls")])
+def test_mwa_classifier_reads_the_summary_it_is_asked_for(summary, pooling, data, tokenizer):
+    from as2rank.neural.heads import pool
+
+    X, y = data
+    model = small(ContextMWA, tokenizer, summary=summary, pooling=pooling).fit(X, y)
+    module = model.model_.eval()
+    batch = {k: torch.from_numpy(v) for k, v in model._encode(X.iloc[:6]).items() if k != "lengths"}
+    seen = []
+    handle = module.head.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    with torch.no_grad():
+        module(batch)
+        hidden = module.encoder(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}).last_hidden_state
+    handle.remove()
+    pair = ((batch["segments"] == SEGMENTS["question"]) | (batch["segments"] == SEGMENTS["candidate"])).float()
+    expected = {
+        "pair": (hidden * pair.unsqueeze(-1)).sum(1) / pair.sum(1, keepdim=True),
+        "sequence": pool(hidden, batch["attention_mask"], model.pooling_),
+    }[summary]
+    (head_input,) = seen
+    assert head_input.shape == (6, 3 * hidden.shape[-1])  # the summary, then one attended view per context
+    torch.testing.assert_close(head_input[:, : hidden.shape[-1]], expected, atol=1e-5, rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------------- rankers
 @pytest.mark.parametrize("cls", [ContextConcat, ContextMWA, ContextEnsemble])
 def test_sklearn_api(cls):
@@ -402,7 +426,10 @@ def test_sklearn_api(cls):
 
 @pytest.mark.parametrize(
     "cls, params",
-    [(ContextConcat, {}), (ContextConcat, {"contexts": ("global",)}), (ContextMWA, {}), (ContextMWA, {"contexts": ("local",)}), (ContextEnsemble, {})],
+    [
+        (ContextConcat, {}), (ContextConcat, {"contexts": ("global",)}), (ContextMWA, {}), (ContextMWA, {"contexts": ("local",)}),
+        (ContextMWA, {"summary": "sequence", "pooling": "cls"}), (ContextEnsemble, {}),
+    ],
 )
 def test_contract_and_joblib_round_trip(cls, params, data, tokenizer):
     X, y = data
@@ -499,6 +526,8 @@ def test_ranker_errors(data, tokenizer):
         (ContextEnsemble, {"unfreeze_layers": -1}, "unfreeze_layers"),
         (ContextEnsemble, {"unfreeze_layers": 5}, "unfreeze_layers"),
         (ContextMWA, {"pooling": "max"}, "pooling"),
+        (ContextMWA, {"summary": "cls"}, "summary"),
+        (ContextMWA, {"pooling": "cls"}, "summary='sequence'"),
     ):
         with pytest.raises(ValueError, match=match):
             small(cls, tokenizer, **params).fit(X, y)

@@ -185,24 +185,35 @@ class MultiwayAttention(nn.Module):
 
 class MultiwayContextEncoder(nn.Module):
     """One encoder over question, candidate and context segments; multi-way attention from the
-    question+candidate tokens to each context's tokens, separately; a classifier over the pooled sequence
-    and the pooled attended views (the MWA model, paper Figure 2c).
+    question+candidate tokens to each context's tokens, separately; a classifier over a summary of the
+    encoding and the attended views averaged over the question+candidate tokens (the MWA model, paper
+    Figure 2c).
 
     Parameters
     ----------
     encoder : transformers.PreTrainedModel
     pooling : {"cls", "mean"}
-        Pooling of the whole sequence (as :class:`~as2rank.neural.heads.CrossEncoder`).
+        Pooling of the whole sequence (as :class:`~as2rank.neural.heads.CrossEncoder`), used by
+        ``summary="sequence"``.
     contexts : tuple of str
         ``"local"`` and/or ``"global"``: one :class:`MultiwayAttention` each.
     attention_dim : int
+    summary : {"pair", "sequence"}, default="pair"
+        What the classifier reads beside the attended views: the mean of the question+candidate tokens'
+        own encodings (``"pair"``: Tan et al.'s aggregation reads each token's encoding beside its
+        attended views), or the pooled whole sequence, context tokens included (``"sequence"``).
     """
 
-    def __init__(self, encoder, pooling: str, contexts, attention_dim: int):
+    SUMMARIES = ("pair", "sequence")
+
+    def __init__(self, encoder, pooling: str, contexts, attention_dim: int, summary: str = "pair"):
         super().__init__()
+        if summary not in self.SUMMARIES:
+            raise ValueError(f"summary must be one of {self.SUMMARIES}, got {summary!r}.")
         hidden = encoder.config.hidden_size
         self.encoder = encoder
         self.pooling = pooling
+        self.summary = summary
         self.contexts = tuple(contexts)
         self.attention = nn.ModuleDict({c: MultiwayAttention(hidden, attention_dim) for c in self.contexts})
         self.head = classifier(hidden * (1 + len(self.contexts)), hidden)
@@ -214,8 +225,8 @@ class MultiwayContextEncoder(nn.Module):
         widths = _widths(counts)  # before the encoder: see segment_widths
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
-        parts = [pool(hidden, batch["attention_mask"], self.pooling)]
         query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])
+        parts = [masked_mean(query, query_mask) if self.summary == "pair" else pool(hidden, batch["attention_mask"], self.pooling)]
         for i, context in enumerate(self.contexts, start=1):
             keys, key_mask = _pack(hidden, keeps[i], counts[i], widths[i])
             attended = self.attention[context](query, query_mask, keys, key_mask)
