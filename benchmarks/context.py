@@ -407,7 +407,7 @@ def markdown(res) -> str:
         f"No context: `TransformerRanker(max_length={NO_CONTEXT_LENGTH})`; context models: `max_length=256`, of which "
         "128 are reserved for the question and candidate. Global context for Table 2: cosine (Eq. 2) with the "
         "MiniLM sentence encoder (the paper's Table 2 uses its cosine context too: its MWA row equals Table 4's "
-        "cosine row); `local_window=1`, `max_global_sentences=5`, `max_global_tokens=128`. " + mwa_summary_note(res["fits"]),
+        "cosine row); `local_window=1`, `max_global_sentences=5`, `max_global_tokens=128`." + mwa_summary_note(res["fits"]),
         "",
         "p: paired randomisation test (9,999 sign flips) of per-question P@1 and AP, each averaged over the seeds, "
         "against the no-context row; * = p < 0.05. Latency: forward passes of `predict` alone (tokenisation and "
@@ -517,13 +517,14 @@ def markdown(res) -> str:
 
 def mwa_summary_note(fits) -> str:
     """Which ``ContextMWA(summary=...)`` the MWA rows of a run are, from its fit records (a fit recorded
-    before the option existed is ``"sequence"``, the only model there was)."""
+    before the option existed is ``"sequence"``, the only model there was): a sentence with a leading space,
+    or "" for a run without MWA."""
     summaries = sorted({f.get("summary") or f.get("params", {}).get("summary", "sequence") for f in fits
                         if f.get("model") == "ContextMWA" or str(f.get("row", "")).startswith("MWA")})
     if not summaries:
         return ""
     what = {"pair": "the question and candidate tokens' mean encoding", "sequence": "the pooled whole sequence, context tokens included"}
-    return "MWA rows: " + "; ".join(f'`ContextMWA(summary="{s}")` (its classifier reads {what[s]} beside the attended views)' for s in summaries) + (
+    return " MWA rows: " + "; ".join(f'`ContextMWA(summary="{s}")` (beside the attended views, its classifier reads {what[s]})' for s in summaries) + (
         ", measured before `pair` became the default ([the comparison](context_summary.md))." if summaries == ["sequence"] else "."
     )
 

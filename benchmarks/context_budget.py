@@ -108,7 +108,7 @@ def markdown(res) -> str:
         "row is one fit with its own schedule (warm-up, then linear decay over the whole budget); early stopping "
         "on the dev split restores the best epoch, which the test figures use. Base-rate loss (the constant "
         f"prediction of the share of right answers): {res['base_rate_loss']:.3f}. Fit time: the run that trained "
-        "the fit, on the machine of that run (a cached fit keeps its time). " + mwa_summary_note(res["fits"]),
+        "the fit, on the machine of that run (a cached fit keeps its time)." + mwa_summary_note(res["fits"]),
         "",
     ]
     picks = "answer_in_context" in res
