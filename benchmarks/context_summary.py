@@ -98,6 +98,27 @@ def seed_table(res) -> list:
     return lines
 
 
+def reading(res) -> list:
+    """The seed-paired differences in one sentence: pair − sequence, and each summary − no context."""
+    by = {(r["row"], r["seed"]): r for r in res["runs"]}
+    seeds = [s for s in sorted({r["seed"] for r in res["runs"]}) if all((row, s) in by for row in ROWS)]
+    if not seeds:
+        return []
+
+    def delta(a, b, m):
+        return 100 * np.mean([by[(a, s)][m] - by[(b, s)][m] for s in seeds])
+
+    pair, seq = "MWA, pair summary", "MWA, sequence summary"
+    wins = sum(by[(pair, s)]["p@1"] > by[(seq, s)]["p@1"] for s in seeds)
+    return [
+        f"Over the {len(seeds)} seed(s) with every row: pair − sequence {delta(pair, seq, 'p@1'):+.2f} P@1 and "
+        f"{delta(pair, seq, 'map'):+.2f} MAP (pair ahead in P@1 on {wins} of {len(seeds)}); against no context, "
+        f"pair {delta(pair, 'No context', 'p@1'):+.2f} P@1 / {delta(pair, 'No context', 'map'):+.2f} MAP, sequence "
+        f"{delta(seq, 'No context', 'p@1'):+.2f} / {delta(seq, 'No context', 'map'):+.2f}.",
+        "",
+    ]
+
+
 def markdown(res) -> str:
     seeds = sorted({r["seed"] for r in res["runs"] if r["row"] != "No context"})
     lines = [
@@ -121,6 +142,7 @@ def markdown(res) -> str:
         "",
         *seed_table(res),
         "",
+        *reading(res),
     ]
     if res.get("p"):
         lines += ["Paired randomisation test of per-question AP and P@1 (each averaged over the seeds):", ""]
