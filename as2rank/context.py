@@ -920,11 +920,10 @@ class ContextMWA(_ContextRanker):
 
     def _check_params(self):
         super()._check_params()
-        from .neural.context import MultiwayContextEncoder
+        from .neural.context import check_summary
 
         _check_number("attention_dim", self.attention_dim, 1, integer=True)
-        if self.summary not in MultiwayContextEncoder.SUMMARIES:
-            raise ValueError(f"summary must be one of {MultiwayContextEncoder.SUMMARIES}, got {self.summary!r}.")
+        check_summary(self.summary)
         if self.summary == "pair" and self.pooling == "cls":
             raise ValueError(
                 "pooling='cls' pools the whole sequence, which summary='pair' does not read (it averages the "

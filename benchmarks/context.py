@@ -177,6 +177,11 @@ def base_rate_loss(y) -> float:
     return float(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
 
 
+def near_base_rate(loss: float, base_rate: float) -> bool:
+    """Whether a fit's final training loss ended within 10% of the base-rate loss: it learned next to nothing."""
+    return loss >= 0.9 * base_rate
+
+
 def context_holds_answer(Xc, y, rows) -> dict:
     """For each of ``rows`` (wrong candidates), whether its local / global context contains a right candidate
     of the same question verbatim: ``{"local": bool array, "global": bool array}``."""
@@ -564,7 +569,7 @@ def untrained_note(res) -> str:
     """Which rows ended training near the base-rate loss (within 10%), from the fits above."""
     stalled = {}
     for f in res["fits"]:
-        if f.get("final_epoch_loss", 0.0) >= 0.9 * res["datasets"][f["data"]]["base_rate_loss"]:
+        if near_base_rate(f.get("final_epoch_loss", 0.0), res["datasets"][f["data"]]["base_rate_loss"]):
             stalled.setdefault((f["data"], f["row"]), []).append(f["seed"])
     if not stalled:
         return "Every fit ended its training well below the base-rate loss."

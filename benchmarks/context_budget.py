@@ -26,7 +26,7 @@ import context
 import numpy as np
 import torch
 from _common import DOCS, RESULTS, fitted, jsonable, log, run_header, tagged
-from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, mwa_summary_note, with_context, wrong_picks, wrong_picks_note
+from context import METRICS, answer_in_context, base_rate_loss, evaluate, load_data, make, mwa_summary_note, near_base_rate, with_context, wrong_picks, wrong_picks_note
 
 ROWS = ("No context", "Local")
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
@@ -137,14 +137,14 @@ def markdown(res) -> str:
 
 def reading(res) -> list:
     """Each context fit beside the no-context fit of the same budget: final training loss, best dev MAP and
-    test P@1, and whether it ended near the base-rate loss (within 10%: it learned next to nothing)."""
+    test P@1, and whether it ended near the base-rate loss (:func:`context.near_base_rate`)."""
     plain = {f["epochs"]: f for f in res["fits"] if f["row"] == "No context"}
     out = []
     for f in res["fits"]:
         base = plain.get(f["epochs"])
         if f["row"] == "No context" or base is None:
             continue
-        stalled = f["epoch_loss"][-1] >= 0.9 * res["base_rate_loss"]
+        stalled = near_base_rate(f["epoch_loss"][-1], res["base_rate_loss"])
         out.append(
             f"- {f['row']}, {f['epochs']} epochs: final training loss {f['epoch_loss'][-1]:.3f} (no context "
             f"{base['epoch_loss'][-1]:.3f}; base rate {res['base_rate_loss']:.3f}: "

@@ -14,7 +14,7 @@ from torch import nn
 from .backbone import masked_mean
 from .heads import head_logits, pool
 
-__all__ = ["SEGMENTS", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "gather_segments", "segment_widths"]
+__all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
 
 #: Segment id of each token of a context input: special tokens (and padding) are 0.
 SEGMENTS = {"special": 0, "question": 1, "candidate": 2, "local": 3, "global": 4}
@@ -183,6 +183,16 @@ class MultiwayAttention(nn.Module):
         return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
 
 
+#: What :class:`MultiwayContextEncoder`'s classifier may read beside the attended views.
+SUMMARIES = ("pair", "sequence")
+
+
+def check_summary(summary) -> None:
+    """Raise ``ValueError`` unless ``summary`` is one of :data:`SUMMARIES`."""
+    if summary not in SUMMARIES:
+        raise ValueError(f"summary must be one of {SUMMARIES}, got {summary!r}.")
+
+
 class MultiwayContextEncoder(nn.Module):
     """One encoder over question, candidate and context segments; multi-way attention from the
     question+candidate tokens to each context's tokens, separately; a classifier over a summary of the
@@ -204,12 +214,9 @@ class MultiwayContextEncoder(nn.Module):
         attended views), or the pooled whole sequence, context tokens included (``"sequence"``).
     """
 
-    SUMMARIES = ("pair", "sequence")
-
     def __init__(self, encoder, pooling: str, contexts, attention_dim: int, summary: str = "pair"):
         super().__init__()
-        if summary not in self.SUMMARIES:
-            raise ValueError(f"summary must be one of {self.SUMMARIES}, got {summary!r}.")
+        check_summary(summary)
         hidden = encoder.config.hidden_size
         self.encoder = encoder
         self.pooling = pooling
