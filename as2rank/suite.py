@@ -228,8 +228,23 @@ def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0)
     return X.iloc[train], y[train], X.iloc[test], y[test]
 
 
-def run_suite(entries, X_train, y_train, X_test, y_test, *, random_state=0, baseline="WO+RR", progress=True):
+def _show_fit_progress(est) -> None:
+    """Turn on the progress bars of ``est`` and of the estimators inside it (a Pipeline's steps), so that
+    the leaderboard's bar is not the only sign of life during a long fit."""
+    params = est.get_params()
+    names = [k for k in params if k.endswith("__verbose")] if hasattr(est, "steps") else ["verbose"]
+    names = [k for k in names if k in params and isinstance(params[k], bool)]
+    if names:
+        est.set_params(**{k: True for k in names})
+
+
+def run_suite(
+    entries, X_train, y_train, X_test, y_test, *, random_state=0, baseline="WO+RR", progress=True, alpha=0.05
+):
     """Fit every entry on the train split and evaluate it on the test split.
+
+    Every row is compared with the best row (highest MAP) and with ``baseline`` by a paired randomisation
+    test of per-question average precision (:func:`~as2rank.metrics.paired_significance`).
 
     Parameters
     ----------
@@ -238,21 +253,27 @@ def run_suite(entries, X_train, y_train, X_test, y_test, *, random_state=0, base
         Grouped-candidate data.
     random_state : int, default=0
     baseline : str, default="WO+RR"
-        Row that the others are compared with: a paired randomisation test over questions on MAP.
+        Row that the others are also compared with.
     progress : bool, default=True
-        Show a progress bar.
+        Show a progress bar over the models, and the models' own bars (epochs, batches) inside each fit.
+    alpha : float, default=0.05
+        Significance level: a row whose MAP does not differ from the best row's at this level is marked
+        as tied with it (``tied_with_best``).
 
     Returns
     -------
     pandas.DataFrame
-        One row per model: ``map``, ``mrr``, ``p@1``, ``ndcg@10`` (clean protocol, pessimistic ties),
-        ``fit_s``, ``predict_s``, ``p_value`` (MAP vs ``baseline``), ``status``.
+        One row per model: ``map``, ``mrr``, ``p@1``, ``ndcg@10`` (fractions; clean protocol, pessimistic
+        ties), ``n_questions`` (test questions scored: those with a correct answer), ``fit_s``,
+        ``predict_s``, ``p_value`` (MAP vs ``baseline``), ``p_vs_best`` (MAP vs the best row),
+        ``tied_with_best`` (the best row, and every row with ``p_vs_best >= alpha``), ``status``.
     """
     from tqdm.auto import tqdm
 
     from .text import tokenize
 
     tokenize(["Load spaCy now,", "so the first lexical model's time does not include it."])
+    position = X_test.get("position")
     rows, per_question = [], {}
     bar = tqdm(entries, desc="as2rank bench", unit="model", disable=not progress)
     for entry in bar:
@@ -262,49 +283,91 @@ def run_suite(entries, X_train, y_train, X_test, y_test, *, random_state=0, base
             rows.append({"model": entry.name, "status": f"skipped: pip install {' '.join(missing)}"})
             continue
         est = entry.make(random_state)
+        if progress:
+            _show_fit_progress(est)
         t0 = time.perf_counter()
         est.fit(X_train, y_train)
         t1 = time.perf_counter()
         scores = est.predict(X_test)
         t2 = time.perf_counter()
-        report = ranking_report(y_test, scores, X_test["qid"], position=X_test.get("position"), k=(1,))
+        report = ranking_report(y_test, scores, X_test["qid"], position=position, k=(1,))
         per_question[entry.name] = mean_average_precision(
-            y_test, scores, X_test["qid"], position=X_test.get("position"), per_group=True
+            y_test, scores, X_test["qid"], position=position, per_group=True
         )
         rows.append(
             {
                 "model": entry.name,
                 **{k: report[k] for k in ("map", "mrr", "p@1", "ndcg@10")},
+                "n_questions": report["n_evaluated"],
                 "fit_s": t1 - t0,
                 "predict_s": t2 - t1,
                 "status": "ok",
             }
         )
     board = pd.DataFrame(rows)
-    if baseline in per_question:
-        board["p_value"] = [
-            paired_significance(per_question[m], per_question[baseline]) if m in per_question and m != baseline else np.nan
+    if not per_question:
+        return board
+
+    def p_against(reference):
+        return [
+            paired_significance(per_question[m], per_question[reference])
+            if m in per_question and m != reference
+            else np.nan
             for m in board["model"]
         ]
+
+    if baseline in per_question:
+        board["p_value"] = p_against(baseline)
+    best = max(per_question, key=lambda m: board.loc[board["model"] == m, "map"].iloc[0])
+    board["p_vs_best"] = p_against(best)
+    board["tied_with_best"] = [
+        m == best or (m in per_question and p >= alpha) for m, p in zip(board["model"], board["p_vs_best"])
+    ]
     return board
 
 
-def format_leaderboard(board: pd.DataFrame, baseline="WO+RR") -> str:
-    """The leaderboard as a Markdown table, best MAP first; ``*`` marks a MAP that differs from the
-    baseline's with p < 0.05 (paired randomisation test over questions)."""
+def format_leaderboard(board: pd.DataFrame, baseline="WO+RR", alpha=0.05) -> str:
+    """The leaderboard of :func:`run_suite` as a Markdown table, best MAP first.
+
+    Metrics are percentages. The ``≈ best`` column marks the best row and the rows whose MAP does not
+    differ from it at level ``alpha``; ``*`` marks a MAP that differs from ``baseline``'s. Both use a paired
+    randomisation test over questions. A footer says how many test questions were scored.
+    """
     ok = board[board["status"] == "ok"].sort_values("map", ascending=False)
     lines = [
-        "| model | MAP | MRR | P@1 | nDCG@10 | fit (s) | predict (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | MAP (%) | MRR (%) | P@1 (%) | nDCG@10 (%) | ≈ best | fit (s) | predict (s) |",
+        "| --- | ---: | ---: | ---: | ---: | :---: | ---: | ---: |",
     ]
     for _, r in ok.iterrows():
-        mark = "*" if "p_value" in r and r["p_value"] < 0.05 else ""
+        mark = "*" if "p_value" in r and r["p_value"] < alpha else ""
+        if "tied_with_best" not in r:
+            tied = ""
+        elif pd.isna(r["p_vs_best"]):
+            tied = "best"
+        else:
+            p = r["p_vs_best"]
+            shown = "p<0.001" if p < 0.001 else f"p={p:.3f}"
+            tied = f"{'yes' if r['tied_with_best'] else 'no'} ({shown})"
         lines.append(
             f"| {r['model']} | {100 * r['map']:.2f}{mark} | {100 * r['mrr']:.2f} | {100 * r['p@1']:.2f} | "
-            f"{100 * r['ndcg@10']:.2f} | {r['fit_s']:.2f} | {r['predict_s']:.2f} |"
+            f"{100 * r['ndcg@10']:.2f} | {tied} | {r['fit_s']:.2f} | {r['predict_s']:.2f} |"
         )
     for _, r in board[board["status"] != "ok"].iterrows():
-        lines.append(f"| {r['model']} | {r['status']} | | | | | |")
+        lines.append(f"| {r['model']} | {r['status']} | | | | | | |")
+    notes = []
+    if len(ok):
+        counts = sorted(set(int(n) for n in ok["n_questions"]))
+        notes.append(
+            f"Scored on {' / '.join(map(str, counts))} test questions with a correct answer "
+            "(clean protocol, pessimistic ties)."
+        )
+    if "tied_with_best" in board:
+        notes.append(
+            f"≈ best: the best MAP, and every MAP that does not differ from it with p < {alpha:g} "
+            "(paired randomisation test over questions)."
+        )
     if "p_value" in board:
-        lines.append(f"\n`*`: MAP differs from {baseline} with p < 0.05 (paired randomisation test over questions).")
+        notes.append(f"`*`: MAP differs from {baseline} with p < {alpha:g} (same test).")
+    if notes:
+        lines.append("\n" + "\n".join(notes))
     return "\n".join(lines)
