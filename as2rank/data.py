@@ -3,7 +3,8 @@
 One row per (question, candidate) pair in a :class:`pandas.DataFrame`; the ``qid`` column says which
 question a row belongs to. Every estimator, metric and loader validates its input here, and every
 per-question computation goes through :class:`GroupIndex`, which works on whole arrays (no Python loop
-over rows).
+over rows). Question ids, whether ``X["qid"]`` or a ``groups`` argument, follow one rule,
+:func:`check_group_keys`: one kind of key, none missing, never coerced.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "FORMAT_COLUMNS",
     "GroupIndex",
+    "check_group_keys",
     "check_X",
     "check_ranking_data",
     "check_labels",
@@ -67,6 +69,146 @@ def _describe_rows(rows: np.ndarray, limit: int = 5) -> str:
     return f"{len(rows)} row(s) (index {shown}{more})"
 
 
+def _key_type(value) -> str:
+    """The kind of one key, for error messages: numpy scalars count as their Python kind."""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    if isinstance(value, (str, np.str_)):
+        return "str"
+    return type(value).__name__
+
+
+_QID_COLUMN = "Column 'qid'"
+
+#: numpy dtype kind -> the kind name ``pandas.api.types.infer_dtype`` gives the same values.
+_NUMPY_KINDS = {
+    "i": "integer",
+    "u": "integer",
+    "f": "floating",
+    "c": "complex",
+    "U": "string",
+    "S": "bytes",
+    "M": "datetime64",
+    "m": "timedelta64",
+    "b": "boolean",
+}
+
+
+def _check_keys(keys, name: str, what: str = "question id"):
+    """:func:`check_group_keys`, also returning the kind of the keys (``infer_dtype``'s name).
+
+    ``what`` is what one key is, for messages (``"candidate id"`` for the ``docno`` of a metric).
+    """
+    subject = name  # e.g. "groups" or "Column 'qid'"
+    labels = keys.index if isinstance(keys, pd.Series) else None
+    if isinstance(keys, (pd.Series, pd.Index)):
+        values = keys.array
+    elif isinstance(keys, (np.ndarray, pd.api.extensions.ExtensionArray)):
+        values = keys
+    else:
+        # Never np.asarray(keys) alone: it would turn [1, "1"] into ["1", "1"] and [1, 1.0] into floats.
+        try:
+            values = np.asarray(keys, dtype=object) if not isinstance(keys, (str, bytes)) else None
+        except ValueError:  # ragged nested sequences
+            raise ValueError(f"{subject} must be one {what} per row (a 1-d array of scalars).") from None
+        if values is None or values.ndim == 0:
+            raise ValueError(f"{subject} must be one {what} per row (a 1-d array), got a scalar {keys!r}.")
+    if values.ndim != 1:
+        raise ValueError(f"{subject} must be one {what} per row (a 1-d array), got shape {values.shape}.")
+    if isinstance(values, pd.arrays.NumpyExtensionArray):
+        values = values.to_numpy()
+
+    def rows(mask):
+        return labels[mask].to_numpy() if labels is not None else np.flatnonzero(mask)
+
+    dtype = values.dtype
+    if isinstance(values, np.ndarray) and dtype.kind in _NUMPY_KINDS:
+        kind = _NUMPY_KINDS[dtype.kind]
+        missing = np.isnan(values) if dtype.kind in "fc" else np.isnat(values) if dtype.kind in "Mm" else None
+    elif isinstance(dtype, pd.CategoricalDtype):
+        missing = values.codes < 0
+        used = values.categories[np.bincount(values.codes[~missing], minlength=len(values.categories)) > 0]
+        kind = pd.api.types.infer_dtype(used, skipna=False) if len(used) else "empty"
+    else:
+        # One pass decides the common case: an object array inferred all str or all int holds no missing
+        # value. Extension arrays report their dtype's kind whatever they hold, and know their own NAs.
+        kind = pd.api.types.infer_dtype(values, skipna=False)
+        safe = isinstance(values, np.ndarray) and kind in ("string", "integer", "bytes", "empty")
+        missing = None if safe else np.asarray(pd.isna(values), dtype=bool)
+    if missing is not None and missing.any():
+        raise ValueError(
+            f"{subject} has missing values (None/NaN/NA/NaT) in {_describe_rows(rows(missing))}; every row needs "
+            f"its {what}."
+        )
+    if kind == "boolean":
+        raise ValueError(
+            f"{subject} holds booleans; a {what} must be a string or an integer (bool is rejected because "
+            "True == 1: pass the ids, not a mask)."
+        )
+    if kind.startswith("mixed") or kind == "unknown-array":
+        # Error path only: name the Python kind of every key to show which rows differ.
+        kinds = pd.Series([_key_type(v) for v in np.asarray(values, dtype=object)])
+        counts = kinds.value_counts()
+        if len(counts) == 1:
+            raise ValueError(
+                f"{subject} holds keys of type {counts.index[0]}; {what}s must be all strings or all "
+                "integers (or all of one other scalar kind such as floats)."
+            )
+        parts = "; ".join(f"{k} in {_describe_rows(rows((kinds == k).to_numpy()), limit=3)}" for k in counts.index)
+        raise ValueError(
+            f"{subject} mixes key types ({parts}); {what}s must be all strings or all integers (or all of "
+            "one other scalar kind), never mixed, so that 1 and '1' are never silently merged or split. "
+            "Convert them to one kind first (e.g. .astype(str) or .astype(int))."
+        )
+    if isinstance(values, pd.api.extensions.ExtensionArray):
+        if kind in ("integer", "floating"):  # e.g. Int64 without NA: plain numbers
+            values = values.to_numpy()
+        # Other extension arrays (string, category, ...) stay as they are: pd.factorize reads them directly.
+    elif dtype == object and kind in ("integer", "floating"):
+        try:
+            values = values.astype(np.int64 if kind == "integer" else np.float64)
+        except OverflowError:  # integers beyond int64 stay Python ints
+            pass
+    return values, kind
+
+
+def check_group_keys(keys, *, name: str = "groups"):
+    """Validate question ids: the one rule for ``X["qid"]``, ``groups=`` and every metric's ``groups``.
+
+    The keys must be all of one kind: all strings, all integers (Python or numpy, any width, signed or
+    unsigned: ``np.int8(1)`` and ``1`` are the same question), or all of one other scalar kind (floats,
+    bytes, dates, ...). Nothing is coerced: a list is read element by element, never through
+    :func:`numpy.asarray`, which would turn ``[1, "1"]`` into two equal strings.
+
+    Parameters
+    ----------
+    keys : array-like of shape (n_rows,)
+        Question id of each row: a list, numpy array, pandas Series/Index or extension array.
+    name : str, default="groups"
+        How errors name the keys (``"groups"``, or ``"Column 'qid'"`` for a frame's column). Rows are named
+        by the Series index when ``keys`` is a Series, otherwise by position.
+
+    Returns
+    -------
+    keys : ndarray or pandas ExtensionArray of shape (n_rows,)
+        The keys, ready for :func:`pandas.factorize`: a numpy array (integer and float keys given as Python
+        objects become int64/float64), or the extension array itself for extension dtypes such as
+        ``"string"`` or ``"category"``.
+
+    Raises
+    ------
+    ValueError
+        If ``keys`` is not one-dimensional, has a missing value (None, NaN, ``pd.NA``, NaT), holds booleans
+        (``True == 1`` would merge them with integer ids; a boolean mask is not a question id), or mixes
+        kinds (e.g. ``1`` and ``"1"``, or ``1`` and ``1.0``); the message names the offending rows.
+    """
+    return _check_keys(keys, name)[0]
+
+
 def check_X(
     X,
     *,
@@ -95,9 +237,15 @@ def check_X(
     TypeError
         If ``X`` is not a DataFrame or a text column holds something other than strings.
     ValueError
-        If ``X`` is empty, a required column is missing, ``qid`` or ``position`` has missing values, or a
-        ``position`` is repeated inside a question.
+        If ``X`` is empty, a required column is missing, ``qid`` breaks the rule of
+        :func:`check_group_keys` (missing values, booleans, mixed key types), ``position`` has missing
+        values, or a ``position`` is repeated inside a question.
     """
+    return _check_frame(X, text_columns, required)[0]
+
+
+def _check_frame(X, text_columns, required):
+    """:func:`check_X`, also returning the validated ``qid`` keys (so that they are checked once)."""
     if not isinstance(X, pd.DataFrame):
         raise TypeError(
             "X must be a pandas DataFrame in the grouped-candidate format (columns "
@@ -113,9 +261,7 @@ def check_X(
         raise ValueError("X is empty: at least one question/candidate row is needed.")
     if X.columns.duplicated().any():
         raise ValueError(f"X has duplicated column names: {list(X.columns[X.columns.duplicated()])}.")
-    if X["qid"].isna().any():
-        rows = X.index[X["qid"].isna().to_numpy()].to_numpy()
-        raise ValueError(f"Column 'qid' has missing values in {_describe_rows(rows)}.")
+    qid = check_group_keys(X["qid"], name=_QID_COLUMN)
     for col in text_columns:
         if col not in X.columns:
             continue
@@ -135,12 +281,13 @@ def check_X(
         if (pos < 0).any():
             rows = X.index[(pos < 0).to_numpy()].to_numpy()
             raise ValueError(f"Column 'position' must be 0-based (>= 0); negative in {_describe_rows(rows)}.")
-    return X
+    return X, qid
 
 
-def check_labels(y, n_rows: int, *, name: str = "y") -> np.ndarray:
+def check_labels(y, n_rows: int, *, name: str = "y", reference: str = "X") -> np.ndarray:
     """Validate relevance labels: numeric, finite, one per row of ``X``.
 
+    ``reference`` names what fixed ``n_rows`` in the length error (``"X"``, or ``"groups"`` for a metric).
     Returns a float64 array of shape (n_rows,).
     """
     if y is None:
@@ -175,7 +322,8 @@ def check_labels(y, n_rows: int, *, name: str = "y") -> np.ndarray:
         arr = converted
     arr = arr.astype(np.float64, copy=False)
     if len(arr) != n_rows:
-        raise ValueError(f"X has {n_rows} rows but {name} has {len(arr)} labels; they must match.")
+        unit = "rows" if reference == "X" else "entries"
+        raise ValueError(f"{reference} has {n_rows} {unit} but {name} has {len(arr)} labels; they must match.")
     if not np.isfinite(arr).all():
         bad = np.flatnonzero(~np.isfinite(arr))
         raise ValueError(f"{name} has missing or infinite labels at positions {bad[:5].tolist()}.")
@@ -191,9 +339,11 @@ class GroupIndex:
     Parameters
     ----------
     qid : array-like of shape (n_rows,)
-        Question id of each row.
+        Question id of each row, validated by :func:`check_group_keys` (one kind of key, none missing).
     position : array-like of shape (n_rows,), default=None
         Original rank of each row inside its group; when ``None`` the row order inside the group.
+    name : str, default="qid"
+        How errors about the keys name them (``"groups"`` for an explicit ``groups`` argument).
 
     Attributes
     ----------
@@ -208,11 +358,18 @@ class GroupIndex:
         Boundaries of the groups in ``order``.
     """
 
-    def __init__(self, qid, position=None):
-        qid = np.asarray(qid)
+    def __init__(self, qid, position=None, *, name: str = "qid"):
+        self._build(check_group_keys(qid, name=name), position)
+
+    @classmethod
+    def _from_keys(cls, keys: np.ndarray, position=None) -> GroupIndex:
+        """An index from keys that already passed :func:`check_group_keys`."""
+        index = cls.__new__(cls)
+        index._build(keys, position)
+        return index
+
+    def _build(self, qid: np.ndarray, position) -> None:
         codes, keys = pd.factorize(qid, sort=False, use_na_sentinel=True)
-        if (codes < 0).any():
-            raise ValueError("groups/qid has missing values.")
         self.codes = codes.astype(np.intp, copy=False)
         self.keys = np.asarray(keys)
         if position is None:
@@ -238,11 +395,9 @@ class GroupIndex:
     @classmethod
     def from_frame(cls, X: pd.DataFrame, groups=None) -> GroupIndex:
         """Build the index of a validated frame; ``groups`` (if given) overrides ``X["qid"]``."""
-        qid = X["qid"].to_numpy() if groups is None else np.asarray(groups)
-        if len(qid) != len(X):
-            raise ValueError(f"X has {len(X)} rows but groups has {len(qid)} entries; they must match.")
+        keys = check_group_keys(X["qid"], name=_QID_COLUMN) if groups is None else _check_groups(groups, len(X))
         position = X["position"].to_numpy() if "position" in X.columns else None
-        return cls(qid, position)
+        return cls._from_keys(keys, position)
 
     @property
     def n_groups(self) -> int:
@@ -302,7 +457,7 @@ class GroupIndex:
     def take(self, rows) -> GroupIndex:
         """The index of a subset of rows (given in the order they should appear)."""
         rows = np.asarray(rows)
-        return GroupIndex(self.keys[self.codes[rows]], self.position_index()[rows])
+        return GroupIndex._from_keys(self.keys[self.codes[rows]], self.position_index()[rows])
 
 
 def check_ranking_data(X, y=None, groups=None, *, require_y: bool = True, text_columns=("question", "candidate")):
@@ -315,7 +470,8 @@ def check_ranking_data(X, y=None, groups=None, *, require_y: bool = True, text_c
     y : array-like of shape (n_rows,), default=None
         Relevance labels.
     groups : array-like of shape (n_rows,), default=None
-        Question ids; when given they take precedence over ``X["qid"]``.
+        Question ids; when given they take precedence over ``X["qid"]``. Both follow the rule of
+        :func:`check_group_keys`.
     require_y : bool, default=True
         Whether ``y`` must be given.
     text_columns : sequence of str
@@ -327,15 +483,22 @@ def check_ranking_data(X, y=None, groups=None, *, require_y: bool = True, text_c
     y : ndarray of float64 or None
     index : GroupIndex
     """
-    X = check_X(X, text_columns=text_columns)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.ndim != 1 or len(groups) != len(X):
-            raise ValueError(
-                f"X has {len(X)} rows but groups has {len(groups) if groups.ndim else 0} entries; they must match."
-            )
+    X, qid = _check_frame(X, text_columns, REQUIRED_COLUMNS)
+    keys = qid if groups is None else _check_groups(groups, len(X))
     y_arr = check_labels(y, len(X)) if (y is not None or require_y) else None
-    return X, y_arr, GroupIndex.from_frame(X, groups)
+    position = X["position"].to_numpy() if "position" in X.columns else None
+    return X, y_arr, GroupIndex._from_keys(keys, position)
+
+
+def _check_groups(groups, n_rows: int) -> np.ndarray:
+    """An explicit ``groups`` argument: the key rule, and one entry per row of ``X``."""
+    keys = check_group_keys(groups, name="groups")
+    if len(keys) != n_rows:
+        raise ValueError(
+            f"groups has {len(keys)} entries but X has {n_rows} rows; groups must give the question id of "
+            "every row of X."
+        )
+    return keys
 
 
 def keep_answered(X: pd.DataFrame, y, groups=None):

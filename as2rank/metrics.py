@@ -9,6 +9,10 @@ Tie policies (``ties=``), for candidates of one question with equal scores:
   gain from ties; a constant scorer gets the worst score it could get.
 * ``"optimistic"``: more relevant candidates first among ties (an upper bound).
 * ``"stable"``: ties keep the original order (``position``, or the row order inside the group).
+* ``"trec_eval"``: ties ordered by candidate id (``docno=``) in descending string order, exactly as
+  trec_eval sorts a run (score descending, then ``strcmp`` of the docnos, larger first); with
+  ``no_positive="zero"`` the per-question values equal trec_eval's (and pytrec_eval's, and so ir_measures'
+  for these measures). Candidate ids must be unique within a question, as trec_eval requires.
 
 Questions with no positive candidate (``no_positive=``): ``"skip"`` (default) leaves them out of the mean
 (the "clean" protocol of the AS2 literature); ``"zero"`` counts them as 0.
@@ -21,7 +25,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .data import GroupIndex, check_labels
+from .data import GroupIndex, _check_keys, _plain, check_labels
 
 __all__ = [
     "mean_average_precision",
@@ -36,29 +40,38 @@ __all__ = [
 ]
 
 #: Accepted values of ``ties=``.
-TIE_POLICIES = ("pessimistic", "optimistic", "stable")
+TIE_POLICIES = ("pessimistic", "optimistic", "stable", "trec_eval")
 _NO_POSITIVE = ("skip", "zero")
 
 
 class _RankedRun:
     """One run (labels + scores) sorted inside each group according to a tie policy."""
 
-    def __init__(self, y_true, y_score, groups, ties: str, position=None):
+    def __init__(self, y_true, y_score, groups, ties: str, position=None, docno=None):
         if ties not in TIE_POLICIES:
             raise ValueError(f"ties must be one of {TIE_POLICIES}, got {ties!r}.")
+        if docno is not None and ties != "trec_eval":
+            raise ValueError(
+                f"docno is only used by ties='trec_eval' (got ties={ties!r}); drop docno or use that policy."
+            )
         if isinstance(groups, GroupIndex):
             index = groups
         else:
             if groups is None:
                 raise ValueError("groups is required: the question id of every row.")
-            index = GroupIndex(groups, position)
-        y_true = check_labels(y_true, index.n_rows, name="y_true")
+            index = GroupIndex(groups, position, name="groups")
+        y_true = check_labels(y_true, index.n_rows, name="y_true", reference="groups")
         y_score = np.asarray(y_score, dtype=np.float64)
         if y_score.ndim != 1 or len(y_score) != index.n_rows:
-            raise ValueError(f"y_score has shape {y_score.shape} but {index.n_rows} rows were expected.")
+            raise ValueError(
+                f"y_score has shape {y_score.shape} but groups has {index.n_rows} entries; one score per row."
+            )
         if np.isnan(y_score).any():
             raise ValueError("y_score contains NaN; every row needs a score.")
-        tiebreak = {"pessimistic": y_true, "optimistic": -y_true, "stable": None}[ties]
+        if ties == "trec_eval":
+            tiebreak = _docno_tiebreak(docno, index)
+        else:
+            tiebreak = {"pessimistic": y_true, "optimistic": -y_true, "stable": None}[ties]
         order = index.sort(y_score, tiebreak)
         self.index = index
         self.gain = y_true[order]  # labels in ranked order, groups contiguous
@@ -112,6 +125,41 @@ class _RankedRun:
         return float(np.nanmean(values))
 
 
+def _docno_tiebreak(docno, index: GroupIndex) -> np.ndarray:
+    """Sort key that puts, among equal scores, the larger candidate id first (trec_eval's order).
+
+    trec_eval sorts a query's documents by ``sim`` descending and breaks ties with ``strcmp(docno2, docno1)``
+    (``comp_sim_docno`` in ``form_res_rels.c``): byte order of the UTF-8 ids, larger first. Python compares
+    ``str`` by code point, which is the same order as the bytes of their UTF-8 encoding.
+    """
+    if docno is None:
+        raise ValueError(
+            "ties='trec_eval' orders equal scores by candidate id, as trec_eval does: pass docno= (the "
+            "candidate id of every row, e.g. X['cand_id']); get_scorer takes the column name instead."
+        )
+    values, kind = _check_keys(docno, "docno", what="candidate id")
+    if kind == "integer":
+        values = values.astype(str)  # an integer id is written to a run file as its decimal text
+    elif kind not in ("string", "empty"):
+        raise ValueError(
+            f"docno must hold strings (or integers, compared as their decimal text, as in a run file), got "
+            f"{kind} values."
+        )
+    if len(values) != index.n_rows:
+        raise ValueError(f"docno has {len(values)} entries but groups has {index.n_rows}; one id per row.")
+    codes, uniques = pd.factorize(values, sort=True)  # codes rank the ids in string order
+    order = np.lexsort((codes, index.codes))
+    same = (index.codes[order][1:] == index.codes[order][:-1]) & (codes[order][1:] == codes[order][:-1])
+    if same.any():
+        row = order[np.flatnonzero(same)[0]]
+        raise ValueError(
+            f"docno {_plain(uniques[codes[row]])!r} appears more than once in question "
+            f"{_plain(index.keys[index.codes[row]])!r}; trec_eval rejects duplicate documents in a run, so every "
+            "candidate of a question needs its own id."
+        )
+    return -codes
+
+
 def _check_k(k):
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}.")
@@ -126,9 +174,12 @@ _DOC_PARAMS = """
     y_score : array-like of shape (n_rows,)
         Scores, higher is better.
     groups : array-like of shape (n_rows,)
-        Question id of each row (e.g. ``X["qid"]``); rows of a group need not be contiguous.
-    ties : {"pessimistic", "optimistic", "stable"}, default="pessimistic"
-        How candidates with equal scores are ordered (see the module docstring).
+        Question id of each row (e.g. ``X["qid"]``); rows of a group need not be contiguous. The ids
+        follow :func:`~as2rank.data.check_group_keys`: one kind (all strings, or all integers), none
+        missing, never coerced.
+    ties : {"pessimistic", "optimistic", "stable", "trec_eval"}, default="pessimistic"
+        How candidates with equal scores are ordered (see the module docstring); ``"trec_eval"`` needs
+        ``docno``.
     no_positive : {"skip", "zero"}, default="skip"
         Questions without a positive candidate are left out ("clean" protocol) or count as 0.
     position : array-like of shape (n_rows,), default=None
@@ -136,27 +187,39 @@ _DOC_PARAMS = """
     per_group : bool, default=False
         Return a :class:`pandas.Series` of per-question values indexed by ``qid`` (NaN for skipped
         questions) instead of the mean.
+    docno : array-like of shape (n_rows,), default=None
+        Candidate id of each row (strings, or integers read as their decimal text), unique within a
+        question; required by, and only accepted with, ``ties="trec_eval"``.
 """
 
 
 def mean_average_precision(
-    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, per_group=False
+    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, per_group=False, docno=None
 ):
-    run = _RankedRun(y_true, y_score, groups, ties, position)
+    run = _RankedRun(y_true, y_score, groups, ties, position, docno)
     return run.aggregate(run.average_precision(), no_positive, per_group)
 
 
 def mean_reciprocal_rank(
-    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, per_group=False
+    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, per_group=False, docno=None
 ):
-    run = _RankedRun(y_true, y_score, groups, ties, position)
+    run = _RankedRun(y_true, y_score, groups, ties, position, docno)
     return run.aggregate(run.reciprocal_rank(), no_positive, per_group)
 
 
 def precision_at_k(
-    y_true, y_score, groups, *, k=1, ties="pessimistic", no_positive="skip", position=None, per_group=False
+    y_true,
+    y_score,
+    groups,
+    *,
+    k=1,
+    ties="pessimistic",
+    no_positive="skip",
+    position=None,
+    per_group=False,
+    docno=None,
 ):
-    run = _RankedRun(y_true, y_score, groups, ties, position)
+    run = _RankedRun(y_true, y_score, groups, ties, position, docno)
     return run.aggregate(run.precision(_check_k(k)), no_positive, per_group)
 
 
@@ -171,10 +234,11 @@ def ndcg_at_k(
     no_positive="skip",
     position=None,
     per_group=False,
+    docno=None,
 ):
     if gain not in ("linear", "exponential"):
         raise ValueError(f"gain must be 'linear' or 'exponential', got {gain!r}.")
-    run = _RankedRun(y_true, y_score, groups, ties, position)
+    run = _RankedRun(y_true, y_score, groups, ties, position, docno)
     return run.aggregate(run.ndcg(_check_k(k), gain), no_positive, per_group)
 
 
@@ -208,13 +272,22 @@ ndcg_at_k.__doc__ = (
 
 
 def ranking_report(
-    y_true, y_score, groups, *, ties="pessimistic", no_positive="skip", position=None, k=(1, 3, 5), ndcg_k=(10,)
+    y_true,
+    y_score,
+    groups,
+    *,
+    ties="pessimistic",
+    no_positive="skip",
+    position=None,
+    k=(1, 3, 5),
+    ndcg_k=(10,),
+    docno=None,
 ) -> dict:
     """All the ranking metrics of one run, sharing one sort.
 
     Parameters
     ----------
-    y_true, y_score, groups, ties, no_positive, position
+    y_true, y_score, groups, ties, no_positive, position, docno
         As in :func:`mean_average_precision`.
     k : tuple of int, default=(1, 3, 5)
         Cut-offs for P@k.
@@ -227,7 +300,7 @@ def ranking_report(
         ``map``, ``mrr``, ``p@k`` for each k, ``ndcg@k`` for each cut-off, ``n_questions`` (all groups)
         and ``n_evaluated`` (groups that entered the means).
     """
-    run = _RankedRun(y_true, y_score, groups, ties, position)
+    run = _RankedRun(y_true, y_score, groups, ties, position, docno)
     report = {
         "map": run.aggregate(run.average_precision(), no_positive, False),
         "mrr": run.aggregate(run.reciprocal_rank(), no_positive, False),
@@ -244,8 +317,8 @@ def ranking_report(
 class RankingScorer:
     """A scorer ``(estimator, X, y) -> float`` for ``GridSearchCV(scoring=...)`` and ``cross_validate``.
 
-    The groups are read from ``X["qid"]``, so any row subset scikit-learn takes (a CV fold) is scored per
-    question. Build one with :func:`get_scorer`.
+    The groups are read from ``X["qid"]`` (and ``X["position"]`` when present), so any row subset
+    scikit-learn takes (a CV fold) is scored per question. Build one with :func:`get_scorer`.
 
     Parameters
     ----------
@@ -254,7 +327,8 @@ class RankingScorer:
     name : str
         Name shown in reprs.
     **kwargs
-        Passed to ``metric`` (``k``, ``ties``, ``no_positive``).
+        Passed to ``metric`` (``k``, ``ties``, ``no_positive``), except ``docno``: the name of the column
+        of ``X`` whose values are passed as the metric's ``docno``.
     """
 
     def __init__(self, metric, name, **kwargs):
@@ -267,16 +341,23 @@ class RankingScorer:
             raise ValueError("Ranking scorers do not support sample_weight.")
         if not isinstance(X, pd.DataFrame) or "qid" not in X.columns:
             raise ValueError("Ranking scorers need X as a grouped-candidate DataFrame with a 'qid' column.")
+        kwargs = dict(self.kwargs)
+        column = kwargs.pop("docno", None)
+        if column is not None:
+            if column not in X.columns:
+                raise ValueError(f"{self!r} reads candidate ids from column {column!r}, which X does not have.")
+            kwargs["docno"] = X[column]
         y_score = estimator.predict(X)
-        position = X["position"].to_numpy() if "position" in X.columns else None
-        return self.metric(y_true, y_score, X["qid"].to_numpy(), position=position, **self.kwargs)
+        return self.metric(y_true, y_score, GroupIndex.from_frame(X), **kwargs)
 
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
         return f"get_scorer({self.name!r}{extra})"
 
 
-def get_scorer(name: str, *, ties: str = "pessimistic", no_positive: str = "skip") -> RankingScorer:
+def get_scorer(
+    name: str, *, ties: str = "pessimistic", no_positive: str = "skip", docno: str | None = None
+) -> RankingScorer:
     """A ranking scorer by name: ``"map"``, ``"mrr"``, ``"p@k"`` and ``"ndcg@k"`` for any k (``"p@1"``,
     ``"ndcg@10"``, ...).
 
@@ -286,6 +367,9 @@ def get_scorer(name: str, *, ties: str = "pessimistic", no_positive: str = "skip
         Metric name, case-insensitive.
     ties, no_positive : str
         As in the metric functions.
+    docno : str, default=None
+        Name of the column of ``X`` that holds the candidate ids; required by, and only accepted with,
+        ``ties="trec_eval"``.
 
     Returns
     -------
@@ -298,7 +382,18 @@ def get_scorer(name: str, *, ties: str = "pessimistic", no_positive: str = "skip
     get_scorer('p@1', k=1, ties='pessimistic', no_positive='skip')
     """
     key = name.strip().lower()
+    if ties not in TIE_POLICIES:
+        raise ValueError(f"ties must be one of {TIE_POLICIES}, got {ties!r}.")
+    if (ties == "trec_eval") != (docno is not None):
+        raise ValueError(
+            "get_scorer(ties='trec_eval') needs docno=<name of the column of X holding candidate ids>, and docno "
+            f"is only accepted with that policy (got ties={ties!r}, docno={docno!r})."
+        )
+    if docno is not None and not isinstance(docno, str):
+        raise TypeError(f"docno must be the name of a column of X, got {type(docno).__name__}.")
     common = {"ties": ties, "no_positive": no_positive}
+    if docno is not None:
+        common["docno"] = docno
     if key == "map":
         return RankingScorer(mean_average_precision, key, **common)
     if key == "mrr":
