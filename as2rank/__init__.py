@@ -30,6 +30,8 @@ _LAZY = {
     "predict_rank": "base",
     "get_scorer": "metrics",
     "ranking_report": "metrics",
+    "load": "persistence",
+    "save": "persistence",
 }
 
 __all__ = sorted(_LAZY)

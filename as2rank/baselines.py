@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
 from .data import FORMAT_COLUMNS, GroupIndex, check_ranking_data, check_X
+from .persistence import PersistenceMixin
 from .text import bag_of_words, tokenize
 
 __all__ = [
@@ -56,7 +57,7 @@ def _positions(X: pd.DataFrame) -> np.ndarray:
     return GroupIndex.from_frame(X).position_index().astype(np.float64)
 
 
-class _RuleRanker(RankerMixin, BaseEstimator):
+class _RuleRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     """Shared plumbing of the rule-based rankers: nothing to learn, ``fit`` only validates."""
 
     _text_columns: tuple = ("question", "candidate")
@@ -165,7 +166,7 @@ class OverlapRankRanker(_RuleRanker):
         return _word_overlap(X, self.lowercase, self.drop_punct) + 0.5 / (_positions(X) + 1.0)
 
 
-class LexicalFeatures(TransformerMixin, BaseEstimator):
+class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
     """Lexical overlap and position features, appended as columns to the grouped-candidate frame.
 
     The output keeps every input column (so ``qid`` still reaches the ranker and scorers downstream) and
@@ -198,6 +199,8 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
 
     # Accept ``groups`` when metadata routing sends it through a pipeline (it is only validated).
     __metadata_request__fit = {"groups": True}
+    # The IDF of tokens unseen in fit is part of the model (``save_pretrained`` writes it).
+    _saved_private_attrs = ("_unseen_idf",)
 
     feature_names = (
         "overlap",
@@ -289,13 +292,44 @@ class LexicalFeatures(TransformerMixin, BaseEstimator):
         return tags
 
 
-class PointwiseRanker(RankerMixin, BaseEstimator):
+def _check_class_labels(y: np.ndarray, estimator) -> None:
+    """Refuse labels a classifier cannot learn from: non-integer values, or a single class."""
+    name = type(estimator).__name__
+    fractional = y != np.round(y)
+    if fractional.any():
+        example = _plain_number(y[np.flatnonzero(fractional)[0]])
+        raise ValueError(
+            f"PointwiseRanker wraps a classifier ({name}), which needs class labels: whole numbers, 0/1 or "
+            f"graded 0, 1, 2, ...; y holds non-integer labels such as {example}. For continuous relevance, wrap a "
+            "regressor instead, e.g. PointwiseRanker(Ridge())."
+        )
+    classes = np.unique(y)
+    if len(classes) < 2:
+        raise ValueError(
+            f"PointwiseRanker wraps a classifier ({name}), which needs labels of at least two classes (0/1, or "
+            f"graded 0, 1, 2, ...); all {len(y)} labels of y are {_plain_number(classes[0])}. Train on questions with "
+            "both correct and wrong candidates."
+        )
+
+
+def _plain_number(value) -> int | float:
+    """A label as it reads best in a message: ``1`` rather than ``1.0``."""
+    value = float(value)
+    return int(value) if value.is_integer() else value
+
+
+class PointwiseRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     """Turn any scikit-learn classifier or regressor into a ranker of grouped candidates.
 
     Each row is scored independently from its numeric feature columns: the positive-class probability
     (``predict_proba[:, 1]``) of a binary classifier, the expected label for a multi-class one, else
     ``decision_function``, else ``predict``. The grouped-candidate columns (``qid``, ``position``, texts)
     are not features; they keep travelling with the rows so that scorers can group them.
+
+    A classifier learns from class labels: whole numbers (0/1, or graded 0, 1, 2, ...) with at least two
+    distinct values; ``fit`` refuses anything else before fitting it. With graded labels the score is the
+    expected label under the classifier's probabilities. A regressor takes any numeric labels, continuous
+    relevance included.
 
     Parameters
     ----------
@@ -342,17 +376,25 @@ class PointwiseRanker(RankerMixin, BaseEstimator):
         X : pandas.DataFrame
             Grouped-candidate frame with numeric feature columns.
         y : array-like of shape (n_rows,)
-            Relevance labels.
+            Relevance labels: for a classifier, whole numbers with at least two distinct values (0/1, or
+            graded 0, 1, 2, ...); for a regressor, any numbers.
         groups : array-like, default=None
             Question ids (validated; pointwise training does not use them).
 
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            If the estimator is a classifier and the labels are not whole numbers or take only one value.
         """
         if self.estimator is None:
             raise ValueError("PointwiseRanker needs an estimator, e.g. PointwiseRanker(LogisticRegression()).")
         X, y, _ = check_ranking_data(X, y, groups, text_columns=())
+        if is_classifier(self.estimator):
+            _check_class_labels(y, self.estimator)
         if self.features is None:
             features = [
                 c for c in X.columns if c not in FORMAT_COLUMNS and pd.api.types.is_numeric_dtype(X[c].dtype)

@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import GroupIndex, check_ranking_data, check_X
 from .metrics import get_scorer
+from .persistence import PersistenceMixin
 from .transformer import _check_number, _TransformerEstimator
 
 __all__ = ["EXIT_GAP", "CascadeTransformer", "SequentialRanker", "default_exits", "simulate_cascade", "tune_alpha"]
@@ -211,6 +212,9 @@ reuse_fit, random_state, verbose
     n_layers_ : int
         Layers of the cut encoder (the last exit).
     history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.TransformerRanker`.
     cost_report_ : dict
         Set by ``predict``/``predict_exits``: ``relative_cost``, ``rows_per_layer``, ``survivors`` (rows
         scored by each exit), ``n_rows``, ``n_questions``.
@@ -485,7 +489,7 @@ def tune_alpha(
     return tuple(feasible["alpha"].iloc[0]), table.reset_index(drop=True)
 
 
-class SequentialRanker(RankerMixin, BaseEstimator):
+class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     """Sequential reranking SR_N (paper §3.2, §4.2): independently trained rankers applied in turn.
 
     Every step is fitted on the full training data. At prediction, the first step scores all candidates;
@@ -599,3 +603,14 @@ class SequentialRanker(RankerMixin, BaseEstimator):
             "n_questions": index.n_groups,
         }
         return _stage_scores(raw, reached, n_steps)
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        # fit fits a clone of every step: as repeatable as its least repeatable step.
+        steps = self.steps if isinstance(self.steps, (list, tuple)) else ()
+        tags.non_deterministic = any(
+            get_tags(step).non_deterministic for step in steps if hasattr(step, "__sklearn_tags__")
+        )
+        return tags

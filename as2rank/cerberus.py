@@ -52,6 +52,7 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import check_ranking_data, check_X
 from .metrics import get_scorer
+from .persistence import PersistenceMixin
 from .transformer import TransformerRanker, _check_number, _TransformerEstimator
 
 __all__ = ["Cerberus", "DistilledRanker", "LinearEnsemble", "platt_scaling", "teacher_logits"]
@@ -277,6 +278,17 @@ class _Distillation:
     def __sklearn_clone__(self):
         return _clone_sharing(self, "teachers")
 
+    def __sklearn_tags__(self):
+        from sklearn.utils import get_tags
+
+        tags = super().__sklearn_tags__()
+        # With teacher_cv, fit also fits clones of the ranker teachers: as repeatable as the least repeatable one.
+        if self.teacher_cv is not None and isinstance(self.teachers, (list, tuple)):
+            tags.non_deterministic = tags.non_deterministic or any(
+                get_tags(t).non_deterministic for t in self.teachers if _is_model(t) and hasattr(t, "__sklearn_tags__")
+            )
+        return tags
+
 
 # ----------------------------------------------------------------------------------------------- Cerberus
 class Cerberus(_Distillation, _TransformerEstimator):
@@ -348,6 +360,9 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         Blocks on the path of one input through one head (``body_layers_ + head_layers_``).
     pooling_ : {"cls", "mean"}
     history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``; the key holds the
+        teachers' calibrated logits), as in :class:`~as2rank.transformer.TransformerRanker`.
 
     Examples
     --------
@@ -580,8 +595,9 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
 
     Attributes
     ----------
-    model_, tokenizer_, n_layers_, pooling_, history_
-        As in :class:`~as2rank.transformer.TransformerRanker`.
+    model_, tokenizer_, n_layers_, pooling_, history_, fit_cache_hit_
+        As in :class:`~as2rank.transformer.TransformerRanker` (the key of ``reuse_fit`` holds the teachers'
+        calibrated logits).
     """
 
     def __init__(
@@ -653,7 +669,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
 
 
 # ----------------------------------------------------------------------------------------------- ensembles
-class LinearEnsemble(RankerMixin, BaseEstimator):
+class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
     """A weighted sum of fitted rankers' calibrated scores, the weights tuned on held-out data.
 
     ``fit(X_dev, y_dev)`` maps each ranker's scores to logits by Platt scaling on ``(X_dev, y_dev)`` (so

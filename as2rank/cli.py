@@ -18,6 +18,9 @@ import sys
 
 from . import __version__
 
+#: ``--model``/``--save`` paths with these suffixes are joblib (pickle) files; other paths are model directories.
+_PICKLE_SUFFIXES = (".joblib", ".pkl")
+
 
 def _add_data_args(p):
     p.add_argument(
@@ -50,15 +53,21 @@ def _bench(args) -> int:
     return 0
 
 
-def _evaluate(args) -> int:
-    import joblib
+def _is_model_path(model: str) -> bool:
+    """Whether ``--model`` names a saved model (a joblib/pickle file or a model directory), not a suite entry."""
+    from pathlib import Path
 
+    return model.endswith(_PICKLE_SUFFIXES) or Path(model).is_dir()
+
+
+def _evaluate(args) -> int:
     from .metrics import ranking_report
+    from .scale import load_model
     from .suite import load_benchmark_data, select
 
     X_train, y_train, X_test, y_test = load_benchmark_data(args.data, args.path, random_state=args.seed)
-    if args.model.endswith((".joblib", ".pkl")):
-        model = joblib.load(args.model)
+    if _is_model_path(args.model):
+        model = load_model(args.model)
     else:
         (entry,) = select(("all",), [args.model])
         missing = entry.missing()
@@ -66,8 +75,14 @@ def _evaluate(args) -> int:
             print(f"{entry.name} needs: pip install {' '.join(missing)}", file=sys.stderr)
             return 2
         model = entry.make(args.seed).fit(X_train, y_train)
-        if args.save:
+        if args.save and args.save.endswith(_PICKLE_SUFFIXES):
+            import joblib
+
             joblib.dump(model, args.save)
+        elif args.save:
+            from .persistence import save
+
+            save(model, args.save)
     scores = model.predict(X_test)
     print(f"| ties | questions | MAP | MRR | P@1 | P@3 | P@5 | nDCG@10 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for ties in ("pessimistic", "stable", "optimistic") if args.ties == "all" else (args.ties,):
@@ -86,6 +101,7 @@ def _set_everywhere(model, name: str, value) -> None:
 def _predict(args) -> int:
     from pathlib import Path
 
+    from .digest import content_digest
     from .scale import load_model, predict_file
 
     model = load_model(args.model)
@@ -93,8 +109,9 @@ def _predict(args) -> int:
         _set_everywhere(model, "device", args.device)
     if args.n_threads is not None:
         _set_everywhere(model, "n_threads", args.n_threads)
-    stat = Path(args.model).stat()
-    model_id = f"{Path(args.model).resolve()}@{stat.st_mtime_ns}"
+    # Parts of an interrupted run are reused only for the same model bytes: a name or a modification time
+    # can stay the same while the weights change.
+    model_id = f"{Path(args.model).resolve()}@{content_digest(args.model)}"
     try:
         summary = predict_file(
             model,
@@ -132,16 +149,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="fit (or load) one model and print its metrics on the test split")
     _add_data_args(ev)
-    ev.add_argument("--model", required=True, help="a suite model name (e.g. WO+RR) or a saved .joblib model")
+    ev.add_argument(
+        "--model",
+        required=True,
+        help="a suite model name (e.g. WO+RR), a save_pretrained directory, or a .joblib/.pkl file (pickles run "
+        "code when loaded: only from a trusted source)",
+    )
     ev.add_argument("--ties", choices=("pessimistic", "stable", "optimistic", "all"), default="pessimistic")
-    ev.add_argument("--save", help="save the fitted model to this .joblib file")
+    ev.add_argument(
+        "--save",
+        help="save the fitted model: a path ending in .joblib/.pkl is written with joblib.dump, any other path "
+        "is a pickle-free save_pretrained directory",
+    )
     ev.set_defaults(func=_evaluate)
 
     pr = sub.add_parser(
         "predict",
         help="score a file larger than memory with a saved model, chunk by chunk, into a Parquet directory",
     )
-    pr.add_argument("--model", required=True, help="a model saved with joblib.dump (.joblib/.pkl) or a save_pretrained directory")
+    pr.add_argument(
+        "--model",
+        required=True,
+        help="a save_pretrained directory (pickle-free), or a model saved with joblib.dump (.joblib/.pkl; a pickle "
+        "runs code when loaded: only from a trusted source)",
+    )
     pr.add_argument(
         "--input",
         required=True,

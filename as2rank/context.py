@@ -734,6 +734,9 @@ class ContextConcat(_ContextRanker):
     n_layers_ : int
     pooling_ : {{"cls", "mean"}}
     history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.TransformerRanker`.
 
     Examples
     --------
@@ -846,6 +849,9 @@ class ContextMWA(_ContextRanker):
     n_layers_ : int
     pooling_ : {{"cls", "mean"}}
     history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.TransformerRanker`.
 
     Examples
     --------
@@ -967,6 +973,10 @@ class ContextEnsemble(_ContextRanker):
         ``{{"local": TrainingHistory, "global": TrainingHistory}}`` of the two encoders' own training.
     history_ : as2rank.neural.TrainingHistory
         The joint fine-tuning.
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.TransformerRanker`; the two encoders' own fits may be reused while the
+        joint stage trains.
     """
 
     # Its two encoders are fitted on the whole training set before the joint stage: no chunked training.

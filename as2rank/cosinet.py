@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import GroupIndex, check_ranking_data, check_X
 from .embeddings import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
+from .persistence import PersistenceMixin
 from .text import tokenize
 
 __all__ = ["Cosinet", "RNN_TYPES", "LOSSES"]
@@ -37,7 +38,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 PAPER_LEARNING_RATES = {"pointwise": 2e-3, "listwise": 2e-4}
 
 
-class Cosinet(RankerMixin, BaseEstimator):
+class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     """Cosinet answer-sentence ranker (Bonadiman & Moschitti, 2020), optionally with an RNN over the
     candidate list and listwise training.
 
@@ -81,7 +82,9 @@ class Cosinet(RankerMixin, BaseEstimator):
     lowercase : bool, default=True
         Lower-case the text before spaCy tokenisation (as in the paper).
     random_state : int, RandomState instance or None, default=None
-        Seeds parameter initialisation, dropout and the batch order.
+        Seeds parameter initialisation, dropout and the batch order. With an integer, fitting again on the
+        same CPU (same torch build, precision and number of threads) gives the same model bit for bit, in
+        the same process or another, whatever the machine's load.
     device : str or torch.device, default="auto"
         ``"auto"`` trains and predicts on CUDA when available, else the CPU.
     precision : {"auto", "fp32", "bf16"}, default="auto"
@@ -497,6 +500,12 @@ class Cosinet(RankerMixin, BaseEstimator):
             module.eval()
             self.module_ = module
 
+    def _module_from_state(self, name, state_dict):
+        """The network rebuilt from its CPU weights (:meth:`from_pretrained`; ``name`` is ``"module_"``)."""
+        module = _make_module(**self.module_config_)
+        module.load_state_dict(state_dict)
+        return module.eval()
+
     def _fitted_keyed_vectors(self):
         """A KeyedVectors of the fitted vocabulary that shares ``word_vectors_`` (stored once when pickled)."""
         from gensim.models import KeyedVectors
@@ -779,7 +788,12 @@ def _network_class():
             windows_e = table[stream].unfold(0, k, 1)  # (stream positions, dim, kernel)
             word_weight = weight[:, : self.dim, :].reshape(filters, -1).to(table.dtype)
             by_text = (windows_e.reshape(len(windows_e), -1) @ word_weight.T).float()
-            hidden = by_text[tokens] + windows @ weight[:, self.dim, :].T
+            # The rows are gathered by embedding(), not by_text[tokens]: a word of a question is read once per
+            # candidate, and the backward pass of indexing sums those repeated rows' gradients with atomic
+            # adds from several threads (CPU float32, large enough tensors), in an order that depends on
+            # thread timing and so on the machine's load. embedding's backward adds them in token order
+            # whatever the threads, which keeps fit reproducible bit for bit.
+            hidden = torch.nn.functional.embedding(tokens, by_text) + windows @ weight[:, self.dim, :].T
             # ReLU commutes with the max, so it is applied once per pooled value.
             pooled = torch.segment_reduce(hidden, "max", lengths=lengths, axis=0)
             return torch.relu(pooled + conv.bias)

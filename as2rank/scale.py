@@ -84,7 +84,11 @@ def count_rows(path) -> int:
 
 
 def load_model(path):
-    """A fitted model saved with ``joblib.dump`` (``.joblib``/``.pkl``) or ``save_pretrained`` (a directory).
+    """A fitted model: a ``save_pretrained`` directory (pickle-free), or a ``joblib.dump``/pickle file.
+
+    A directory is read by :func:`as2rank.load`, which instantiates only as2rank classes and allow-listed
+    scikit-learn estimators. A joblib or pickle file runs code when it is loaded: load only files from a
+    trusted source.
 
     Parameters
     ----------
@@ -93,21 +97,53 @@ def load_model(path):
     Returns
     -------
     estimator
+
+    Raises
+    ------
+    FileNotFoundError
+        If nothing is at ``path``.
+    ValueError
+        With a one-line message naming the file, when it is not a fitted model (random bytes, a truncated
+        or foreign pickle, an object without ``predict``, a damaged directory, ...).
     """
-    import joblib
+    from .persistence import _one_line, load
 
     path = Path(path)
-    if path.is_dir():
-        meta = path / "as2rank.json"
-        if not meta.is_file():
-            raise ValueError(f"{str(path)!r} is a directory without as2rank.json: not written by save_pretrained.")
-        import as2rank
-
-        cls = getattr(as2rank, json.loads(meta.read_text())["class"])
-        return cls.from_pretrained(path)
-    if not path.is_file():
+    expected = "expected a save_pretrained directory or a joblib file of a fitted estimator"
+    if not path.exists():
         raise FileNotFoundError(f"No model at {str(path)!r}.")
-    return joblib.load(path)
+    if path.is_dir():
+        try:
+            return load(path)
+        except (ValueError, ImportError):
+            raise
+        except Exception as exc:  # e.g. a damaged encoder/ of a transformer
+            raise ValueError(f"{path} is not a loadable as2rank model: {_one_line(exc)}; {expected}.") from None
+    import joblib
+
+    try:
+        model = joblib.load(path)
+    except Exception as exc:  # a damaged or foreign file fails in many ways (EOFError, UnpicklingError, ...)
+        detail = _one_line(exc, 200)
+        detail = detail if detail == type(exc).__name__ else f"{type(exc).__name__}: {detail}"
+        reason = f"it cannot be unpickled ({detail})"
+        raise ValueError(f"{path} is not a fitted as2rank model: {reason}; {expected}.") from None
+    reason = None
+    if not hasattr(model, "predict"):
+        reason = f"it holds a {type(model).__name__}, not an estimator with predict"
+    else:
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        try:
+            check_is_fitted(model)
+        except NotFittedError:
+            reason = f"it holds an unfitted {type(model).__name__}"
+        except TypeError:  # not a scikit-learn estimator, but it has predict
+            pass
+    if reason is not None:
+        raise ValueError(f"{path} is not a fitted as2rank model: {reason}; {expected}.")
+    return model
 
 
 def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:

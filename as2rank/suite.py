@@ -194,7 +194,7 @@ def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0)
         for both, paragraphs (``doc_id``) are split into train and test so that no paragraph is in both.
         ``"wikiqa"``: the official splits, ``path`` being the folder with ``WikiQA-train.tsv`` and
         ``WikiQA-test.tsv``.
-    path : str, default=None
+    path : str or os.PathLike, default=None
     test_size : float, default=0.3
         Fraction of paragraphs held out (sample and squad).
     random_state : int, default=0
@@ -202,6 +202,14 @@ def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0)
     Returns
     -------
     X_train, y_train, X_test, y_test
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist, or the WikiQA folder lacks one of its two files.
+    ValueError
+        If ``path`` is missing or of the wrong kind (a folder for SQuAD, a file for WikiQA), or a file is
+        not in the expected format.
     """
     import os
 
@@ -212,10 +220,16 @@ def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0)
     if data == "wikiqa":
         if path is None:
             raise ValueError("--data wikiqa needs --path, the folder holding WikiQA-train.tsv and WikiQA-test.tsv.")
+        _check_wikiqa_folder(os.fspath(path))
         X_train, y_train = datasets.load_wikiqa(os.path.join(path, "WikiQA-train.tsv"))
         X_test, y_test = datasets.load_wikiqa(os.path.join(path, "WikiQA-test.tsv"))
         return X_train, y_train, X_test, y_test
     if data == "sample":
+        if path is not None:
+            raise ValueError(
+                f"--data sample reads the bundled sample, not --path {os.fspath(path)!r}; "
+                "use --data squad or --data wikiqa to read a file."
+            )
         X, y = datasets.load_sample()
     elif data == "squad":
         if path is None:
@@ -236,6 +250,21 @@ def _show_fit_progress(est) -> None:
     names = [k for k in names if k in params and isinstance(params[k], bool)]
     if names:
         est.set_params(**{k: True for k in names})
+
+
+def _check_wikiqa_folder(folder: str) -> None:
+    """Refuse a WikiQA ``--path`` that is not a folder holding both official files, naming what is wrong."""
+    import os
+
+    expected = "--data wikiqa needs the folder holding WikiQA-train.tsv and WikiQA-test.tsv"
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"No folder at {folder!r}: {expected}.")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{folder!r} is a file, not a folder: {expected}.")
+    names = ("WikiQA-train.tsv", "WikiQA-test.tsv")
+    missing = [name for name in names if not os.path.isfile(os.path.join(folder, name))]
+    if missing:
+        raise FileNotFoundError(f"The folder {folder!r} has no {' and no '.join(missing)}: {expected}.")
 
 
 def run_suite(

@@ -3,17 +3,16 @@
 :class:`_TransformerEstimator` holds what every transformer-backed ranker shares: loading the backbone
 (:mod:`as2rank.neural.backbone`), pair encoding, the one training loop (:func:`as2rank.neural.train`) with
 an optional dev set and early stopping, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`),
-pickling to a CPU state and a ``save_pretrained``/``from_pretrained`` directory format. A subclass supplies
-the torch module, its loss and its scoring.
+pickling to a CPU state and ``save_pretrained``/``from_pretrained`` (the directory format of
+:mod:`as2rank.persistence`). A subclass supplies the torch module, its loss and its scoring.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
+import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -34,9 +33,6 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 #: pairs (one thread), 2,048 predicted 1.5-1.9x as many pairs/s as 16,384 in fp32, bf16 and int8
 #: (``docs/benchmarks/speed.md`` sweeps it).
 AUTO_BATCH_TOKENS = {"cpu": 2048, "other": 16384}
-
-_HEADS_FILE = "heads.safetensors"
-_META_FILE = "as2rank.json"
 
 
 def _check_number(name, value, low, high=None, *, integer=False, low_open=False, allow_none=False):
@@ -233,7 +229,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         """
         from .neural import resolve_device, seeded, torch_threads
         from .neural.distributed import setup_training
-        from .neural.fitcache import FIT_CACHE, fit_key
+        from .neural.fitcache import FIT_CACHE, fit_key, source_digests
 
         X, y, index = check_ranking_data(X, y, groups)
         self._check_params()
@@ -244,16 +240,24 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 raise ValueError("eval_set must be a pair (X_dev, y_dev).")
             dev = check_ranking_data(*eval_set)
         warm = bool(self.warm_start) and hasattr(self, "model_")
-        key = None
+        key = sources = None
         if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
+            # The initial weights enter the key by content (None: a name not on disk, so no reuse).
+            sources = source_digests(self.model, self.tokenizer)
+        if sources is not None:
             columns = self._input_columns
-            data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y)
+            # Per-row targets (distillation teachers' logits) are training data too.
+            targets = self._row_targets(X, y, index)
+            data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y, targets)
             dev_data = None if dev is None else (*(dev[0][c].to_numpy() for c in columns), dev[2].codes, dev[1])
-            key = fit_key(self, self._training_params(), str(device), data, dev_data)
+            params = {**self._training_params(), "model": sources[0], "tokenizer": sources[1]}
+            key = fit_key(self, params, str(device), data, dev_data)
             cached = FIT_CACHE.get(key)
             if cached is not None:
                 self._restore_fitted(cached)
                 self._train_state = None
+                self.fit_cache_hit_ = True
+                self._report_cache_hit()
                 return self
 
         with torch_threads(self.n_threads):
@@ -264,9 +268,22 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 self.history_ = self._train(X, y, index, rng, setup, dev=dev)
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
-        if key is not None:
+        self.fit_cache_hit_ = False
+        # Stored only if the initial weights did not change on disk while training (they were loaded after
+        # the digest was taken).
+        if key is not None and source_digests(self.model, self.tokenizer) == sources:
             FIT_CACHE.put(key, self._fitted_state())
         return self
+
+    def _report_cache_hit(self) -> None:
+        from .neural.distributed import is_main_process
+
+        if self.verbose and is_main_process():
+            print(
+                f"{type(self).__name__}.fit: weights reused from an identical earlier fit in this process, not "
+                "trained; to train, set reuse_fit=False or call as2rank.neural.fitcache.FIT_CACHE.clear().",
+                file=sys.stderr,
+            )
 
     @available_if(lambda est: est._streamable)
     def partial_fit(self, X, y, groups=None, total_rows=None):
@@ -333,6 +350,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                     self.model_ = self._init_module(X, y, groups, None)
                 history = self._train(X, y, index, rng, setup, state=state)
         self.history_ = history if state.runs == 1 else self.history_.extend(history)
+        self.fit_cache_hit_ = False
         self._train_state = state
         return self
 
@@ -417,7 +435,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         return {
             "config": module.encoder.config,
             "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
-            "attrs": {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_") and k not in ("model_", "cost_report_")},
+            "attrs": {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_") and k not in ("model_", "cost_report_", "fit_cache_hit_")},
         }
 
     def _restore_fitted(self, state: dict) -> None:
@@ -445,46 +463,37 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         if fitted is not None:
             self._restore_fitted(fitted)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Head initialisation, dropout and batch order draw from random_state: None draws fresh entropy per fit.
+        tags.non_deterministic = self.random_state is None
+        return tags
+
     def save_pretrained(self, path) -> None:
-        """Write the fitted model to a directory.
+        """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
 
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
         ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
-        "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (class and
-        parameters). Load with :meth:`from_pretrained`. Under ``accelerate launch``/``torchrun`` every process
-        may call it: the main process writes, the others wait until the directory is complete.
+        "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (format version,
+        class, parameters and fitted attributes). Load with :meth:`from_pretrained` or :func:`as2rank.load`.
+        Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
+        others wait until the directory is complete.
 
         Parameters
         ----------
         path : str or pathlib.Path
         """
         from .neural.distributed import is_main_process, wait_for_everyone
+        from .persistence import write_transformer
 
         check_is_fitted(self, "model_")
         if is_main_process():
-            self._write_pretrained(Path(path))
+            write_transformer(self, path)
         wait_for_everyone()
-
-    def _write_pretrained(self, path: Path) -> None:
-        from safetensors.torch import save_file
-
-        path.mkdir(parents=True, exist_ok=True)
-        self.model_.encoder.save_pretrained(path / "encoder")
-        self.tokenizer_.save_pretrained(path / "encoder")
-        if getattr(self, "pooling_", None) == "mean":
-            # Say so the sentence-transformers way, so that pooling="auto" keeps it when the saved encoder
-            # is the ``model=`` of a new estimator (TANDA's adapt step).
-            (path / "encoder" / "1_Pooling").mkdir(exist_ok=True)
-            (path / "encoder" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-        heads = {k: v.detach().cpu().contiguous() for k, v in self.model_.state_dict().items() if not k.startswith("encoder.")}
-        save_file(heads, str(path / _HEADS_FILE))
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in self._unsaved_params}
-        meta = {"class": type(self).__name__, "params": _jsonable(params), "fitted": _jsonable(self._export_attrs())}
-        (path / _META_FILE).write_text(json.dumps(meta, indent=2))
 
     @classmethod
     def from_pretrained(cls, path, **params):
-        """Load an estimator written by :meth:`save_pretrained`.
+        """Load an estimator written by :meth:`save_pretrained` (on the CPU; ``device`` applies at prediction).
 
         Parameters
         ----------
@@ -498,23 +507,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
             continue from the adapted weights.
         """
-        from safetensors.torch import load_file
+        from .persistence import read_transformer
 
-        from .neural.backbone import load_backbone
-
-        path = Path(path)
-        meta = json.loads((path / _META_FILE).read_text())
-        if meta["class"] != cls.__name__:
-            raise ValueError(f"{path} holds a {meta['class']}, not a {cls.__name__}.")
-        est = cls(**{**meta["params"], "model": str(path / "encoder"), "tokenizer": None, **params})
-        est._import_attrs(meta["fitted"])
-        encoder, est.tokenizer_ = load_backbone(est.model)
-        module = est._build_module(encoder)
-        missing, unexpected = module.load_state_dict(load_file(str(path / _HEADS_FILE)), strict=False)
-        if unexpected or any(not k.startswith("encoder.") for k in missing):
-            raise ValueError(f"{path / _HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
-        est.model_ = module.eval()
-        return est
+        return read_transformer(cls, path, params)
 
     def _export_attrs(self) -> dict:
         return {"n_layers_": self.n_layers_}
@@ -555,22 +550,6 @@ def _quantize_linear(module):
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", UserWarning)
         return torch.ao.quantization.quantize_dynamic(quantized, {torch.nn.Linear}, dtype=torch.qint8)
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    raise TypeError(f"Cannot save a parameter of type {type(obj).__name__} in {_META_FILE}.")
 
 
 class TransformerRanker(_TransformerEstimator):
@@ -653,8 +632,10 @@ class TransformerRanker(_TransformerEstimator):
         :func:`as2rank.neural.torch_threads`); set it when k parallel fits share a machine in another way.
     reuse_fit : bool, default=True
         With an integer ``random_state``, reuse the weights of an identical earlier fit in this process
-        (same class, training parameters and data): model selection over inference-only parameters then
-        trains once per fold (see :mod:`as2rank.neural.fitcache`).
+        (same class, training parameters, data, and initial weights and tokenizer by content, every file
+        of a ``model`` directory included): model selection over inference-only parameters then trains
+        once per fold (see :mod:`as2rank.neural.fitcache`). ``fit_cache_hit_`` tells whether a fit was
+        reused.
     random_state : int, RandomState or None, default=None
         Seeds head initialisation, dropout, batch order and the validation split.
     verbose : bool, default=False
@@ -671,6 +652,9 @@ class TransformerRanker(_TransformerEstimator):
         The pooling used (``pooling`` with ``"auto"`` resolved).
     history_ : as2rank.neural.TrainingHistory
         Losses, learning rates and dev scores of the last ``fit``.
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` took its weights from an identical earlier fit in this process
+        (``reuse_fit``) instead of training; ``partial_fit`` sets it to False.
 
     Examples
     --------

@@ -215,3 +215,44 @@ def test_wikiqa_test_paper_numbers():
     assert worr["map"] == pytest.approx(68.25, abs=0.5)
     assert worr["mrr"] == pytest.approx(69.43, abs=0.5)
     assert worr["p@1"] == pytest.approx(56.38, abs=0.5)
+
+
+class _MustNotFit(LogisticRegression):
+    """A classifier whose fit fails the test: label errors must come before the classifier is fitted."""
+
+    def fit(self, X, y, sample_weight=None):
+        raise AssertionError("the classifier was fitted")
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ("zeros", r"needs labels of at least two classes .*all \d+ labels of y are 0\."),
+        ("ones", r"needs labels of at least two classes .*all \d+ labels of y are 1\."),
+        ("continuous", r"needs class labels: whole numbers, 0/1 or graded 0, 1, 2.*non-integer labels such as 0\.3"),
+    ],
+)
+def test_pointwise_ranker_refuses_labels_a_classifier_cannot_learn(labels, message):
+    X, y = synthetic()
+    Xt = LexicalFeatures().fit_transform(X)
+    y = {"zeros": np.zeros(len(y)), "ones": np.ones(len(y)), "continuous": np.where(y == 1, 0.7, 0.3)}[labels]
+    with pytest.raises(ValueError, match=message):
+        PointwiseRanker(_MustNotFit()).fit(Xt, y)
+    with pytest.raises(ValueError, match=r"PointwiseRanker wraps a classifier \(LogisticRegression\)"):
+        lexical_pipeline().fit(X, y)
+
+
+def test_pointwise_ranker_label_rules_depend_on_the_estimator():
+    from sklearn.linear_model import Ridge
+
+    X, y = synthetic()
+    Xt = LexicalFeatures().fit_transform(X)
+    # A regressor learns continuous relevance; a classifier takes graded whole numbers, as floats too.
+    continuous = np.where(y == 1, 0.7, 0.3)
+    assert PointwiseRanker(Ridge()).fit(Xt, continuous).predict(Xt).shape == (len(X),)
+    graded = (y * 2 + (Xt["overlap"].to_numpy() > 2)).astype(np.float64)
+    pr = PointwiseRanker(LogisticRegression()).fit(Xt, graded)
+    assert len(np.unique(graded)) > 2
+    np.testing.assert_array_equal(pr.estimator_.classes_, np.unique(graded))
+    scores = pr.predict(Xt)
+    assert ((scores >= graded.min()) & (scores <= graded.max())).all()  # the expected label

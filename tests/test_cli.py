@@ -67,3 +67,60 @@ def test_bench_wikiqa_path():
         pytest.skip("WikiQA not available")
     X_train, y_train, X_test, y_test = load_benchmark_data("wikiqa", SHARED_DATA / "wikiqa")
     assert X_test["qid"].nunique() == 633 and X_train["qid"].nunique() == 2118
+
+
+def _bad_paths(tmp_path):
+    """(argv data options, the path, a phrase of what was expected) for paths of the wrong kind."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "WikiQA-train.tsv").write_text("QuestionID\tQuestion\n")  # no WikiQA-test.tsv beside it
+    not_json = tmp_path / "dev-v2.0.json"
+    not_json.write_text("QuestionID\tQuestion\tLabel\nQ1\twho?\t1\n")
+    binary = tmp_path / "squad.json"
+    binary.write_bytes(b"\xff\xfe\x00\x01 not text")
+    tsv = tmp_path / "WikiQA-test.tsv"
+    tsv.write_text("QuestionID\tQuestion\n")
+    squad, wikiqa = "a SQuAD v1.1/v2.0 JSON file", "the folder holding WikiQA-train.tsv and WikiQA-test.tsv"
+    return [
+        ("squad", tmp_path, squad),  # a folder
+        ("squad", tmp_path / "missing.json", squad),
+        ("squad", not_json, "not a SQuAD v1.1/v2.0 JSON file"),
+        ("squad", binary, "not a SQuAD v1.1/v2.0 JSON file"),
+        ("wikiqa", tsv, wikiqa),  # a file
+        ("wikiqa", tmp_path / "missing", wikiqa),
+        ("wikiqa", folder, "has no WikiQA-test.tsv"),
+    ]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "bench"])
+def test_bad_data_path_is_one_line_naming_it(tmp_path, capsys, command):
+    for data, path, expected in _bad_paths(tmp_path):
+        model = ["--model", "RR"] if command == "evaluate" else ["--models", "RR", "--quiet"]
+        assert main([command, "--data", data, "--path", str(path), *model]) == 2, (data, path)
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert captured.out == "" and "\n" not in err, err
+        assert err.startswith("as2rank: error: ") and repr(str(path)) in err and expected in err, err
+
+
+def test_loaders_refuse_a_folder_naming_it(tmp_path):
+    from as2rank.datasets import load_asnq, load_squad_sent, load_wikiqa
+
+    with pytest.raises(ValueError, match="is a directory: expected an ASNQ TSV file"):
+        load_asnq(tmp_path, chunksize=10)
+
+    with pytest.raises(ValueError, match="is a directory: expected a SQuAD v1.1/v2.0 JSON file"):
+        load_squad_sent(tmp_path)
+    with pytest.raises(ValueError, match="is a directory: expected an official WikiQA TSV file"):
+        load_wikiqa(tmp_path)
+    bad = tmp_path / "WikiQA-dev.tsv"
+    bad.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(ValueError, match="is not a WikiQA TSV"):
+        load_wikiqa(bad)
+
+
+def test_sample_refuses_a_path(capsys):
+    # --path with --data sample used to be ignored: the user got the sample's figures for their file.
+    assert main(["bench", "--models", "RR", "--quiet", "--path", "my_squad.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--data sample" in err and "my_squad.json" in err

@@ -45,7 +45,7 @@ def load_asnq(path, chunksize=None):
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If a line does not hold three tab-separated fields, a label is not an integer in 1-4, the file is
+        If ``path`` is a directory, a line does not hold three tab-separated fields, a label is not an integer in 1-4, the file is
         empty, or a question reappears after other questions (the rows of a question are not
         contiguous; sort the file by question, e.g. ``LC_ALL=C sort -s -t $'\\t' -k1,1``). In the streamed
         mode these surface while iterating, with the line number.
@@ -59,6 +59,8 @@ def load_asnq(path, chunksize=None):
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"No ASNQ file at {os.fspath(path)!r}.")
+    if os.path.isdir(path):
+        raise ValueError(f"{os.fspath(path)!r} is a directory: expected an ASNQ TSV file such as dev.tsv.")
     if chunksize is None:
         return _concat(_iter_chunks(path, _READ_ROWS))
     if isinstance(chunksize, bool) or not isinstance(chunksize, (int, np.integer)) or chunksize < 1:

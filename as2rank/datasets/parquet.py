@@ -22,10 +22,10 @@ def load_parquet(path, chunksize=None, *, label="label", columns=None, window=0)
         Spark, Dask or ``pandas.DataFrame.to_parquet(partition_cols=...)``), or a list of files. Columns:
         ``qid``, ``question``, ``candidate``, optionally ``position``, ``doc_id``, ... and the label column.
     chunksize : int, default=None
-        ``None`` returns the whole table. An integer returns an iterator of chunks of at most about
+        ``None`` returns the whole table. An integer returns an iterator of chunks of at most
         ``chunksize`` rows that never split a question (a question larger than ``chunksize`` forms a chunk
-        of its own). Rows are read ``chunksize`` at a time, so memory follows ``chunksize + window``, not
-        the table.
+        of its own). Rows are read and decoded ``chunksize`` at a time, whatever the size of the file's row
+        groups, so memory follows ``chunksize + window``, not the table.
     label : str or None, default="label"
         Column of the relevance labels, returned as ``y``; ``None`` reads no labels (``y`` is ``None``),
         for scoring.
@@ -91,24 +91,63 @@ def _split_label(frame: pd.DataFrame, label):
     return frame.drop(columns=label), frame[label].to_numpy()
 
 
+#: Bytes read at a time from a column chunk while streaming a Parquet file, instead of the whole chunk.
+_READ_BUFFER = 1 << 18
+
+
+def _file_batches(dataset, columns, rows: int):
+    """Record batches of at most ``rows`` rows of every file of ``dataset`` in order, decoded ``rows`` at a time.
+
+    Each file goes through :meth:`pyarrow.parquet.ParquetFile.iter_batches`, which decodes ``rows`` rows of a
+    row group at a time and reads its pages through a small buffer; the dataset scanner would decode whole
+    row groups (``DataFrame.to_parquet`` writes up to a million rows in one) and read ahead several of them.
+    Batches get the dataset's schema: a column missing from a file is null there, as the scanner makes it.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([dataset.schema.field(c) for c in columns], metadata=dataset.schema.metadata)
+    for fragment in dataset.get_fragments():
+        with pq.ParquetFile(
+            fragment.path, filesystem=fragment.filesystem, buffer_size=_READ_BUFFER, pre_buffer=False
+        ) as reader:
+            present = [c for c in columns if c in reader.schema_arrow.names]
+            for batch in reader.iter_batches(batch_size=rows, columns=present):
+                arrays = []
+                for field in schema:
+                    if field.name in present:
+                        array = batch.column(field.name)
+                    else:
+                        array = pa.nulls(batch.num_rows, type=field.type)
+                    arrays.append(array if array.type == field.type else array.cast(field.type))
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def _blocks(dataset, columns, rows: int) -> Iterator[pd.DataFrame]:
-    """Consecutive blocks of about ``rows`` rows, indexed by row number."""
+    """Consecutive blocks of ``rows`` rows (the last one shorter), indexed by row number.
+
+    Fewer than ``2 * rows`` rows of the file are held here at a time, whatever the size of its row groups.
+    """
     import pyarrow as pa
 
     pending, n_pending, start = [], 0, 0
-    for batch in dataset.to_batches(columns=columns, batch_size=rows):
+    for batch in _file_batches(dataset, columns, rows):
         pending.append(batch)
         n_pending += batch.num_rows
-        if n_pending >= rows:
-            block = pa.Table.from_batches(pending).to_pandas()
-            block.index = pd.RangeIndex(start, start + len(block))
-            start += len(block)
-            pending, n_pending = [], 0
-            yield block
+        while n_pending >= rows:
+            table = pa.Table.from_batches(pending)
+            yield _frame(table.slice(0, rows), start)
+            start += rows
+            rest = table.slice(rows)
+            pending, n_pending = rest.to_batches(), rest.num_rows
     if n_pending:
-        block = pa.Table.from_batches(pending).to_pandas()
-        block.index = pd.RangeIndex(start, start + len(block))
-        yield block
+        yield _frame(pa.Table.from_batches(pending), start)
+
+
+def _frame(table, start: int) -> pd.DataFrame:
+    block = table.to_pandas()
+    block.index = pd.RangeIndex(start, start + len(block))
+    return block
 
 
 def group_stream(blocks, chunksize: int, window: int, source: str = "the data") -> Iterator[pd.DataFrame]:

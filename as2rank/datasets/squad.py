@@ -14,6 +14,10 @@ from ..text import split_sentences
 __all__ = ["load_squad_sent"]
 
 
+#: What a SQuAD path must name, for messages.
+_EXPECTED = "a SQuAD v1.1/v2.0 JSON file such as dev-v2.0.json"
+
+
 def _not_squad(path, why: str) -> ValueError:
     return ValueError(
         f"{os.fspath(path)!r} is not a SQuAD v1.1/v2.0 JSON file ({why}); expected "
@@ -52,7 +56,7 @@ def load_squad_sent(path):
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If the file is not SQuAD JSON or holds no question.
+        If ``path`` is a directory, or the file is not SQuAD JSON or holds no question.
 
     Notes
     -----
@@ -65,7 +69,9 @@ def load_squad_sent(path):
     Each paragraph is split once, however many questions it has.
     """
     if not os.path.exists(path):
-        raise FileNotFoundError(f"No SQuAD file at {os.fspath(path)!r}.")
+        raise FileNotFoundError(f"No SQuAD file at {os.fspath(path)!r}: expected {_EXPECTED}.")
+    if os.path.isdir(path):
+        raise ValueError(f"{os.fspath(path)!r} is a directory: expected {_EXPECTED}.")
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

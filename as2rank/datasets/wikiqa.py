@@ -13,6 +13,9 @@ __all__ = ["load_wikiqa"]
 
 _COLUMNS = ["QuestionID", "Question", "DocumentID", "DocumentTitle", "SentenceID", "Sentence", "Label"]
 
+#: What a WikiQA path must name, for messages.
+_EXPECTED = "an official WikiQA TSV file such as WikiQA-test.tsv"
+
 
 def load_wikiqa(path):
     """Load an official WikiQA TSV file (``WikiQA-train.tsv``, ``WikiQA-dev.tsv``, ``WikiQA-test.tsv``).
@@ -36,6 +39,14 @@ def load_wikiqa(path):
     y : ndarray of shape (n_rows,)
         0/1 labels.
 
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If ``path`` is a directory or not a WikiQA TSV (not UTF-8 text, malformed lines, missing columns,
+        malformed SentenceID or Label).
+
     Notes
     -----
     All 633 test questions are returned; the "clean" protocol of the literature evaluates the 243 with a
@@ -43,8 +54,16 @@ def load_wikiqa(path):
     :func:`as2rank.data.keep_answered`.
     """
     if not os.path.exists(path):
-        raise FileNotFoundError(f"No WikiQA file at {os.fspath(path)!r}.")
-    df = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False, dtype=str, encoding="utf-8")
+        raise FileNotFoundError(f"No WikiQA file at {os.fspath(path)!r}: expected {_EXPECTED}.")
+    if os.path.isdir(path):
+        raise ValueError(f"{os.fspath(path)!r} is a directory: expected {_EXPECTED}.")
+    try:
+        df = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False, dtype=str, encoding="utf-8")
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        reason = " ".join(str(exc).split())  # one line
+        raise ValueError(
+            f"{os.fspath(path)!r} is not a WikiQA TSV (UTF-8, tab-separated, header {' '.join(_COLUMNS)}): {reason}"
+        ) from None
     missing = [c for c in _COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{os.fspath(path)!r} is not a WikiQA TSV: missing column(s) {missing}.")

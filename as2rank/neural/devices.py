@@ -175,6 +175,12 @@ def torch_threads(n_threads):
     ``OMP_NUM_THREADS`` there), one thread in Dask worker processes (the nanny sets ``OMP_NUM_THREADS=1``), and
     what the launcher sets (``OMP_NUM_THREADS``) under ``torchrun``/``accelerate launch``.
 
+    The count is part of what a seeded ``fit`` computes: matrix products and reductions split their sums
+    among the threads, so two fits with the same ``random_state`` give the same bits with the same count,
+    whatever the machine's load, but may differ in the last bits with different counts, and training
+    amplifies such differences. An integer ``n_threads`` makes the count independent of the process's own
+    setting (a joblib worker's ``OMP_NUM_THREADS``, for instance).
+
     Parameters
     ----------
     n_threads : int or None
