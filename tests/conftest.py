@@ -2,6 +2,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy machine extra threads wait on each other."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def toy():
     """Three questions, rows of question 'q2' interleaved and out of position order."""

@@ -25,13 +25,7 @@ from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E40
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine extra threads wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 from as2rank.baselines import OverlapRankRanker  # noqa: E402
 from as2rank.datasets import load_parquet  # noqa: E402
 from as2rank.scale import predict_file, score_frame  # noqa: E402
+from tests.utils import assert_whole_questions  # noqa: E402
 
 WORDS = np.array([f"w{i}" for i in range(500)], dtype=object)
 
@@ -81,12 +82,8 @@ def test_streamed_chunks_and_scores_equal_reading_whole(tmp_path, layout):
     chunksize = 500
     chunks = list(load_parquet(path, chunksize=chunksize, window=window))
     assert max(len(X) for X, _ in chunks) <= chunksize  # no question is larger than a chunk here
-    seen = set()
+    assert_whole_questions(chunks, frame)
     for X, y in chunks:
-        qids = set(X["qid"])
-        assert not qids & seen
-        seen |= qids
-        assert (X.groupby("qid").size() == frame[frame["qid"].isin(qids)].groupby("qid").size()).all()
         np.testing.assert_array_equal(y, frame["label"].to_numpy()[X.index])
     joined = pd.concat([X for X, _ in chunks]).sort_index()
     pd.testing.assert_frame_equal(joined, frame.drop(columns="label"), check_index_type=False)

@@ -40,6 +40,7 @@ from as2rank.scale import predict_dask, predict_file, score_frame  # noqa: E402
 from as2rank.transformer import TransformerRanker  # noqa: E402
 from tests import scale_helpers  # noqa: E402
 from tests.scale_helpers import InterruptingRanker, asnq_rows, write_asnq  # noqa: E402
+from tests.utils import assert_whole_questions  # noqa: E402
 from tests.test_transformer import WORDS, small, synthetic, tokenizer  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,13 +272,7 @@ def test_parquet_chunks_never_split_a_question_and_group_unsorted_rows(tmp_path)
         list(load_parquet(tmp_path / "unsorted.parquet", chunksize=30))
     for name, window in (("sorted", 0), ("unsorted", 12)):
         chunks = list(load_parquet(tmp_path / f"{name}.parquet", chunksize=30, window=window))
-        seen = set()
-        for X, y in chunks:
-            qids = set(X["qid"])
-            assert not qids & seen
-            seen |= qids
-            assert (X.groupby("qid").size() == frame[frame["qid"].isin(qids)].groupby("qid").size()).all()
-            assert len(y) == len(X)
+        assert_whole_questions(chunks, frame)
         assert len(chunks) > 3 and max(len(X) for X, _ in chunks) <= 30 + 12
         joined = pd.concat([X for X, _ in chunks]).sort_index()
         source = frame if name == "sorted" else unsorted

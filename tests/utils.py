@@ -16,3 +16,14 @@ def shared_path(*parts):
 
 def wikiqa_path(split):
     return shared_path("wikiqa", f"WikiQA-{split}.tsv")
+
+
+def assert_whole_questions(chunks, frame):
+    """Each chunk ``(X, y)`` of a stream holds whole questions of ``frame``, and no question is in two chunks."""
+    seen = set()
+    for X, y in chunks:
+        qids = set(X["qid"])
+        assert not qids & seen
+        seen |= qids
+        assert (X.groupby("qid").size() == frame[frame["qid"].isin(qids)].groupby("qid").size()).all()
+        assert len(y) == len(X)
