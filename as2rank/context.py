@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .data import REQUIRED_COLUMNS, check_ranking_data, check_X
+from .persistence import PersistenceMixin
 from .text import bag_of_words, tokenize
 from .transformer import TransformerRanker, _check_number, _TransformerEstimator
 
@@ -102,7 +103,7 @@ def _sentence_encoder(name: str):
     return load_backbone(name)
 
 
-class ContextExtractor(TransformerMixin, BaseEstimator):
+class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
     """Add each candidate's local and global context from its document (paper §2.1).
 
     **Documents.** By default a document is rebuilt from the rows of ``X`` itself: every row with the same

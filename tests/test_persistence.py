@@ -402,6 +402,10 @@ def test_context_models_round_trip(tokenizer, tmp_path):
     X, y = test_context.synthetic(n_questions=6)
     pipe = make_pipeline(ContextExtractor(max_global_sentences=2), test_context.small(ContextConcat, tokenizer))
     round_trip(pipe.fit(X, y), tmp_path / "concat", X)
-    X = ContextExtractor(max_global_sentences=2).fit_transform(X)
+    extractor = ContextExtractor(max_global_sentences=2).fit(X)
+    extractor.save_pretrained(tmp_path / "extractor")
+    loaded = ContextExtractor.from_pretrained(tmp_path / "extractor")
+    pd.testing.assert_frame_equal(loaded.transform(X), extractor.transform(X))
+    X = extractor.transform(X)
     for cls in (ContextMWA, ContextEnsemble):
         round_trip(test_context.small(cls, tokenizer).fit(X, y), tmp_path / cls.__name__, X, cls)
