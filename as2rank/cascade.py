@@ -192,7 +192,7 @@ class CascadeTransformer(_TransformerEstimator):
         the updates per classifier is plenty; on a WikiQA-size budget ``benchmarks/cascade.py`` compares
         both.
     max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
-validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
+early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
 reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the last
         exit.
@@ -239,7 +239,8 @@ reuse_fit, random_state, verbose
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -266,6 +267,7 @@ reuse_fit, random_state, verbose
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.eval_every = eval_every

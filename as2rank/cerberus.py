@@ -343,7 +343,7 @@ class Cerberus(_Distillation, _TransformerEstimator):
         targets come from teachers that did not see the rows; ranker teachers then need not be fitted. See
         :func:`teacher_logits`.
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
-warmup, max_grad_norm, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
+warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the
         mean of the heads. With ``precision="int8"`` the body's linear layers are quantized and the
@@ -397,7 +397,8 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -428,6 +429,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.eval_every = eval_every
@@ -589,7 +591,7 @@ class DistilledRanker(_Distillation, TransformerRanker):
     teacher_cv : None, int or group splitter, default=None
         As in :class:`Cerberus`.
     tokenizer, num_layers, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, \
-weight_decay, warmup, max_grad_norm, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
+weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`.
 
@@ -619,7 +621,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -636,7 +639,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
             model=model, tokenizer=tokenizer, num_layers=num_layers, pooling=pooling, max_length=max_length,
             epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
             head_lr_multiplier=head_lr_multiplier, weight_decay=weight_decay, warmup=warmup,
-            max_grad_norm=max_grad_norm, validation_fraction=validation_fraction, patience=patience,
+            max_grad_norm=max_grad_norm, early_stopping=early_stopping,
+            validation_fraction=validation_fraction, patience=patience,
             eval_every=eval_every, warm_start=warm_start, freeze_embeddings=freeze_embeddings,
             batch_tokens=batch_tokens, device=device, precision=precision, n_threads=n_threads, reuse_fit=reuse_fit,
             random_state=random_state, verbose=verbose,

@@ -706,7 +706,7 @@ _SHARED_PARAMS_DOC = """\
         beyond it, as ``TransformerRanker(max_length=128)`` does); the contexts share the rest of
         ``max_length`` (see :mod:`as2rank.context`).
     epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
-validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
+early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
 reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`."""
 
@@ -763,7 +763,8 @@ class ContextConcat(_ContextRanker):
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -790,6 +791,7 @@ class ContextConcat(_ContextRanker):
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.eval_every = eval_every
@@ -883,7 +885,8 @@ class ContextMWA(_ContextRanker):
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -912,6 +915,7 @@ class ContextMWA(_ContextRanker):
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.eval_every = eval_every
@@ -999,7 +1003,8 @@ class ContextEnsemble(_ContextRanker):
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -1026,6 +1031,7 @@ class ContextEnsemble(_ContextRanker):
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.eval_every = eval_every

@@ -23,6 +23,7 @@ __all__ = [
     "check_ranking_data",
     "check_labels",
     "keep_answered",
+    "holdout_questions",
     "make_frame",
 ]
 
@@ -513,6 +514,23 @@ def keep_answered(X: pd.DataFrame, y, groups=None):
     answered = index.max(y) > 0
     keep = answered[index.codes]
     return X[keep], y[keep]
+
+
+def holdout_questions(index: GroupIndex, y: np.ndarray, fraction: float, rng) -> np.ndarray:
+    """Rows of a validation split: ``fraction`` of the questions with a positive label (at least one), whole
+    questions drawn with ``rng`` (a :class:`numpy.random.Generator`). Questions without a positive, which
+    add nothing to a validation MAP, stay in training.
+
+    Returns
+    -------
+    ndarray of bool of shape (n_rows,)
+        True for the held-out rows.
+    """
+    answered = np.flatnonzero(index.max(y) > 0)
+    n_held = max(1, int(np.ceil(fraction * len(answered))))
+    held = np.zeros(index.n_groups, dtype=bool)
+    held[rng.permutation(answered)[:n_held]] = True
+    return held[index.codes]
 
 
 def make_frame(question: str, candidates: Sequence[str], qid=0) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
-from .data import check_ranking_data, check_X
+from .data import check_ranking_data, check_X, holdout_questions
 from .metrics import mean_average_precision
 
 __all__ = ["TransformerRanker"]
@@ -126,10 +126,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             raise ValueError(f"freeze_embeddings must be True or False, got {self.freeze_embeddings!r}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
-        if self.validation_fraction is not None:
-            _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
-            if self.validation_fraction >= 1:
-                raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
+        _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
+        if self.validation_fraction >= 1:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
+        if not (isinstance(self.early_stopping, (bool, np.bool_)) or self.early_stopping == "auto"):
+            raise ValueError(f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}.")
 
     def _encode(self, X):
         from .neural.backbone import encode_pairs, uses_token_types
@@ -201,6 +202,16 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         return self.precision == "int8" and int8_supported()
 
+    def _holds_out(self) -> bool:
+        """Whether a ``fit`` without ``eval_set`` holds out a validation split for early stopping."""
+        return self.early_stopping is True or self.early_stopping is np.True_
+
+    def _set_training_summary(self, history) -> None:
+        """``validation_scores_`` and ``best_iteration_`` from the history of a training run."""
+        self.history_ = history
+        self.validation_scores_ = np.asarray(history.eval_scores, dtype=np.float64)
+        self.best_iteration_ = int(history.best_step if history.best_step is not None else history.n_steps)
+
     def _training_params(self) -> dict:
         params = self.get_params(deep=False)
         return {k: v for k, v in params.items() if k not in self._inference_params}
@@ -238,6 +249,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
                 raise ValueError("eval_set must be a pair (X_dev, y_dev).")
+            if self.early_stopping != "auto" and not self.early_stopping:
+                raise ValueError(
+                    "eval_set is the early-stopping set, but early_stopping=False; set early_stopping='auto' or "
+                    "True, or pass no eval_set."
+                )
             dev = check_ranking_data(*eval_set)
         warm = bool(self.warm_start) and hasattr(self, "model_")
         key = sources = None
@@ -265,7 +281,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             with seeded(self.random_state, setup.device) as rng:
                 if not warm:
                     self.model_ = self._init_module(X, y, groups, eval_set)
-                self.history_ = self._train(X, y, index, rng, setup, dev=dev)
+                self._set_training_summary(self._train(X, y, index, rng, setup, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         self.fit_cache_hit_ = False
@@ -349,7 +365,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 if not hasattr(self, "model_"):
                     self.model_ = self._init_module(X, y, groups, None)
                 history = self._train(X, y, index, rng, setup, state=state)
-        self.history_ = history if state.runs == 1 else self.history_.extend(history)
+        self._set_training_summary(history if state.runs == 1 else self.history_.extend(history))
         self.fit_cache_hit_ = False
         self._train_state = state
         return self
@@ -369,9 +385,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         self._int8_model_ = None
         encoded = self._encode(X)
         train_rows = np.arange(len(X))
-        if state is None and dev is None and self.validation_fraction is not None:
-            held = rng.permutation(index.n_groups)[: max(1, math.ceil(self.validation_fraction * index.n_groups))]
-            is_dev = np.isin(index.codes, held)
+        if state is None and dev is None and self._holds_out():
+            is_dev = holdout_questions(index, y, self.validation_fraction, rng)
             if is_dev.all():
                 raise ValueError("validation_fraction leaves no training question; lower it.")
             dev_rows = np.flatnonzero(is_dev)
@@ -597,12 +612,17 @@ class TransformerRanker(_TransformerEstimator):
         Fraction of the steps of linear warm-up.
     max_grad_norm : float or None, default=1.0
         Gradient clipping; ``None`` does not clip.
-    validation_fraction : float, default=None
-        Hold out this fraction of the training questions as a dev set for early stopping (used only when
-        ``fit`` gets no ``eval_set``).
+    early_stopping : "auto" or bool, default="auto"
+        Stop when the validation MAP has not improved for ``patience`` evaluations and keep the weights of
+        the best evaluation; ``epochs`` is then a budget. ``"auto"``: early stopping on ``fit``'s
+        ``eval_set`` when it gets one, none otherwise. ``True``: on ``eval_set`` or, without one, on
+        ``validation_fraction`` of the training questions that have a correct answer (whole questions, drawn
+        with ``random_state``; they do not train). ``False``: never (an ``eval_set`` is then an error).
+    validation_fraction : float, default=0.1
+        Fraction of the answered training questions held out for early stopping (at least one).
     patience : int, default=2
-        With a dev set: stop after this many evaluations without a better dev MAP; the best weights are
-        restored either way.
+        Evaluations without a better validation MAP before training stops (scikit-learn's
+        ``n_iter_no_change``).
     eval_every : int, default=None
         With a dev set: evaluate every this many steps instead of after each epoch.
     warm_start : bool, default=False
@@ -652,6 +672,10 @@ class TransformerRanker(_TransformerEstimator):
         The pooling used (``pooling`` with ``"auto"`` resolved).
     history_ : as2rank.neural.TrainingHistory
         Losses, learning rates and dev scores of the last ``fit``.
+    validation_scores_ : ndarray of float
+        Validation MAP of each evaluation of the last ``fit`` (empty without early stopping).
+    best_iteration_ : int
+        Optimizer steps behind the kept weights: those of the best evaluation with early stopping, else all.
     fit_cache_hit_ : bool
         Whether the last ``fit`` took its weights from an identical earlier fit in this process
         (``reuse_fit``) instead of training; ``partial_fit`` sets it to False.
@@ -677,7 +701,8 @@ class TransformerRanker(_TransformerEstimator):
         weight_decay=0.01,
         warmup=0.1,
         max_grad_norm=1.0,
-        validation_fraction=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
         patience=2,
         eval_every=None,
         warm_start=False,
@@ -702,6 +727,7 @@ class TransformerRanker(_TransformerEstimator):
         self.weight_decay = weight_decay
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.eval_every = eval_every

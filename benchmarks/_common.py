@@ -61,10 +61,20 @@ def training_params(est) -> dict:
 
 
 def cache_key(est, X, y) -> str:
-    """Hash of the estimator class, its training parameters and the training data."""
+    """Hash of the estimator class, its training parameters, the content of the weights it starts from
+    (``model``/``tokenizer`` read through :func:`as2rank.neural.fitcache.source_digests`, so a replaced
+    checkpoint under the same name is trained again) and the training data."""
     import joblib
 
-    return joblib.hash((type(est).__name__, training_params(est), X, y))
+    params = training_params(est)
+    weights = None
+    if isinstance(params.get("model"), str):
+        from as2rank.neural.fitcache import source_digests
+
+        weights = source_digests(params["model"], params.get("tokenizer"))
+        if weights is None:
+            raise SystemExit(f"{params['model']!r} resolves to no files on disk: a cached fit could not be checked.")
+    return joblib.hash((type(est).__name__, params, weights, X, y))
 
 
 def fitted(est, X, y, fit_log: list | None = None, **fit_params):

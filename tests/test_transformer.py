@@ -120,12 +120,50 @@ def test_token_budget_batches_cover_every_unit_once():
 
 def test_early_stopping_restores_best(tokenizer):
     X, y = synthetic(n_questions=10)
-    ranker = small(TransformerRanker, "bert", tokenizer, epochs=4, validation_fraction=0.3, patience=1).fit(X, y)
+    ranker = small(
+        TransformerRanker, "bert", tokenizer, epochs=4, early_stopping=True, validation_fraction=0.3, patience=1
+    ).fit(X, y)
     history = ranker.history_
     assert history.eval_scores and history.best_step == history.eval_steps[int(np.argmax(history.eval_scores))]
+    np.testing.assert_array_equal(ranker.validation_scores_, history.eval_scores)
+    assert ranker.best_iteration_ == history.best_step
     X_dev, y_dev = synthetic(n_questions=3, seed=1)
     dev = small(TransformerRanker, "bert", tokenizer, epochs=2).fit(X, y, eval_set=(X_dev, y_dev))
     assert max(dev.history_.eval_scores) == pytest.approx(dev.score(X_dev, y_dev), abs=1e-9)
+
+
+def test_early_stopping_switches(tokenizer):
+    X, y = synthetic(n_questions=10)
+    for early_stopping in ("auto", False):  # "auto" without an eval_set: no held-out split
+        plain = small(TransformerRanker, "bert", tokenizer, epochs=2, early_stopping=early_stopping).fit(X, y)
+        assert plain.validation_scores_.size == 0 and plain.best_iteration_ == plain.history_.n_steps
+    held = small(TransformerRanker, "bert", tokenizer, epochs=2, early_stopping=True, reuse_fit=False).fit(X, y)
+    assert held.validation_scores_.size == 2  # one evaluation per epoch
+    # The same seed holds out the same questions and trains the same model.
+    again = small(TransformerRanker, "bert", tokenizer, epochs=2, early_stopping=True, reuse_fit=False).fit(X, y)
+    np.testing.assert_array_equal(again.validation_scores_, held.validation_scores_)
+    np.testing.assert_array_equal(again.predict(X), held.predict(X))
+    with pytest.raises(ValueError, match="early_stopping=False"):
+        small(TransformerRanker, "bert", tokenizer, epochs=1, early_stopping=False).fit(X, y, eval_set=(X, y))
+    with pytest.raises(ValueError, match="early_stopping must be"):
+        small(TransformerRanker, "bert", tokenizer, early_stopping="yes").fit(X, y)
+
+
+def test_holdout_questions_keeps_questions_whole():
+    from as2rank.data import GroupIndex, holdout_questions
+
+    rng = np.random.default_rng(0)
+    qid = rng.integers(0, 40, 400)
+    y = (rng.random(400) < 0.2).astype(float)
+    y[qid < 5] = 0  # five questions without a positive
+    index = GroupIndex(qid)
+    held = holdout_questions(index, y, 0.25, np.random.default_rng(1))
+    per_question = pd.Series(held).groupby(qid).agg(["min", "max"])
+    assert (per_question["min"] == per_question["max"]).all()  # never split between train and validation
+    held_q = set(qid[held])
+    answered = set(qid[y > 0])
+    assert held_q <= answered and len(held_q) == int(np.ceil(0.25 * len(answered)))
+    np.testing.assert_array_equal(held, holdout_questions(index, y, 0.25, np.random.default_rng(1)))
 
 
 def test_warm_start_continues_from_fitted_weights(tokenizer):
