@@ -24,6 +24,7 @@ __all__ = [
     "check_labels",
     "keep_answered",
     "holdout_questions",
+    "ragged_arange",
     "make_frame",
 ]
 
@@ -331,6 +332,13 @@ def check_labels(y, n_rows: int, *, name: str = "y", reference: str = "X") -> np
     return arr
 
 
+def ragged_arange(lengths) -> np.ndarray:
+    """``concatenate([arange(n) for n in lengths])`` without a Python loop: each element's index inside its
+    run, for runs of the given lengths laid end to end."""
+    lengths = np.asarray(lengths, dtype=np.intp)
+    return np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
 class GroupIndex:
     """Row-to-question bookkeeping for one grouped-candidate frame, computed with whole-array operations.
 
@@ -420,7 +428,7 @@ class GroupIndex:
     def position_index(self) -> np.ndarray:
         """0-based index of each row inside its group by original order (``position`` or row order)."""
         out = np.empty(self.n_rows, dtype=np.intp)
-        out[self.order] = np.arange(self.n_rows) - np.repeat(self.starts, self.sizes)
+        out[self.order] = ragged_arange(self.sizes)
         return out
 
     def sum(self, values) -> np.ndarray:
@@ -439,7 +447,7 @@ class GroupIndex:
         """
         order = self.sort(scores, tiebreak)
         ranks = np.empty(self.n_rows, dtype=np.intp)
-        ranks[order] = np.arange(1, self.n_rows + 1) - np.repeat(self.starts, self.sizes)
+        ranks[order] = ragged_arange(self.sizes) + 1
         return ranks
 
     def sort(self, scores, tiebreak=None) -> np.ndarray:
