@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
-from .data import GroupIndex, check_ranking_data, check_X
+from .data import GroupIndex, check_ranking_data, check_X, ragged_arange
 from .embeddings import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
 from .persistence import PersistenceMixin
 from .text import tokenize
@@ -658,7 +658,7 @@ class _Encoded:
             stream, positions = self._stream(distinct)
             lengths = self.lengths[texts]
             token_pair = np.repeat(np.arange(len(rows)), lengths)
-            token_at = np.arange(len(token_pair)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            token_at = ragged_arange(lengths)
             values = features[offsets[pairs][token_pair] + token_at]
             batch[f"{side}_stream"] = torch.from_numpy(stream)
             batch[f"{side}_tokens"] = torch.from_numpy(positions[pair_text.ravel()[token_pair], token_at])
@@ -718,7 +718,7 @@ def _encode(X, index, lowercase, padding, vocabulary=None) -> _Encoded:
     lengths = np.maximum(counts, 1)
     ids = np.zeros((len(tokens), int(lengths.max())), dtype=np.int64)
     text_of_word = np.repeat(np.arange(len(tokens)), counts)
-    ids[text_of_word, np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)] = word_ids
+    ids[text_of_word, ragged_arange(counts)] = word_ids
     return _Encoded(
         rows=padded_groups(index.offsets, index.order),
         sizes=index.sizes,

@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .data import GroupIndex, _check_keys, _plain, check_labels
+from .data import GroupIndex, _check_keys, _plain, check_labels, ragged_arange
 
 __all__ = [
     "mean_average_precision",
@@ -77,7 +77,7 @@ class _RankedRun:
         self.gain = y_true[order]  # labels in ranked order, groups contiguous
         self.rel = (self.gain > 0).astype(np.float64)
         self.group = index.codes[order]
-        self.rank = np.arange(1, index.n_rows + 1) - np.repeat(index.starts, index.sizes)
+        self.rank = ragged_arange(index.sizes) + 1
         self.n_rel = np.bincount(self.group, weights=self.rel, minlength=index.n_groups)
 
     def _sum(self, values):

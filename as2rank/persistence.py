@@ -42,9 +42,11 @@ AS2RANK_CLASSES = {
                       "PointwiseRanker"),
         "cosinet": ("Cosinet",),
         "transformer": ("TransformerRanker",),
-        "cascade": ("CascadeTransformer", "SequentialRanker"),
+        "cascade": ("CascadeTransformer",),
+        "pruning": ("SequentialRanker",),
         "cerberus": ("Cerberus", "DistilledRanker", "LinearEnsemble"),
-        "context": ("ContextExtractor", "ContextConcat", "ContextEnsemble", "ContextMWA"),
+        "context_features": ("ContextExtractor",),
+        "context": ("ContextConcat", "ContextEnsemble", "ContextMWA"),
     }.items()
     for name in names
 }

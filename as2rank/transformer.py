@@ -750,14 +750,10 @@ class TransformerRanker(_TransformerEstimator):
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
 
     def _prepare_encoder(self, encoder):
-        from .neural.backbone import layer_list, native_pooling, truncate_layers
+        from .neural.pointwise import prepare_encoder
 
-        depth = len(layer_list(encoder))
-        if self.num_layers is not None and self.num_layers > depth:
-            raise ValueError(f"num_layers={self.num_layers} but the encoder has only {depth} layers.")
-        self.n_layers_ = depth if self.num_layers is None else int(self.num_layers)
-        self.pooling_ = native_pooling(self.model) if self.pooling == "auto" else self.pooling
-        return truncate_layers(encoder, self.n_layers_)
+        encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+        return encoder
 
     def _build_module(self, encoder):
         from .neural.heads import CrossEncoder
@@ -772,27 +768,24 @@ class TransformerRanker(_TransformerEstimator):
         self.pooling_ = attrs["pooling_"]
 
     def _loss(self, module, batch):
-        import torch.nn.functional as F
+        from .neural.pointwise import bce_loss
 
-        return F.binary_cross_entropy_with_logits(module(batch), batch["labels"])
+        return bce_loss(module, batch)
 
     def _dev_scores(self, module, encoded, index, device):
         return self._logits(module, encoded, device)
 
     def _logits(self, module, encoded, device):
-        import torch
+        from .neural.pointwise import predict_logits
 
-        from .neural import autocast, to_device
-        from .neural.backbone import batch_tensors, token_budget_batches
-
-        n = len(encoded["lengths"])
-        scores = np.empty(n, dtype=np.float64)
-        batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], self._batch_tokens(device))
-        with torch.inference_mode(), autocast(device, self._compute_dtype(device)):
-            for rows in self._progress(batches, len(batches), "predict"):
-                out = module(to_device(batch_tensors(encoded, rows), device))
-                scores[rows] = out.float().cpu().numpy()
-        return scores
+        return predict_logits(
+            module,
+            encoded,
+            device,
+            batch_tokens=self._batch_tokens(device),
+            dtype=self._compute_dtype(device),
+            progress=self._progress,
+        )
 
     def predict(self, X) -> np.ndarray:
         """One score (the head's logit) per row, higher is better.

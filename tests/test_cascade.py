@@ -1,4 +1,5 @@
-"""CascadeTransformer, SequentialRanker and α tuning, on tiny random BERT/RoBERTa/ELECTRA encoders."""
+"""CascadeTransformer and α tuning, on tiny random BERT/RoBERTa/ELECTRA encoders (the torch-free pruning code and
+SequentialRanker: tests/test_pruning.py)."""
 
 import numpy as np
 import pandas as pd
@@ -9,15 +10,7 @@ pytest.importorskip("transformers")
 
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 
-from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
-from as2rank.cascade import (  # noqa: E402
-    CascadeTransformer,
-    SequentialRanker,
-    default_exits,
-    simulate_cascade,
-    tune_alpha,
-)
-from as2rank.data import GroupIndex  # noqa: E402
+from as2rank.cascade import CascadeTransformer, default_exits, simulate_cascade, tune_alpha  # noqa: E402
 from as2rank.neural.backbone import masked_mean  # noqa: E402
 from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
@@ -44,7 +37,6 @@ def fitted(tokenizer):
 
 def test_sklearn_api():
     check_sklearn_api(CascadeTransformer())
-    check_sklearn_api(SequentialRanker([OverlapRankRanker(), WordOverlapRanker()]))
 
 
 def test_default_exits():
@@ -192,36 +184,6 @@ def test_tune_alpha_respects_budget(fitted):
     assert row["p@1"] == table[table["relative_cost"] <= 0.7]["p@1"].max()
     with pytest.raises(ValueError, match="budget"):
         tune_alpha(fitted, X, y, grid=(0.0,), max_relative_cost=0.5)
-
-
-def test_sequential_ranker_with_baselines(toy):
-    X, y = toy
-    sr = SequentialRanker([OverlapRankRanker(), WordOverlapRanker()], keep=0.5)
-    fitted = check_ranker_contract(sr, X, y)
-    fitted.predict(X)
-    # q1: 3 -> 2, q2: 3 -> 2, q3: 2 -> 1.
-    assert fitted.cost_report_["survivors"].tolist() == [8, 5]
-    assert fitted.cost_report_["relative_cost"] == pytest.approx(13 / 8)  # each step re-scores its survivors
-
-
-def test_sequential_ranker_floor_rule_and_order():
-    X = one_question()
-    y = np.zeros(len(X))
-    sr = SequentialRanker([ReciprocalRankRanker()] * 5, keep=0.7).fit(X, y)
-    scores = sr.predict(X)
-    assert sr.cost_report_["survivors"].tolist() == [128, 90, 63, 45, 32]
-    assert sr.cost_report_["rows_per_layer"].tolist() == [128, 90, 63, 45, 32]  # one layer per step
-    two_layer = SequentialRanker([ReciprocalRankRanker()] * 2, keep=0.5, costs=[2, 3]).fit(X, y)
-    two_layer.predict(X)
-    assert two_layer.cost_report_["rows_per_layer"].tolist() == [128, 128, 64, 64, 64]
-    assert two_layer.cost_report_["relative_cost"] == pytest.approx((2 * 128 + 3 * 64) / (3 * 128))
-    half = SequentialRanker([ReciprocalRankRanker()] * 2, costs=[0.5, 1]).fit(X, y)
-    half.predict(X)
-    assert half.cost_report_["rows_per_layer"] is None
-    # Reciprocal rank keeps the earliest candidates, so the ranking is the original order.
-    assert GroupIndex.from_frame(X).rank(scores).tolist() == list(range(1, 129))
-    with pytest.raises(ValueError, match="keep"):
-        SequentialRanker([ReciprocalRankRanker()] * 2, keep=0).fit(X, y)
 
 
 def test_chunked_layers_score_like_whole_questions(fitted):

@@ -15,16 +15,10 @@ from sklearn.base import clone  # noqa: E402
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 
-from as2rank.context import (  # noqa: E402
-    ContextConcat,
-    ContextEnsemble,
-    ContextExtractor,
-    ContextMWA,
-    _encode_segments,
-    _share_budget,
-)
+from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
 from as2rank.neural.context import SEGMENTS, MultiwayAttention, gather_segments, segment_widths  # noqa: E402
+from as2rank.neural.segments import encode_segments, share_budget  # noqa: E402
 from as2rank.text import tokenize  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 
@@ -278,7 +272,7 @@ def test_cosine_method_with_a_tiny_encoder(tmp_path, tokenizer, monkeypatch):
 # ----------------------------------------------------------------------------------------------- encoding
 def test_share_budget_shortens_the_longest_first():
     lengths = np.array([[5, 50], [30, 30], [3, 4], [10, 0], [7, 9]])
-    kept = _share_budget(lengths, np.array([20, 21, 20, 4, 0]))
+    kept = share_budget(lengths, np.array([20, 21, 20, 4, 0]))
     np.testing.assert_array_equal(kept, [[5, 15], [11, 10], [3, 4], [4, 0], [0, 0]])
 
 
@@ -291,7 +285,7 @@ def test_segments_keep_the_pair_and_the_budget(tokenizer):
         np.array(["paris", long], dtype=object),
     ]
     seg = [SEGMENTS["question"], SEGMENTS["candidate"], SEGMENTS["local"], SEGMENTS["global"]]
-    enc = _encode_segments(tokenizer, texts, seg, max_length=MAX_LENGTH, max_pair_length=MAX_PAIR, token_types=True)
+    enc = encode_segments(tokenizer, texts, seg, max_length=MAX_LENGTH, max_pair_length=MAX_PAIR, token_types=True)
     assert (enc["lengths"] <= MAX_LENGTH).all() and enc["input_ids"].shape[1] == enc["lengths"].max()
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     for r in range(2):

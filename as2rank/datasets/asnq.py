@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
+from ..data import ragged_arange
+
 __all__ = ["load_asnq"]
 
 #: Rows read from the file at a time when ``chunksize=None``; memory beyond the output stays about this big.
@@ -163,7 +165,7 @@ def _iter_chunks(path, chunksize: int) -> Iterator[tuple[pd.DataFrame, np.ndarra
                 "qid": n_questions + codes.astype(np.int64),
                 "question": pd.Categorical.from_codes(codes, categories=pd.Index(texts, dtype="str")),
                 "candidate": pd.array(candidate, dtype="str"),
-                "position": (np.arange(len(question)) - np.repeat(starts, sizes)).astype(np.int32),
+                "position": ragged_arange(sizes).astype(np.int32),
             },
             index=pd.RangeIndex(n_rows, n_rows + len(question)),
         )

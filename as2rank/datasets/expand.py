@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ..data import check_ranking_data
+from ..data import check_ranking_data, ragged_arange
 from ..text import bag_of_words, tokenize
 
 __all__ = ["expand_candidates"]
@@ -152,7 +152,7 @@ def expand_candidates(X, y, pool, k=100, *, k1=1.5, b=0.75):
     tiebreak = np.concatenate((index.position_index(), added_doc))
     order = np.lexsort((tiebreak, is_added, -score, group))
     counts = np.bincount(group, minlength=index.n_groups)
-    position = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
+    position = ragged_arange(counts)
 
     out = pd.concat([original, added], ignore_index=True).iloc[order].reset_index(drop=True)
     out["position"] = position

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from ..data import check_ranking_data
+from ..data import check_ranking_data, ragged_arange
 from ..text import split_sentences
 
 __all__ = ["load_squad_sent"]
@@ -126,7 +126,7 @@ def load_squad_sent(path):
     row_start = np.concatenate(([0], np.cumsum(q_size)))
     n_rows = int(row_start[-1])
     q_of_row = np.repeat(np.arange(len(qids)), q_size)
-    position = np.arange(n_rows) - np.repeat(row_start[:-1], q_size)
+    position = ragged_arange(q_size)
     sentence_of_row = np.repeat(para_first_sentence[q_para], q_size) + position
 
     # A sentence is positive when it overlaps an answer span [start, end): the overlapping sentences run from

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..data import ragged_arange
 from .devices import to_device
 
 __all__ = [
@@ -519,8 +520,7 @@ def padded_groups(offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
     """
     sizes = np.diff(offsets)
     rows = np.full((len(sizes), int(sizes.max(initial=0))), -1, dtype=np.int64)
-    slot = np.arange(len(order)) - np.repeat(offsets[:-1], sizes)
-    rows[np.repeat(np.arange(len(sizes)), sizes), slot] = order
+    rows[np.repeat(np.arange(len(sizes)), sizes), ragged_arange(sizes)] = order
     return rows
 
 

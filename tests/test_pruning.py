@@ -1,0 +1,235 @@
+"""as2rank.pruning: the drop rule, cascade simulation, α tuning and SequentialRanker, all without torch."""
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import BaseEstimator
+
+import as2rank
+from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
+from as2rank.data import GroupIndex
+from as2rank.pruning import EXIT_GAP, SequentialRanker, drop_lowest, simulate_cascade, tune_alpha
+from tests.contract import check_ranker_contract, check_sklearn_api
+
+
+def one_question(n=128, seed=5):
+    words = "the a of in is was who what when where capital city river wrote built tower".split()
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "qid": "big",
+            "question": "who wrote hamlet",
+            "candidate": [" ".join(rng.choice(words, int(rng.integers(2, 14)))) for _ in range(n)],
+            "position": np.arange(n),
+        }
+    )
+
+
+class FixedExits(BaseEstimator):
+    """A stand-in for a CascadeTransformer: fixed exit logits, whatever X."""
+
+    def __init__(self, logits=None, exits=None):
+        self.logits = logits
+        self.exits = exits
+
+    def fit(self, X=None, y=None):
+        self.exits_ = tuple(self.exits)
+        return self
+
+    def predict_exits(self, X):
+        return self.logits
+
+
+def test_torch_free_with_torch_blocked():
+    """With ``import torch`` failing, spaCy (through thinc, which guards its torch import) still tokenises,
+    and a SequentialRanker of lexical rankers, simulate_cascade and tune_alpha run; no as2rank module tries
+    to import torch.
+
+    torch is blocked by an import hook rather than ``sys.modules["torch"] = None``: scipy's array-API helpers
+    (imported by scikit-learn) take any ``"torch"`` entry of ``sys.modules`` for the module and fail on None.
+    """
+    code = textwrap.dedent(
+        """
+        import importlib.abc
+        import sys
+
+        tried = []  # modules that tried to import torch
+
+
+        class BlockTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "torch":
+                    frame = sys._getframe(1)
+                    while frame.f_code.co_filename.startswith("<frozen importlib"):
+                        frame = frame.f_back
+                    tried.append(frame.f_globals.get("__name__"))
+                    raise ImportError(f"{name} is blocked")
+                return None
+
+
+        sys.meta_path.insert(0, BlockTorch())
+        import numpy as np
+        import pandas as pd
+        import thinc.compat
+        from sklearn.base import BaseEstimator
+        from as2rank import SequentialRanker, tune_alpha
+        from as2rank.baselines import OverlapRankRanker, WordOverlapRanker
+        from as2rank.cascade import SequentialRanker as Old, simulate_cascade
+        from as2rank.text import tokenize
+
+        assert not thinc.compat.has_torch and Old is SequentialRanker
+        assert tokenize(["Who wrote Hamlet?"], lower=True) == [["who", "wrote", "hamlet", "?"]]
+        X = pd.DataFrame({"qid": [0, 0, 0, 1, 1], "question": ["who wrote hamlet"] * 3 + ["where is paris"] * 2,
+                          "candidate": ["hamlet is a play", "shakespeare wrote hamlet", "a b", "paris is in france",
+                                        "rome"], "position": [0, 1, 2, 0, 1]})
+        y = np.array([0, 1, 0, 1, 0])
+        sr = SequentialRanker([WordOverlapRanker(), OverlapRankRanker()]).fit(X, y)
+        assert np.isfinite(sr.predict(X)).all() and sr.cost_report_["survivors"].tolist() == [5, 3]
+        logits = np.random.default_rng(0).normal(size=(5, 3))
+        scores, report = simulate_cascade(logits, X["qid"], 0.5, (1, 2, 3), X["position"])
+        assert report["survivors"].tolist() == [5, 3, 2]
+
+
+        class FixedExits(BaseEstimator):
+            def fit(self, X=None, y=None):
+                self.exits_ = (1, 2, 3)
+                return self
+
+            def predict_exits(self, X):
+                return logits
+
+
+        best, table = tune_alpha(FixedExits().fit(), X, y, grid=(0.0, 0.5))
+        assert len(best) == 2 and len(table) == 4
+        loaded = [m for m in sys.modules if m.split(".")[0] == "torch" or m.startswith("as2rank.neural")]
+        print(loaded, sorted({m for m in tried if m.split(".")[0] == "as2rank"}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] []"
+
+
+def test_old_import_paths():
+    import as2rank.cascade as cascade
+    import as2rank.pruning as pruning
+
+    assert as2rank.SequentialRanker is pruning.SequentialRanker and as2rank.tune_alpha is pruning.tune_alpha
+    for name in ("SequentialRanker", "simulate_cascade", "tune_alpha", "EXIT_GAP"):
+        assert getattr(cascade, name) is getattr(pruning, name)
+
+
+def test_drop_lowest_floor_rule_and_ties():
+    # Group 0: floor(1.5) = 1 drop, the later of the tied rows; group 1: floor(1) = 1 drop, the lowest.
+    keep = drop_lowest(np.array([0, 0, 0, 1, 1]), np.array([1.0, 1.0, 1.0, 3.0, 2.0]), 0.5)
+    assert keep.tolist() == [True, True, False, True, False]
+    # 0.29 * 100 = 28.999999999999996 still drops 29.
+    assert (~drop_lowest(np.zeros(100, dtype=np.int64), np.arange(100.0), 0.29)).sum() == 29
+    assert drop_lowest(np.zeros(0, dtype=np.int64), np.zeros(0), 0.5).tolist() == []
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 0.9])
+def test_drop_lowest_matches_a_loop(alpha):
+    rng = np.random.default_rng(1)
+    codes = np.sort(rng.integers(0, 12, 200))  # each group's rows in original order
+    scores = rng.integers(0, 5, 200).astype(float)  # many ties
+    expected = np.ones(200, dtype=bool)
+    for g in np.unique(codes):
+        rows = np.flatnonzero(codes == g)
+        worst_first = sorted(rows, key=lambda r: (scores[r], -r))
+        expected[worst_first[: int(np.floor(alpha * len(rows) + 1e-9))]] = False
+    np.testing.assert_array_equal(drop_lowest(codes, scores, alpha), expected)
+
+
+def test_simulate_cascade_scores_and_cost():
+    # Question a (4 rows), question b (3 rows, interleaved with a); three exits after layers 1, 3 and 4.
+    qid = np.array(["a", "b", "a", "b", "a", "b", "a"])
+    logits = np.array([[4.0, 1.0, 1.0], [3.0, 9.0, 2.0], [1.0, 8.0, 3.0], [2.0, 2.0, 4.0], [3.0, 3.0, 5.0],
+                       [1.0, 0.0, 6.0], [2.0, 7.0, 7.0]])
+    scores, report = simulate_cascade(logits, qid, [0.5, 0.5], (1, 3, 4))
+    # a: exit 0 drops rows 2 and 6 (1 and 2 below 4 and 3), exit 1 drops row 0 (1 < 3); b: exit 0 drops row 5,
+    # exit 1 drops row 3.
+    reached = np.array([1, 2, 0, 1, 2, 0, 0])
+    assert report["survivors"].tolist() == [7, 4, 2]
+    assert report["rows_per_layer"].tolist() == [7, 4, 4, 2]
+    assert report["relative_cost"] == pytest.approx(17 / 28)
+    assert report["n_rows"] == 7 and report["n_questions"] == 2
+    np.testing.assert_array_equal(scores, logits[np.arange(7), reached] - (2 - reached) * EXIT_GAP)
+    # alpha=0 keeps the last exit's logits; a GroupIndex gives the same as qid and position.
+    np.testing.assert_array_equal(simulate_cascade(logits, qid, 0.0, (1, 3, 4))[0], logits[:, 2])
+    index = GroupIndex(qid, np.arange(7))
+    np.testing.assert_array_equal(simulate_cascade(logits, index, [0.5, 0.5], (1, 3, 4))[0], scores)
+    with pytest.raises(ValueError, match="alpha"):
+        simulate_cascade(logits, qid, [0.5], (1, 3, 4))
+
+
+def test_tune_alpha_without_a_model():
+    rng = np.random.default_rng(3)
+    X = pd.concat([one_question(20, seed=s).assign(qid=f"q{s}") for s in range(4)], ignore_index=True)
+    y = (rng.random(len(X)) < 0.2).astype(int)
+    model = FixedExits(rng.normal(size=(len(X), 3)), (2, 4, 6)).fit()
+    best, table = tune_alpha(model, X, y, grid=(0.0, 0.3, 0.6), max_relative_cost=0.8)
+    assert len(best) == 2 and len(table) == 9
+    row = table[table["alpha"] == best].iloc[0]
+    feasible = table[table["relative_cost"] <= 0.8]
+    assert row["relative_cost"] <= 0.8 and row["p@1"] == feasible["p@1"].max()
+    assert table["p@1"].is_monotonic_decreasing
+    index = GroupIndex.from_frame(X)
+    for alpha, cost in zip(table["alpha"], table["relative_cost"]):
+        assert simulate_cascade(model.logits, index, alpha, model.exits_)[1]["relative_cost"] == cost
+    with pytest.raises(ValueError, match="budget"):
+        tune_alpha(model, X, y, grid=(0.0,), max_relative_cost=0.5)
+
+
+def test_sklearn_api():
+    check_sklearn_api(SequentialRanker([OverlapRankRanker(), WordOverlapRanker()]))
+
+
+def test_sequential_ranker_with_baselines(toy):
+    X, y = toy
+    sr = SequentialRanker([OverlapRankRanker(), WordOverlapRanker()], keep=0.5)
+    fitted = check_ranker_contract(sr, X, y)
+    fitted.predict(X)
+    # q1: 3 -> 2, q2: 3 -> 2, q3: 2 -> 1.
+    assert fitted.cost_report_["survivors"].tolist() == [8, 5]
+    assert fitted.cost_report_["relative_cost"] == pytest.approx(13 / 8)  # each step re-scores its survivors
+
+
+def test_sequential_ranker_floor_rule_and_order():
+    X = one_question()
+    y = np.zeros(len(X))
+    sr = SequentialRanker([ReciprocalRankRanker()] * 5, keep=0.7).fit(X, y)
+    scores = sr.predict(X)
+    assert sr.cost_report_["survivors"].tolist() == [128, 90, 63, 45, 32]
+    assert sr.cost_report_["rows_per_layer"].tolist() == [128, 90, 63, 45, 32]  # one layer per step
+    two_layer = SequentialRanker([ReciprocalRankRanker()] * 2, keep=0.5, costs=[2, 3]).fit(X, y)
+    two_layer.predict(X)
+    assert two_layer.cost_report_["rows_per_layer"].tolist() == [128, 128, 64, 64, 64]
+    assert two_layer.cost_report_["relative_cost"] == pytest.approx((2 * 128 + 3 * 64) / (3 * 128))
+    half = SequentialRanker([ReciprocalRankRanker()] * 2, costs=[0.5, 1]).fit(X, y)
+    half.predict(X)
+    assert half.cost_report_["rows_per_layer"] is None
+    # Reciprocal rank keeps the earliest candidates, so the ranking is the original order.
+    assert GroupIndex.from_frame(X).rank(scores).tolist() == list(range(1, 129))
+    with pytest.raises(ValueError, match="keep"):
+        SequentialRanker([ReciprocalRankRanker()] * 2, keep=0).fit(X, y)
+
+
+def test_sequential_ranker_saved_and_pickled_before_the_move_still_load(toy, tmp_path):
+    X, y = toy
+    sr = SequentialRanker([OverlapRankRanker(), WordOverlapRanker()], keep=0.5).fit(X, y)
+    # A model directory names the class only, so directories written when it lived in as2rank.cascade load.
+    sr.save_pretrained(tmp_path / "sr")
+    assert json.loads((tmp_path / "sr" / "as2rank.json").read_text())["class"] == "SequentialRanker"
+    np.testing.assert_array_equal(as2rank.load(tmp_path / "sr").predict(X), sr.predict(X))
+    # A pickle names the module: one written before the move names as2rank.cascade (same length, so the
+    # pickle's framing stays valid after the replacement).
+    old = pickle.dumps(sr).replace(b"as2rank.pruning", b"as2rank.cascade")
+    assert b"as2rank.pruning" not in old
+    np.testing.assert_array_equal(pickle.loads(old).predict(X), sr.predict(X))
