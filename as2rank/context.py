@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .context_features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
 from .data import REQUIRED_COLUMNS, check_X
-from .transformer import _check_number, _TransformerEstimator
+from .transformer import _check_number, _PointwiseScoring, _TransformerEstimator
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextConcat", "ContextEnsemble", "ContextExtractor", "ContextMWA"]
 
@@ -42,7 +42,7 @@ def _check_contexts(contexts) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------- rankers
-class _ContextRanker(_TransformerEstimator):
+class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
     """What the context rankers share: parameters, the segment encoding, and the pointwise loss, scoring
     and prediction of :mod:`as2rank.neural.pointwise`."""
 
@@ -132,26 +132,6 @@ class _ContextRanker(_TransformerEstimator):
 
         encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder
-
-    def _loss(self, module, batch):
-        from .neural.pointwise import bce_loss
-
-        return bce_loss(module, batch)
-
-    def _dev_scores(self, module, encoded, index, device):
-        return self._logits(module, encoded, device)
-
-    def _logits(self, module, encoded, device):
-        from .neural.pointwise import predict_logits
-
-        return predict_logits(
-            module,
-            encoded,
-            device,
-            batch_tokens=self._batch_tokens(device),
-            dtype=self._compute_dtype(device),
-            progress=self._progress,
-        )
 
     def predict(self, X) -> np.ndarray:
         """One score (the head's logit) per row, higher is better.

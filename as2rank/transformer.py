@@ -567,7 +567,32 @@ def _quantize_linear(module):
         return torch.ao.quantization.quantize_dynamic(quantized, {torch.nn.Linear}, dtype=torch.qint8)
 
 
-class TransformerRanker(_TransformerEstimator):
+class _PointwiseScoring:
+    """The loss and scores of a model whose module returns one logit per pair (``TransformerRanker``, the
+    context rankers): pointwise binary cross-entropy, and logits from :func:`as2rank.neural.pointwise.predict_logits`."""
+
+    def _loss(self, module, batch):
+        from .neural.pointwise import bce_loss
+
+        return bce_loss(module, batch)
+
+    def _dev_scores(self, module, encoded, index, device):
+        return self._logits(module, encoded, device)
+
+    def _logits(self, module, encoded, device):
+        from .neural.pointwise import predict_logits
+
+        return predict_logits(
+            module,
+            encoded,
+            device,
+            batch_tokens=self._batch_tokens(device),
+            dtype=self._compute_dtype(device),
+            progress=self._progress,
+        )
+
+
+class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
     """Monolithic transformer cross-encoder (the TANDA baseline of the Cascade Transformer paper, §4.1).
 
     Each (question, candidate) pair is encoded jointly; the first token's final encoding (the paper's
@@ -766,26 +791,6 @@ class TransformerRanker(_TransformerEstimator):
     def _import_attrs(self, attrs):
         super()._import_attrs(attrs)
         self.pooling_ = attrs["pooling_"]
-
-    def _loss(self, module, batch):
-        from .neural.pointwise import bce_loss
-
-        return bce_loss(module, batch)
-
-    def _dev_scores(self, module, encoded, index, device):
-        return self._logits(module, encoded, device)
-
-    def _logits(self, module, encoded, device):
-        from .neural.pointwise import predict_logits
-
-        return predict_logits(
-            module,
-            encoded,
-            device,
-            batch_tokens=self._batch_tokens(device),
-            dtype=self._compute_dtype(device),
-            progress=self._progress,
-        )
 
     def predict(self, X) -> np.ndarray:
         """One score (the head's logit) per row, higher is better.
