@@ -1,0 +1,320 @@
+"""Which defaults should ``TransformerRanker`` have: learning curves per learning rate and training size.
+
+    python benchmarks/defaults.py [--data sample wikiqa] [--sizes 100 300 all] [--lrs 2e-5 5e-5 1e-4 2e-4]
+                                  [--seeds 0] [--epochs 4] [--threads N] [--render]
+
+For each (data, size, seed, learning rate) one ``TransformerRanker`` (all other parameters at their defaults)
+trains with ``partial_fit`` once per epoch, the schedule laid out over ``--epochs`` epochs (``total_rows``), and
+after each epoch scores the validation split (MAP) and the test split (MAP, MRR, P@1, per-question AP).
+Reference rows per (data, size, seed): ``OverlapRankRanker`` (WO+RR), ``Cosinet`` and today's defaults
+(``TransformerRanker().fit``). Data: the bundled SQuAD sample (train/test split by paragraph) and WikiQA
+(train: answered questions of WikiQA-train; test: WikiQA-test). Training subsets: whole documents, seeded,
+nested; 10 % of them (at least 10 questions, whole documents) validate.
+
+Writes ``benchmarks/results/defaults.json`` after every curve (it is also the cache: a re-run skips what
+it holds), ``docs/benchmarks/defaults.md`` and ``docs/benchmarks/defaults.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, run_header, tagged, training_params
+
+TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
+REFS = ("WO+RR", "Cosinet", "today's default")
+METRICS = ("map", "mrr", "p@1")
+
+
+def lr_text(lr) -> str:
+    return f"{lr:.0e}".replace("e-0", "e-")
+
+
+JSON, PAGE, PNG = (tagged(f"defaults.{ext}") for ext in ("json", "md", "png"))
+
+
+def load(data):
+    """(X_train, y_train, X_test, y_test) with answered questions only, plus the document of each row."""
+    from as2rank.data import keep_answered
+
+    if data == "sample":
+        from as2rank.suite import load_benchmark_data
+
+        X, y, X_test, y_test = load_benchmark_data("sample", random_state=0)
+    else:
+        import _common
+
+        if not (SHARED_DATA / "wikiqa" / "WikiQA-train.tsv").exists():
+            raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}: run with --data sample, or set AS2RANK_SHARED_DATA.")
+        splits = _common.wikiqa_splits()
+        (X, y), (X_test, y_test) = splits["full"], splits["test"]
+    # Scores are per question, so dropping unanswered test questions leaves the clean-protocol metrics as they are.
+    return (*keep_answered(X, y), *keep_answered(X_test, y_test))
+
+
+def pick_docs(X, n_questions, rng) -> np.ndarray:
+    """Rows of the first whole documents, in a seeded order, holding at least ``n_questions`` questions."""
+    docs = X.groupby("doc_id", sort=True)["qid"].nunique()
+    docs = docs.iloc[rng.permutation(len(docs))]
+    chosen = docs.index[: int(np.searchsorted(docs.cumsum().to_numpy(), n_questions) + 1)]
+    return X["doc_id"].isin(chosen).to_numpy()
+
+
+def splits(X, y, size, seed):
+    """Training subset of ``size`` questions (nested across sizes for one seed), split into train and validation."""
+    n_all = X["qid"].nunique()
+    sub = pick_docs(X, n_all if size == "all" else int(size), np.random.default_rng(seed))
+    Xs, ys = X[sub], y[sub]
+    n = Xs["qid"].nunique()
+    val = pick_docs(Xs, max(10, round(0.1 * n)), np.random.default_rng([seed, 1]))
+    return (Xs[~val], ys[~val]), (Xs[val], ys[val])
+
+
+def scores(model, X, y, per_question=False) -> dict:
+    from as2rank.metrics import mean_average_precision, ranking_report
+
+    start = time.perf_counter()
+    s = model.predict(X)
+    out = {m: ranking_report(y, s, X["qid"])[m] for m in METRICS} | {"predict_seconds": time.perf_counter() - start}
+    if per_question:
+        out["ap"] = mean_average_precision(y, s, X["qid"], per_group=True).sort_index().to_numpy()
+    return out
+
+
+def key(data, size, seed, name, est, epochs=None) -> str:
+    params = {k: v for k, v in training_params(est).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    return json.dumps([data, str(size), seed, name, epochs, params], sort_keys=True, default=str)
+
+
+def curve(train, val, test, lr, seed, epochs) -> dict:
+    from as2rank import TransformerRanker
+
+    est = TransformerRanker(learning_rate=lr, random_state=seed, precision="auto", verbose=False)
+    (X, y), (Xv, yv), (Xt, yt) = train, val, test
+    out = {"epoch_seconds": [], "val_map": [], "test": []}
+    for e in range(epochs):
+        start = time.perf_counter()
+        est.partial_fit(X, y, total_rows=epochs * len(X))
+        out["epoch_seconds"].append(time.perf_counter() - start)
+        out["val_map"].append(scores(est, Xv, yv)["map"])
+        out["test"].append(scores(est, Xt, yt, per_question=True))
+        log(f"  epoch {e + 1}: {out['epoch_seconds'][-1]:.0f}s, val MAP {out['val_map'][-1]:.4f}, test MAP {out['test'][-1]['map']:.4f}")
+    return out
+
+
+def reference(name, seed):
+    from as2rank import Cosinet, OverlapRankRanker, TransformerRanker
+
+    return {"WO+RR": lambda: OverlapRankRanker(), "Cosinet": lambda: Cosinet(random_state=seed),
+            "today's default": lambda: TransformerRanker(random_state=seed, precision="auto", verbose=False)}[name]()
+
+
+def run(args, res, save):
+    from as2rank import TransformerRanker
+
+    for seed in args.seeds:
+        for size in args.sizes:
+            for data in args.data:
+                X, y, Xt, yt = loaded = args.loaded.get(data) or args.loaded.setdefault(data, load(data))
+                res.setdefault("test_qids", {})[data] = sorted(Xt["qid"].unique())
+                train, val = splits(X, y, size, seed)
+                info = {"data": data, "size": str(size), "seed": seed, "n_train_questions": train[0]["qid"].nunique(),
+                        "n_train_rows": len(train[0]), "n_val_questions": val[0]["qid"].nunique(), "n_test_questions": len(res["test_qids"][data])}
+                jobs = [(f"lr {lr:g}", "curves", TransformerRanker(learning_rate=lr, random_state=seed, precision="auto", verbose=False), lr) for lr in args.lrs]
+                jobs += [(name, "refs", reference(name, seed), None) for name in REFS]
+                for name, kind, est, lr in jobs:
+                    k = key(data, size, seed, name, est, args.epochs if kind == "curves" else None)
+                    if k in res[kind]:
+                        continue
+                    log(f"{data}, {size} ({info['n_train_questions']} questions, {info['n_train_rows']} rows), seed {seed}: {name}")
+                    start = time.perf_counter()
+                    if kind == "curves":
+                        entry = {**info, "lr": lr, "epochs": args.epochs, **curve(train, val, (Xt, yt), lr, seed, args.epochs)}
+                    else:
+                        est.fit(*train)
+                        entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, Xt, yt, per_question=True)}
+                        log(f"  test MAP {entry['test']['map']:.4f} ({entry['fit_seconds']:.0f}s)")
+                    res[kind][k] = {**entry, "wall_seconds": time.perf_counter() - start, "load_average": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
+                    save(res)
+
+
+def cells(res, data):
+    """{(row label, size): [per-question AP arrays, one per seed]}, rows in table order."""
+    table, picks = {}, {}
+    curves = [c for c in res["curves"].values() if c["data"] == data]
+    for c in sorted(curves, key=lambda c: c["lr"]):
+        best = int(np.argmax(c["val_map"]))
+        sel = (f"lr {lr_text(c['lr'])}, best-validation epoch", c["size"])
+        table.setdefault(sel, []).append(np.asarray(c["test"][best]["ap"]))
+        picks.setdefault(sel, []).append(best + 1)
+        for e, t in enumerate(c["test"]):
+            table.setdefault((f"lr {lr_text(c['lr'])}, epoch {e + 1} of {c['epochs']}", c["size"]), []).append(np.asarray(t["ap"]))
+    for name in REFS:
+        for r in res["refs"].values():
+            if r["data"] == data and r["name"] == name:
+                table.setdefault((name + (" (2 epochs, lr 2e-5)" if name == "today's default" else ""), r["size"]), []).append(np.asarray(r["test"]["ap"]))
+    return table, picks
+
+
+def analyse(res, data):
+    """Rows, sizes, MAP per cell (mean over seeds), best cell per size and p-value of each cell against it."""
+    from as2rank.metrics import paired_significance
+
+    table, picks = cells(res, data)
+    rows = list(dict.fromkeys(r for r, _ in table))
+    sizes = sorted({s for _, s in table}, key=lambda s: float("inf") if s == "all" else int(s))
+    ap = {c: np.nanmean(np.vstack(v), axis=0) for c, v in table.items()}
+    mean = {c: float(np.nanmean(v)) for c, v in ap.items()}
+    best = {s: max((c for c in mean if c[1] == s), key=mean.get) for s in sizes}
+    p = {c: paired_significance(ap[c], ap[best[c[1]]]) for c in mean}
+    return rows, sizes, mean, best, p, {c: len(v) for c, v in table.items()}, picks
+
+
+def p_text(p) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def summary(res, data, rows, sizes, mean, best, p) -> list:
+    """One generated line per size: the best cell, the best transformer cell, the reference rows, and at the
+    best transformer cell's learning rate the best-validation epoch against epoch 4 of 4 and the best epoch."""
+    out = []
+    for s in sizes:
+        b = best[s]
+        vs = lambda c: "" if c == b else f" ({p_text(p[c])} vs best)"
+        text = f"- {TITLES[data]}, {s} questions: best {b[0]} ({100 * mean[b]:.1f})"
+        lr_cells = [c for c in mean if c[1] == s and c[0].startswith("lr ")]
+        if lr_cells:
+            t = max(lr_cells, key=mean.get)
+            if t != b:
+                text += f"; best transformer {t[0]} {100 * mean[t]:.1f}{vs(t)}"
+            lr = t[0].split(",")[0]
+            epochs = sorted((c for c in lr_cells if c[0].startswith(lr + ", epoch")), key=lambda c: c[0])
+            sel = (f"{lr}, best-validation epoch", s)
+            if sel in mean and epochs:
+                text += (f"; at {lr} the best-validation epoch gives {100 * mean[sel]:.1f}{vs(sel)}, {epochs[-1][0].split(', ')[1]} "
+                         f"{100 * mean[epochs[-1]]:.1f}{vs(epochs[-1])}")
+        text += "".join(f"; {r.split(' (')[0]} {100 * mean[(r, s)]:.1f}{vs((r, s))}" for r in rows if not r.startswith("lr ") and (r, s) in mean and (r, s) != b)
+        out.append(text + ".")
+    return out
+
+
+def plot(res, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(c["data"], c["size"]) for c in res["curves"].values()}, key=lambda d: (d[0], float("inf") if d[1] == "all" else int(d[1])))
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), squeeze=False)
+    for ax, (data, size) in zip(axes[0], panels):
+        for lr in sorted({c["lr"] for c in res["curves"].values()}):
+            runs = [c for c in res["curves"].values() if (c["data"], c["size"], c["lr"]) == (data, size, lr)]
+            if runs:
+                m = np.mean([[t["map"] for t in c["test"]] for c in runs], axis=0)
+                ax.plot(range(1, len(m) + 1), 100 * m, marker="o", ms=3, label=f"lr {lr_text(lr)}")
+        for (name, ls) in zip(REFS, (":", "--", "-.")):
+            refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
+            if refs:
+                ax.axhline(100 * np.mean(refs), color="gray", ls=ls, lw=1, label=name)
+        ax.set_title(f"{TITLES[data]}, {size} questions", fontsize=8)
+        ax.set_xlabel("epoch (of a 4-epoch schedule)", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test MAP (%)")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(res) -> str:
+    lines = ["# TransformerRanker defaults chosen by measurement (first pass)", "",
+             "Test MAP (%) of `TransformerRanker(learning_rate=lr)` with every other parameter at its default, by "
+             "training questions (columns). **Bold**: the best cell of its column; `≈`: not told apart from it by a "
+             "paired randomisation test over test questions (p ≥ 0.05; per-question AP, averaged over seeds). "
+             "\"epoch e of 4\" is the model after e epochs of a 4-epoch schedule (warm-up and decay laid out over 4 "
+             "epochs), not an e-epoch fit; \"best-validation epoch\" is the epoch with the best validation MAP (eN: the epoch "
+             "it picked, per seed).", ""]
+    notes = []
+    for data in TITLES:
+        if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
+            continue
+        rows, sizes, mean, best, p, n, picks = analyse(res, data)
+        info = {r["size"]: r for r in [*res["curves"].values(), *res["refs"].values()] if r["data"] == data}
+        lines += [f"## {TITLES[data]}", "", "| row | " + " | ".join(f"{s} ({info[s]['n_train_questions']} train + {info[s]['n_val_questions']} val)" for s in sizes) + " |",
+                  "| --- |" + " ---: |" * len(sizes)]
+        for r in rows:
+            def cell(s):
+                if (r, s) not in mean:
+                    return "–"
+                v = f"{100 * mean[(r, s)]:.2f}" + (f" (e{','.join(map(str, picks[(r, s)]))})" if (r, s) in picks else "")
+                return f"**{v}**" if best[s] == (r, s) else (f"{v} ≈" if p[(r, s)] >= 0.05 else v)
+            lines.append(f"| {r} | " + " | ".join(cell(s) for s in sizes) + " |")
+        seeds = sorted({v for v in n.values()})
+        lines += ["", f"{info[sizes[0]]['n_test_questions']} test questions; seeds per cell: {', '.join(map(str, seeds))}.", ""]
+        notes += summary(res, data, rows, sizes, mean, best, p)
+    lines += ["## What it shows", "", *notes, "", f"![test MAP per epoch]({PNG})", "",
+              "## Setup", "",
+              "Data: the bundled SQuAD sample (`load_benchmark_data(\"sample\", random_state=0)`: train/test split by "
+              "paragraph; only 4 articles, so subsets are drawn by paragraph, `doc_id`) and WikiQA (train: the answered "
+              "questions of WikiQA-train; test: the answered questions of WikiQA-test, clean protocol). Training subsets "
+              "are whole documents in a seeded order (the smaller inside the larger); 10 % of a subset's questions (at "
+              "least 10, whole documents) validate and the rest train, for every row, the reference rows included. "
+              "Curves: `partial_fit` once per epoch with `total_rows = 4 × rows`, so the schedule is `fit(epochs=4)`'s. "
+              "Reference rows: `OverlapRankRanker()`, `Cosinet(random_state=seed)` and `TransformerRanker(random_state=seed)` "
+              "(today's defaults: 2 epochs, lr 2e-5, warm-up 0.1, head lr × 10, batch 32). Metrics: pessimistic ties.", "",
+              "## Provenance", ""]
+    for h in res["runs"]:
+        lines.append(f"- `{h['command']}`: {h['date']} on {h['machine']}; torch {h['torch']} with {h['torch_threads']} CPU threads; load at start {h['load_average_start']}.")
+    lines += ["", "| data | size | seed | row | train rows | fit seconds (per epoch) | load | date |", "| --- | --- | ---: | --- | ---: | --- | --- | --- |"]
+    for c in res["curves"].values():
+        lines.append(f"| {c['data']} | {c['size']} | {c['seed']} | lr {lr_text(c['lr'])} | {c['n_train_rows']} | {' '.join(f'{s:.0f}' for s in c['epoch_seconds'])} | {c['load_average']} | {c['date']} |")
+    for r in res["refs"].values():
+        lines.append(f"| {r['data']} | {r['size']} | {r['seed']} | {r['name']} | {r['n_train_rows']} | {r['fit_seconds']:.1f} | {r['load_average']} | {r['date']} |")
+    return "\n".join(lines) + "\n"
+
+
+def render(res):
+    DOCS.mkdir(parents=True, exist_ok=True)
+    plot(res, DOCS / PNG)
+    (DOCS / PAGE).write_text(markdown(res))
+    log(f"wrote {DOCS / PAGE}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", nargs="+", choices=tuple(TITLES), default=list(TITLES))
+    parser.add_argument("--sizes", nargs="+", default=["100", "300", "all"], help="training questions per subset, or 'all'")
+    parser.add_argument("--lrs", nargs="+", type=float, default=[2e-5, 5e-5, 1e-4, 2e-4])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--epochs", type=int, default=4, help="epochs of each learning curve (the schedule's length)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the page from the results file")
+    args = parser.parse_args(argv)
+    path = RESULTS / JSON
+    res = json.loads(path.read_text()) if path.exists() else {"runs": [], "curves": {}, "refs": {}}
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if not args.render:
+        res["runs"].append(run_header("defaults.py", argv))
+        args.loaded = {}
+
+        def save(res):
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".tmp").write_text(json.dumps(jsonable(res), indent=1))
+            os.replace(path.with_suffix(".tmp"), path)
+
+        run(args, res, save)
+        save(res)
+    render(json.loads(path.read_text()))
+
+
+if __name__ == "__main__":
+    main()
