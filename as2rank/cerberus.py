@@ -345,9 +345,10 @@ class Cerberus(_Distillation, _TransformerEstimator):
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
-        As in :class:`~as2rank.transformer.TransformerRanker`; early stopping watches the dev MAP of the
-        mean of the heads. With ``precision="int8"`` the body's linear layers are quantized and the
-        stacked heads run in float32.
+        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` are
+        this class's defaults (the defaults benchmark has measured only ``TransformerRanker`` so far); early
+        stopping watches the dev MAP of the mean of the heads. With ``precision="int8"`` the body's linear
+        layers are quantized and the stacked heads run in float32.
 
     Attributes
     ----------
