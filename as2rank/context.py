@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from .context_features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
 from .data import REQUIRED_COLUMNS, check_X
@@ -132,27 +131,6 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
 
         encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder
-
-    def predict(self, X) -> np.ndarray:
-        """One score (the head's logit) per row, higher is better.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame with the context columns the ranker reads (added by
-            :class:`~as2rank.context_features.ContextExtractor`).
-
-        Returns
-        -------
-        ndarray of float64 of shape (n_rows,)
-        """
-        from .neural import resolve_device, torch_threads
-
-        check_is_fitted(self, "model_")
-        X = check_X(X)
-        device = resolve_device(self.device)
-        with torch_threads(self.n_threads):
-            return self._logits(self._module_on(device), self._encode(X), device)
 
     def _export_attrs(self):
         return {**super()._export_attrs(), "pooling_": self.pooling_}

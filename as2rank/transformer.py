@@ -591,6 +591,26 @@ class _PointwiseScoring:
             progress=self._progress,
         )
 
+    def predict(self, X) -> np.ndarray:
+        """One score (the head's logit) per row, higher is better.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame (for the context rankers, with the context columns they read, added
+            by :class:`~as2rank.context_features.ContextExtractor`).
+
+        Returns
+        -------
+        ndarray of float64 of shape (n_rows,)
+        """
+        from .neural import resolve_device, torch_threads
+
+        check_is_fitted(self, "model_")
+        X = check_X(X)
+        device = resolve_device(self.device)
+        with torch_threads(self.n_threads):
+            return self._logits(self._module_on(device), self._encode(X), device)
 
 class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
     """Monolithic transformer cross-encoder (the TANDA baseline of the Cascade Transformer paper, §4.1).
@@ -794,23 +814,3 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
     def _import_attrs(self, attrs):
         super()._import_attrs(attrs)
         self.pooling_ = attrs["pooling_"]
-
-    def predict(self, X) -> np.ndarray:
-        """One score (the head's logit) per row, higher is better.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame.
-
-        Returns
-        -------
-        ndarray of float64 of shape (n_rows,)
-        """
-        from .neural import resolve_device, torch_threads
-
-        check_is_fitted(self, "model_")
-        X = check_X(X)
-        device = resolve_device(self.device)
-        with torch_threads(self.n_threads):
-            return self._logits(self._module_on(device), self._encode(X), device)
