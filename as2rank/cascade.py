@@ -144,7 +144,7 @@ reuse_fit, random_state, verbose
         warmup=0.1,
         max_grad_norm=1.0,
         early_stopping="auto",
-        validation_fraction=0.1,
+        validation_fraction=None,
         patience=2,
         eval_every=None,
         warm_start=False,

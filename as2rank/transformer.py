@@ -46,6 +46,10 @@ def _check_number(name, value, low, high=None, *, integer=False, low_open=False,
         raise ValueError(f"{name} must be {'an integer' if integer else 'a number'} {bound}, got {value!r}.")
 
 
+#: Share of the answered training questions held out by ``early_stopping=True`` without ``validation_fraction``.
+DEFAULT_VALIDATION_FRACTION = 0.1
+
+
 class _TransformerEstimator(RankerMixin, BaseEstimator):
     """Shared fit/predict/persistence of the transformer rankers (see the module docstring)."""
 
@@ -126,11 +130,14 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             raise ValueError(f"freeze_embeddings must be True or False, got {self.freeze_embeddings!r}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
-        _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
-        if self.validation_fraction >= 1:
-            raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
         if not (isinstance(self.early_stopping, (bool, np.bool_)) or self.early_stopping == "auto"):
             raise ValueError(f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}.")
+        if self.validation_fraction is not None:
+            _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
+            if self.validation_fraction >= 1:
+                raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
+            if self.early_stopping is not True and self.early_stopping != "auto" and not self.early_stopping:
+                raise ValueError("validation_fraction holds out questions for early stopping, but early_stopping=False.")
 
     def _encode(self, X):
         from .neural.backbone import encode_pairs, uses_token_types
@@ -202,9 +209,12 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         return self.precision == "int8" and int8_supported()
 
-    def _holds_out(self) -> bool:
-        """Whether a ``fit`` without ``eval_set`` holds out a validation split for early stopping."""
-        return self.early_stopping is True or self.early_stopping is np.True_
+    def _holdout_fraction(self):
+        """The fraction of answered questions a ``fit`` without ``eval_set`` holds out for early stopping, or
+        ``None`` for no split: ``validation_fraction`` when set, else 0.1 with ``early_stopping=True``."""
+        if self.validation_fraction is not None:
+            return self.validation_fraction
+        return DEFAULT_VALIDATION_FRACTION if self.early_stopping is True or self.early_stopping is np.True_ else None
 
     def _set_training_summary(self, history) -> None:
         """``validation_scores_`` and ``best_iteration_`` from the history of a training run."""
@@ -385,8 +395,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         self._int8_model_ = None
         encoded = self._encode(X)
         train_rows = np.arange(len(X))
-        if state is None and dev is None and self._holds_out():
-            is_dev = holdout_questions(index, y, self.validation_fraction, rng)
+        fraction = self._holdout_fraction()
+        if state is None and dev is None and fraction is not None:
+            is_dev = holdout_questions(index, y, fraction, rng)
             if is_dev.all():
                 raise ValueError("validation_fraction leaves no training question; lower it.")
             dev_rows = np.flatnonzero(is_dev)
@@ -662,12 +673,15 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         Gradient clipping; ``None`` does not clip.
     early_stopping : "auto" or bool, default="auto"
         Stop when the validation MAP has not improved for ``patience`` evaluations and keep the weights of
-        the best evaluation; ``epochs`` is then a budget. ``"auto"``: early stopping on ``fit``'s
-        ``eval_set`` when it gets one, none otherwise. ``True``: on ``eval_set`` or, without one, on
-        ``validation_fraction`` of the training questions that have a correct answer (whole questions, drawn
-        with ``random_state``; they do not train). ``False``: never (an ``eval_set`` is then an error).
-    validation_fraction : float, default=0.1
-        Fraction of the answered training questions held out for early stopping (at least one).
+        the best evaluation; ``epochs`` is then a budget. The validation set is ``fit``'s ``eval_set`` or,
+        without one, a held-out share of the training questions that have a correct answer (whole questions,
+        drawn with ``random_state``; they do not train). ``"auto"``: early stopping when there is a
+        validation set (an ``eval_set``, or ``validation_fraction`` set), none otherwise. ``True``: always
+        (``validation_fraction`` of 0.1 when not set). ``False``: never (an ``eval_set`` or a
+        ``validation_fraction`` is then an error).
+    validation_fraction : float, default=None
+        Fraction of the answered training questions held out for early stopping when ``fit`` gets no
+        ``eval_set`` (at least one question).
     patience : int, default=2
         Evaluations without a better validation MAP before training stops (scikit-learn's
         ``n_iter_no_change``).
@@ -750,7 +764,7 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         warmup=0.1,
         max_grad_norm=1.0,
         early_stopping="auto",
-        validation_fraction=0.1,
+        validation_fraction=None,
         patience=2,
         eval_every=None,
         warm_start=False,

@@ -143,8 +143,13 @@ def test_early_stopping_switches(tokenizer):
     again = small(TransformerRanker, "bert", tokenizer, epochs=2, early_stopping=True, reuse_fit=False).fit(X, y)
     np.testing.assert_array_equal(again.validation_scores_, held.validation_scores_)
     np.testing.assert_array_equal(again.predict(X), held.predict(X))
+    # A validation_fraction alone still means "hold out and stop early", as before early_stopping existed.
+    fraction = small(TransformerRanker, "bert", tokenizer, epochs=2, validation_fraction=0.3, reuse_fit=False).fit(X, y)
+    assert fraction.validation_scores_.size == 2
     with pytest.raises(ValueError, match="early_stopping=False"):
         small(TransformerRanker, "bert", tokenizer, epochs=1, early_stopping=False).fit(X, y, eval_set=(X, y))
+    with pytest.raises(ValueError, match="early_stopping=False"):
+        small(TransformerRanker, "bert", tokenizer, epochs=1, early_stopping=False, validation_fraction=0.3).fit(X, y)
     with pytest.raises(ValueError, match="early_stopping must be"):
         small(TransformerRanker, "bert", tokenizer, early_stopping="yes").fit(X, y)
 
