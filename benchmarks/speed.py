@@ -17,7 +17,8 @@ Everything runs in ONE process, so every ratio compares figures taken in the sam
   ``"auto"`` model, quantized once);
 * ``CascadeTransformer(alpha=0.3)`` on the ~100-candidate set of ``benchmarks/cascade.py`` (Table 3).
 
-**One budget** (the library's defaults): ``--epochs`` (2), batch 32, ``--learning-rate`` (2e-5), linear
+**One budget** (the papers' fine-tuning setting, ``TransformerRanker``'s defaults before ``docs/benchmarks/defaults.md``
+chose 4 epochs at 1e-4): ``--epochs`` (2), batch 32, ``--learning-rate`` (2e-5), linear
 warm-up over 10% of the steps then linear decay, weight decay 0.01, gradient clipping at 1.0,
 ``max_length=128``, seed 0, on the answered questions of WikiQA-train minus the dev split
 (``_common.wikiqa_splits()["train"]``). The cascade trains with ``--cascade-learning-rate`` (1e-4, the budget

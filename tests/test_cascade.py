@@ -13,20 +13,13 @@ from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 from as2rank.cascade import CascadeTransformer, default_exits, simulate_cascade, tune_alpha  # noqa: E402
 from as2rank.neural.backbone import masked_mean  # noqa: E402
 from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
+from tests import utils  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import WORDS, small, synthetic, tokenizer  # noqa: E402,F401
 
 
 def one_question(n=128, seed=5):
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame(
-        {
-            "qid": "big",
-            "question": "who wrote hamlet",
-            "candidate": [" ".join(rng.choice(WORDS, int(rng.integers(2, 14)))) for _ in range(n)],
-            "position": np.arange(n),
-        }
-    )
+    return utils.one_question(n, seed, words=WORDS)
 
 
 @pytest.fixture(scope="module")

@@ -16,19 +16,7 @@ from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverl
 from as2rank.data import GroupIndex
 from as2rank.pruning import EXIT_GAP, SequentialRanker, drop_lowest, simulate_cascade, tune_alpha
 from tests.contract import check_ranker_contract, check_sklearn_api
-
-
-def one_question(n=128, seed=5):
-    words = "the a of in is was who what when where capital city river wrote built tower".split()
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame(
-        {
-            "qid": "big",
-            "question": "who wrote hamlet",
-            "candidate": [" ".join(rng.choice(words, int(rng.integers(2, 14)))) for _ in range(n)],
-            "position": np.arange(n),
-        }
-    )
+from tests.utils import one_question
 
 
 class FixedExits(BaseEstimator):
