@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from .data import GroupIndex, check_X, ragged_arange
 from .pruning import EXIT_GAP, SequentialRanker, simulate_cascade, tune_alpha  # noqa: F401 (re-exported)
 from .pruning import _drop_ratios, _report, _stage_scores
+from .prior import LexicalPriorMixin
 from .transformer import _TransformerEstimator
 
 __all__ = ["CascadeTransformer", "default_exits"]
@@ -48,7 +49,7 @@ def _group_rows(index: GroupIndex, groups: np.ndarray):
     return rows, np.repeat(np.arange(len(groups)), sizes)
 
 
-class CascadeTransformer(_TransformerEstimator):
+class CascadeTransformer(LexicalPriorMixin, _TransformerEstimator):
     """Cascade Transformer (Soldaini & Moschitti, 2020, §4.3): early exits with per-question candidate drops.
 
     A classifier after each exit layer ρ(i) reads the mean of all token encodings of that layer (padding
@@ -94,6 +95,9 @@ class CascadeTransformer(_TransformerEstimator):
         runs on average 2/3 of the layers). The paper trained on ASNQ (millions of pairs), where a fifth of
         the updates per classifier is plenty; on WikiQA and the bundled SQuAD sample ``"all"`` ranks better
         (``docs/benchmarks/cascade.md`` and ``docs/guide/neural.md``).
+    lexical_prior : bool, default=False
+        Add a lexical model's logit to every exit's logit (see ``TransformerRanker``); the drops then
+        rank by the sum too.
     max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
 reuse_fit, random_state, verbose
@@ -135,6 +139,7 @@ reuse_fit, random_state, verbose
         alpha=0.0,
         exit_layer=None,
         exit_sampling="all",
+        lexical_prior=False,
         max_length=128,
         epochs=2,
         batch_size=32,
@@ -163,6 +168,7 @@ reuse_fit, random_state, verbose
         self.alpha = alpha
         self.exit_layer = exit_layer
         self.exit_sampling = exit_sampling
+        self.lexical_prior = lexical_prior
         self.max_length = max_length
         self.epochs = epochs
         self.batch_size = batch_size
@@ -188,6 +194,7 @@ reuse_fit, random_state, verbose
     # ----------------------------------------------------------------- training hooks
     def _check_params(self):
         self._check_common_params()
+        self._check_lexical_prior()
         if self.exit_sampling not in EXIT_SAMPLING:
             raise ValueError(f"exit_sampling must be one of {EXIT_SAMPLING}, got {self.exit_sampling!r}.")
         if self.exits is not None:
@@ -236,10 +243,10 @@ reuse_fit, random_state, verbose
         return logits[:, -1]
 
     def _export_attrs(self):
-        return {"n_layers_": self.n_layers_, "exits_": list(self.exits_)}
+        return {**super()._export_attrs(), "exits_": list(self.exits_)}
 
     def _import_attrs(self, attrs):
-        self.n_layers_ = attrs["n_layers_"]
+        super()._import_attrs(attrs)
         self.exits_ = tuple(attrs["exits_"])
 
     # ----------------------------------------------------------------- inference

@@ -653,6 +653,9 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         self.temperature = temperature
         self.teacher_cv = teacher_cv
 
+    #: The student trains without TransformerRanker's lexical prior (distillation with it is unmeasured).
+    lexical_prior = False
+
     def _check_params(self):
         super()._check_params()
         self._check_distillation_params()

@@ -545,6 +545,7 @@ def write_transformer(est, path) -> None:
     _write_torch({k: v for k, v in est.model_.state_dict().items() if not k.startswith("encoder.")}, path / HEADS_FILE)
     writer = _Writer(path, est, strict=True)
     params = {k: writer.encode(v, f"params.{k}") for k, v in est.get_params(deep=False).items() if k not in est._unsaved_params}
+    writer.strict = False  # the fitted attributes may hold estimators (a lexical prior's features): subdirectories
     writer.write(class_name(est), params, {k: writer.encode(v, f"fitted.{k}") for k, v in est._export_attrs().items()})
 
 

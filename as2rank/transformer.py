@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import check_ranking_data, check_X, holdout_questions
 from .metrics import mean_average_precision
+from .prior import LexicalPriorMixin
 
 __all__ = ["TransformerRanker"]
 
@@ -105,6 +106,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
         return self._build_module(self._prepare_encoder(encoder))
+
+    def _check_continuation(self) -> None:
+        """Called before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted
+        model): refuse parameters that the fitted model cannot continue with."""
 
     def _set_trainable(self, module) -> None:
         """Choose the parameters the training loop updates (default: all, word embeddings per
@@ -266,6 +271,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 )
             dev = check_ranking_data(*eval_set)
         warm = bool(self.warm_start) and hasattr(self, "model_")
+        if warm:
+            self._check_continuation()
         key = sources = None
         if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
             # The initial weights enter the key by content (None: a name not on disk, so no reuse).
@@ -369,6 +376,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                     "schedule is laid out over them."
                 )
             state = TrainingState(total_rows, rows_per_step=int(self.batch_size))
+        if hasattr(self, "model_"):
+            self._check_continuation()
         with torch_threads(self.n_threads):
             setup = setup_training(device, self._compute_dtype(device, training=True))
             with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
@@ -467,6 +476,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     def _restore_fitted(self, state: dict) -> None:
         from transformers import AutoModel
 
+        for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_") and k not in state["attrs"]]:
+            delattr(self, k)  # fitted by an earlier fit, absent from the restored one (e.g. a lexical prior)
         for k, v in state["attrs"].items():
             setattr(self, k, v)
         module = self._build_module(AutoModel.from_config(state["config"]))
@@ -623,7 +634,7 @@ class _PointwiseScoring:
         with torch_threads(self.n_threads):
             return self._logits(self._module_on(device), self._encode(X), device)
 
-class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
+class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstimator):
     """Monolithic transformer cross-encoder (the TANDA baseline of the Cascade Transformer paper, §4.1).
 
     Each (question, candidate) pair is encoded jointly; the first token's final encoding (the paper's
@@ -651,6 +662,12 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         trained with: ``"mean"`` for sentence-transformers checkpoints such as the default all-MiniLM-L6-v2
         (whose first-token encoding was never trained; on WikiQA dev it scored 2.5 MAP points below mean
         pooling, ``benchmarks/cascade.py``), ``"cls"`` for BERT, RoBERTa, ELECTRA and the like.
+    lexical_prior : bool, default=False
+        Add the logit of a lexical model to the head's logit, in training and prediction, so the network
+        learns what the lexical model misses (:mod:`as2rank.prior`): a logistic regression on
+        :class:`~as2rank.baselines.LexicalFeatures` (word overlap, IDF-weighted overlap, position), fitted on
+        the training rows when a fresh ``fit`` (or the first ``partial_fit``) starts; a warm start keeps the
+        fitted prior. ``False`` trains the pure cross-encoder.
     max_length : int, default=128
         Pairs are truncated (longest first) to this many tokens.
     epochs : int, default=4
@@ -732,6 +749,10 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         Transformer blocks used.
     pooling_ : {"cls", "mean"}
         The pooling used (``pooling`` with ``"auto"`` resolved).
+    lexical_features_ : LexicalFeatures
+        With ``lexical_prior``: the prior's fitted features.
+    lexical_coef_ : ndarray of shape (7,)
+        With ``lexical_prior``: the prior's weights on the six ``lexical_features_`` columns, intercept last.
     history_ : as2rank.neural.TrainingHistory
         Losses, learning rates and dev scores of the last ``fit``.
     validation_scores_ : ndarray of float
@@ -755,6 +776,7 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         tokenizer=None,
         num_layers=None,
         pooling="auto",
+        lexical_prior=False,
         max_length=128,
         epochs=4,
         batch_size=32,
@@ -781,6 +803,7 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
         self.tokenizer = tokenizer
         self.num_layers = num_layers
         self.pooling = pooling
+        self.lexical_prior = lexical_prior
         self.max_length = max_length
         self.epochs = epochs
         self.batch_size = batch_size
@@ -810,6 +833,7 @@ class TransformerRanker(_PointwiseScoring, _TransformerEstimator):
 
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
+        self._check_lexical_prior()
 
     def _prepare_encoder(self, encoder):
         from .neural.pointwise import prepare_encoder

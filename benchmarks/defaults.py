@@ -1,9 +1,12 @@
-"""Which defaults should ``TransformerRanker`` have: learning curves per learning rate and training size.
+"""Which defaults should ``TransformerRanker`` and ``CascadeTransformer`` have: learning curves per learning
+rate, lexical prior and training size.
 
     python benchmarks/defaults.py [--data sample wikiqa] [--sizes 100 300 all] [--lrs 2e-5 5e-5 1e-4 2e-4]
-                                  [--seeds 0] [--epochs 4] [--threads N] [--render]
+                                  [--priors off on] [--seeds 0] [--epochs 4] [--threads N] [--render]
+                                  [--estimator transformer|cascade]
 
-For each (data, size, seed, learning rate) one ``TransformerRanker`` (all other parameters at their defaults)
+For each (data, size, seed, learning rate, lexical prior) one ``TransformerRanker`` (``--estimator cascade``:
+one ``CascadeTransformer``, scored at α=0; all other parameters at their defaults)
 trains with ``partial_fit`` once per epoch, the schedule laid out over ``--epochs`` epochs (``total_rows``), and
 after each epoch scores the validation split (MAP) and the test split (MAP, MRR, P@1, per-question AP).
 Reference rows per (data, size, seed): ``OverlapRankRanker`` (WO+RR), ``Cosinet`` and the previous defaults
@@ -37,7 +40,19 @@ def lr_text(lr) -> str:
     return f"{lr:.0e}".replace("e-0", "e-")
 
 
-JSON, PAGE, PNG = (tagged(f"defaults.{ext}") for ext in ("json", "md", "png"))
+#: ``--estimator``: the class swept and the stem of its results file, page and figure.
+ESTIMATORS = {"transformer": ("TransformerRanker", "defaults"), "cascade": ("CascadeTransformer", "defaults-cascade")}
+
+
+def files(estimator) -> tuple:
+    """Names of the results file, the page and the figure of ``estimator``."""
+    return tuple(tagged(f"{ESTIMATORS[estimator][1]}.{ext}") for ext in ("json", "md", "png"))
+
+
+def estimator_class(estimator):
+    import as2rank
+
+    return getattr(as2rank, ESTIMATORS[estimator][0])
 
 
 def load(data):
@@ -88,15 +103,27 @@ def scores(model, X, y, per_question=False) -> dict:
     return out
 
 
+#: Parameters that ``partial_fit`` ignores: a learning curve's key leaves them out.
+STREAM_IGNORED = ("epochs", "early_stopping", "validation_fraction", "patience", "eval_every")
+
+
 def key(data, size, seed, name, est, epochs=None) -> str:
     params = {k: v for k, v in training_params(est).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    if epochs is not None:
+        params = {k: v for k, v in params.items() if k not in STREAM_IGNORED}
     return json.dumps([data, str(size), seed, name, epochs, params], sort_keys=True, default=str)
 
 
-def curve(train, val, test, lr, seed, epochs) -> dict:
-    from as2rank import TransformerRanker
+def curve_model(estimator, lr, prior, seed):
+    extra = {"alpha": 0.0} if estimator == "cascade" else {}
+    return estimator_class(estimator)(learning_rate=lr, lexical_prior=prior, random_state=seed, precision="auto", verbose=False, **extra)
 
-    est = TransformerRanker(learning_rate=lr, random_state=seed, precision="auto", verbose=False)
+
+def curve_label(c) -> str:
+    return f"lr {lr_text(c['lr'])}" + (" + prior" if c.get("prior") else "")
+
+
+def curve(est, train, val, test, epochs) -> dict:
     (X, y), (Xv, yv), (Xt, yt) = train, val, test
     out = {"epoch_seconds": [], "val_map": [], "test": []}
     for e in range(epochs):
@@ -109,17 +136,16 @@ def curve(train, val, test, lr, seed, epochs) -> dict:
     return out
 
 
-def reference(name, seed):
-    from as2rank import Cosinet, OverlapRankRanker, TransformerRanker
+def reference(estimator, name, seed):
+    from as2rank import Cosinet, OverlapRankRanker
 
+    extra = {"alpha": 0.0} if estimator == "cascade" else {}
     return {"WO+RR": lambda: OverlapRankRanker(), "Cosinet": lambda: Cosinet(random_state=seed),
-            "today's default": lambda: TransformerRanker(epochs=2, learning_rate=2e-5, random_state=seed, precision="auto",
-                                                         verbose=False)}[name]()
+            "today's default": lambda: estimator_class(estimator)(epochs=2, learning_rate=2e-5, lexical_prior=False, random_state=seed,
+                                                                  precision="auto", verbose=False, **extra)}[name]()
 
 
 def run(args, res, save):
-    from as2rank import TransformerRanker
-
     for seed in args.seeds:
         for size in args.sizes:
             for data in args.data:
@@ -128,8 +154,9 @@ def run(args, res, save):
                 train, val = splits(X, y, size, seed)
                 info = {"data": data, "size": str(size), "seed": seed, "n_train_questions": train[0]["qid"].nunique(),
                         "n_train_rows": len(train[0]), "n_val_questions": val[0]["qid"].nunique(), "n_test_questions": len(res["test_qids"][data])}
-                jobs = [(f"lr {lr:g}", "curves", TransformerRanker(learning_rate=lr, random_state=seed, precision="auto", verbose=False), lr) for lr in args.lrs]
-                jobs += [(name, "refs", reference(name, seed), None) for name in REFS]
+                jobs = [(curve_label({"lr": lr, "prior": prior == "on"}), "curves", curve_model(args.estimator, lr, prior == "on", seed), lr)
+                        for prior in args.priors for lr in args.lrs]
+                jobs += [(name, "refs", reference(args.estimator, name, seed), None) for name in REFS]
                 for name, kind, est, lr in jobs:
                     k = key(data, size, seed, name, est, args.epochs if kind == "curves" else None)
                     if k in res[kind]:
@@ -137,7 +164,8 @@ def run(args, res, save):
                     log(f"{data}, {size} ({info['n_train_questions']} questions, {info['n_train_rows']} rows), seed {seed}: {name}")
                     start = time.perf_counter()
                     if kind == "curves":
-                        entry = {**info, "lr": lr, "epochs": args.epochs, **curve(train, val, (Xt, yt), lr, seed, args.epochs)}
+                        entry = {**info, "lr": lr, "prior": bool(est.lexical_prior), "epochs": args.epochs,
+                                 **curve(est, train, val, (Xt, yt), args.epochs)}
                     else:
                         est.fit(*train)
                         entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, Xt, yt, per_question=True)}
@@ -150,13 +178,13 @@ def cells(res, data):
     """{(row label, size): [per-question AP arrays, one per seed]}, rows in table order."""
     table, picks = {}, {}
     curves = [c for c in res["curves"].values() if c["data"] == data]
-    for c in sorted(curves, key=lambda c: c["lr"]):
+    for c in sorted(curves, key=lambda c: (c.get("prior", False), c["lr"])):
         best = int(np.argmax(c["val_map"]))
-        sel = (f"lr {lr_text(c['lr'])}, best-validation epoch", c["size"])
+        sel = (f"{curve_label(c)}, best-validation epoch", c["size"])
         table.setdefault(sel, []).append(np.asarray(c["test"][best]["ap"]))
         picks.setdefault(sel, []).append(best + 1)
         for e, t in enumerate(c["test"]):
-            table.setdefault((f"lr {lr_text(c['lr'])}, epoch {e + 1} of {c['epochs']}", c["size"]), []).append(np.asarray(t["ap"]))
+            table.setdefault((f"{curve_label(c)}, epoch {e + 1} of {c['epochs']}", c["size"]), []).append(np.asarray(t["ap"]))
     for name in REFS:
         for r in res["refs"].values():
             if r["data"] == data and r["name"] == name:
@@ -217,11 +245,11 @@ def plot(res, path):
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), squeeze=False)
     for ax, (data, size) in zip(axes[0], panels):
-        for lr in sorted({c["lr"] for c in res["curves"].values()}):
-            runs = [c for c in res["curves"].values() if (c["data"], c["size"], c["lr"]) == (data, size, lr)]
+        for label in sorted({curve_label(c) for c in res["curves"].values()}):
+            runs = [c for c in res["curves"].values() if (c["data"], c["size"], curve_label(c)) == (data, size, label)]
             if runs:
                 m = np.mean([[t["map"] for t in c["test"]] for c in runs], axis=0)
-                ax.plot(range(1, len(m) + 1), 100 * m, marker="o", ms=3, label=f"lr {lr_text(lr)}")
+                ax.plot(range(1, len(m) + 1), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":", label=label)
         for (name, ls) in zip(REFS, (":", "--", "-.")):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
@@ -236,18 +264,19 @@ def plot(res, path):
     plt.close(fig)
 
 
-def markdown(res) -> str:
-    lines = ["# TransformerRanker defaults chosen by measurement", "",
-             "Test MAP (%) of `TransformerRanker(learning_rate=lr)` with every other parameter at its default, by "
-             "training questions (columns). **Bold**: the best cell of its column; `≈`: not told apart from it by a "
+def markdown(res, estimator) -> str:
+    name = ESTIMATORS[estimator][0]
+    scored = " at α=0 (`alpha=0`: no drops)" if estimator == "cascade" else ""
+    lines = [f"# {name} defaults chosen by measurement", "",
+             f"Test MAP (%) of `{name}(learning_rate=lr, lexical_prior=...)`{scored} with every other parameter at its "
+             "default, by training questions (columns); \"+ prior\": `lexical_prior=True` (see `as2rank.prior`). "
+             "**Bold**: the best cell of its column; `≈`: not told apart from it by a "
              "paired randomisation test over test questions (p ≥ 0.05; per-question AP, averaged over seeds). "
              "\"epoch e of 4\" is the model after e epochs of a 4-epoch schedule (warm-up and decay laid out over 4 "
              "epochs), not an e-epoch fit; \"best-validation epoch\" is the epoch with the best validation MAP (eN: the epoch "
              "it picked, per seed).", ""]
-    from as2rank import TransformerRanker
-
-    default = TransformerRanker()
-    row = f"lr {lr_text(default.learning_rate)}, epoch {default.epochs} of 4"
+    default = estimator_class(estimator)()
+    row = f"{curve_label({'lr': default.learning_rate, 'prior': default.lexical_prior})}, epoch {default.epochs} of 4"
     notes, chosen = [], []
     for data in TITLES:
         if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
@@ -270,10 +299,11 @@ def markdown(res) -> str:
                     mean.get((LABELS["today's default"], s))) for s in sizes]
     done = [c for c in chosen if c[0] is not None]
     if done:
-        notes.insert(0, f"- The library's defaults (`learning_rate={lr_text(default.learning_rate)}`, `epochs={default.epochs}`: the "
+        notes.insert(0, f"- The library's defaults (`learning_rate={lr_text(default.learning_rate)}`, `epochs={default.epochs}`, "
+                        f"`lexical_prior={default.lexical_prior}`: the "
                         f"row \"{row}\") are the best cell or not told apart from it in {sum(c[1] for c in done)} of "
                         f"{len(done)} columns, and above the previous default in {sum(c[0] > c[2] for c in done if c[2] is not None)}.")
-    lines += ["## What it shows", "", *notes, "", f"![test MAP per epoch]({PNG})", "",
+    lines += ["## What it shows", "", *notes, "", f"![test MAP per epoch]({files(estimator)[2]})", "",
               "## Setup", "",
               "Data: the bundled SQuAD sample (`load_benchmark_data(\"sample\", random_state=0)`: train/test split by "
               "paragraph; only 4 articles, so subsets are drawn by paragraph, `doc_id`) and WikiQA (train: the answered "
@@ -281,24 +311,26 @@ def markdown(res) -> str:
               "are whole documents in a seeded order (the smaller inside the larger); 10 % of a subset's questions (at "
               "least 10, whole documents) validate and the rest train, for every row, the reference rows included. "
               "Curves: `partial_fit` once per epoch with `total_rows = 4 × rows`, so the schedule is `fit(epochs=4)`'s. "
-              "Reference rows: `OverlapRankRanker()`, `Cosinet(random_state=seed)` and `TransformerRanker(random_state=seed)` "
-              "(the defaults before this benchmark: 2 epochs, lr 2e-5, warm-up 0.1, head lr × 10, batch 32). Metrics: pessimistic ties.", "",
+              f"Reference rows: `OverlapRankRanker()`, `Cosinet(random_state=seed)` and `{name}(epochs=2, learning_rate=2e-5, "
+              "lexical_prior=False, random_state=seed)` (the defaults before this benchmark; warm-up 0.1, head lr × 10, batch 32). "
+              "Metrics: pessimistic ties.", "",
               "## Provenance", ""]
     for h in res["runs"]:
         lines.append(f"- `{h['command']}`: {h['date']} on {h['machine']}; torch {h['torch']} with {h['torch_threads']} CPU threads; load at start {h['load_average_start']}.")
     lines += ["", "| data | size | seed | row | train rows | fit seconds (per epoch) | load | date |", "| --- | --- | ---: | --- | ---: | --- | --- | --- |"]
     for c in res["curves"].values():
-        lines.append(f"| {c['data']} | {c['size']} | {c['seed']} | lr {lr_text(c['lr'])} | {c['n_train_rows']} | {' '.join(f'{s:.0f}' for s in c['epoch_seconds'])} | {c['load_average']} | {c['date']} |")
+        lines.append(f"| {c['data']} | {c['size']} | {c['seed']} | {curve_label(c)} | {c['n_train_rows']} | {' '.join(f'{s:.0f}' for s in c['epoch_seconds'])} | {c['load_average']} | {c['date']} |")
     for r in res["refs"].values():
         lines.append(f"| {r['data']} | {r['size']} | {r['seed']} | {r['name']} | {r['n_train_rows']} | {r['fit_seconds']:.1f} | {r['load_average']} | {r['date']} |")
     return "\n".join(lines) + "\n"
 
 
-def render(res):
+def render(res, estimator):
+    _, page, png = files(estimator)
     DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / PNG)
-    (DOCS / PAGE).write_text(markdown(res))
-    log(f"wrote {DOCS / PAGE}")
+    plot(res, DOCS / png)
+    (DOCS / page).write_text(markdown(res, estimator))
+    log(f"wrote {DOCS / page}")
 
 
 def main(argv=None):
@@ -306,29 +338,33 @@ def main(argv=None):
     parser.add_argument("--data", nargs="+", choices=tuple(TITLES), default=list(TITLES))
     parser.add_argument("--sizes", nargs="+", default=["100", "300", "all"], help="training questions per subset, or 'all'")
     parser.add_argument("--lrs", nargs="+", type=float, default=[2e-5, 5e-5, 1e-4, 2e-4])
+    parser.add_argument("--priors", nargs="+", choices=("off", "on"), default=["off", "on"],
+                        help="train without / with the lexical prior (the estimator's lexical_prior)")
+    parser.add_argument("--estimator", choices=tuple(ESTIMATORS), default="transformer")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--epochs", type=int, default=4, help="epochs of each learning curve (the schedule's length)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--render", action="store_true", help="only rewrite the page from the results file")
     args = parser.parse_args(argv)
-    path = RESULTS / JSON
+    path = RESULTS / files(args.estimator)[0]
     res = json.loads(path.read_text()) if path.exists() else {"runs": [], "curves": {}, "refs": {}}
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     if not args.render:
-        res["runs"].append(run_header("defaults.py", argv))
+        header = run_header("defaults.py", argv)
         args.loaded = {}
 
         def save(res):
+            if header not in res["runs"]:  # only runs that computed something are listed
+                res["runs"].append(header)
             RESULTS.mkdir(parents=True, exist_ok=True)
             path.with_suffix(".tmp").write_text(json.dumps(jsonable(res), indent=1))
             os.replace(path.with_suffix(".tmp"), path)
 
         run(args, res, save)
-        save(res)
-    render(json.loads(path.read_text()))
+    render(json.loads(path.read_text()), args.estimator)
 
 
 if __name__ == "__main__":

@@ -298,10 +298,11 @@ def uses_token_types(encoder, tokenizer) -> bool:
 
 
 def batch_tensors(encoded: dict, rows: np.ndarray) -> dict:
-    """Tensors of ``rows`` of an :func:`encode_pairs` result, cut to the batch's longest row."""
+    """Tensors of ``rows`` of an :func:`encode_pairs` result, token arrays cut to the batch's longest row
+    (per-row arrays, such as a ``prior`` logit, are taken whole)."""
     width = int(encoded["lengths"][rows].max())
     return {
-        key: torch.from_numpy(np.ascontiguousarray(value[rows, :width]))
+        key: torch.from_numpy(np.ascontiguousarray(value[rows, :width] if value.ndim == 2 else value[rows]))
         for key, value in encoded.items()
         if key != "lengths"
     }

@@ -51,7 +51,8 @@ def classifier_dropout(config) -> float:
 
 
 class CrossEncoder(nn.Module):
-    """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit."""
+    """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit,
+    plus the batch's ``prior`` logits when it has them."""
 
     def __init__(self, encoder, pooling: str = "cls"):
         super().__init__()
@@ -62,14 +63,21 @@ class CrossEncoder(nn.Module):
     def forward(self, batch: dict) -> torch.Tensor:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
-        return head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1)
+        return _with_prior(head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1), batch)
+
+
+def _with_prior(logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """``logits`` shifted by the batch's per-row ``prior`` logits (:mod:`as2rank.prior`), when it has them:
+    the network then learns what the prior misses."""
+    return logits if "prior" not in batch else logits.float() + batch["prior"]
 
 
 class CascadeEncoder(nn.Module):
     """One encoder with a classifier after each exit layer (Cascade Transformer, paper §4.3).
 
     Each classifier reads the mean of all token encodings of its layer (padding excluded) and is a 3-layer
-    feed-forward network (hidden size = the model's, tanh, dropout 0.1).
+    feed-forward network (hidden size = the model's, tanh, dropout 0.1). A batch's per-row ``prior`` logits,
+    when it has them, are added to every exit's logits (before the drops).
 
     Parameters
     ----------
@@ -92,7 +100,7 @@ class CascadeEncoder(nn.Module):
         stack = LayerStack(self.encoder)
         mask = batch["attention_mask"]
         hidden = stack.run(stack.embed(batch), mask, 0, self.exits[exit_index])
-        return head_logits(self.classifiers[exit_index], masked_mean(hidden, mask)).squeeze(-1)
+        return _with_prior(head_logits(self.classifiers[exit_index], masked_mean(hidden, mask)).squeeze(-1), batch)
 
     def all_exits(self, batch: dict) -> torch.Tensor:
         """Logits of every exit for every row, shape (n_rows, n_exits), from one pass (no drop)."""
@@ -104,7 +112,8 @@ class CascadeEncoder(nn.Module):
             hidden = stack.run(hidden, mask, start, stop)
             start = stop
             logits.append(head_logits(classifier, masked_mean(hidden, mask)).squeeze(-1))
-        return torch.stack(logits, dim=1)
+        logits = torch.stack(logits, dim=1)
+        return logits if "prior" not in batch else logits.float() + batch["prior"].unsqueeze(1)
 
     def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None):
         """Run the cascade over whole questions, dropping rows between exits.
@@ -152,6 +161,7 @@ class CascadeEncoder(nn.Module):
             index = torch.from_numpy(rows).to(full_mask.device)
             part = {k: v[index, :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
             states.append((rows, stack.embed(part), part["attention_mask"]))
+        prior = batch["prior"].cpu().numpy().astype(np.float64) if "prior" in batch else np.zeros(n)
         alive = np.ones(n, dtype=bool)
         logits = np.full((n, len(self.exits)), np.nan)
         rows_per_layer = np.zeros(self.exits[last_exit], dtype=np.int64)
@@ -163,7 +173,7 @@ class CascadeEncoder(nn.Module):
             ran = []
             for rows, hidden, mask in states:
                 hidden = stack.run(hidden, mask, start, stop)
-                scores[rows] = head_logits(self.classifiers[e], masked_mean(hidden, mask)).squeeze(-1).cpu().numpy()
+                scores[rows] = head_logits(self.classifiers[e], masked_mean(hidden, mask)).squeeze(-1).cpu().numpy() + prior[rows]
                 ran.append((rows, hidden, mask))
             states = ran
             start = stop
