@@ -21,7 +21,7 @@ _LAZY = {
     "tune_alpha": "pruning",
     "Cerberus": "cerberus",
     "DistilledRanker": "cerberus",
-    "LinearEnsemble": "cerberus",
+    "LinearEnsemble": "ensemble",
     "ContextExtractor": "context_features",
     "ContextConcat": "context",
     "ContextEnsemble": "context",

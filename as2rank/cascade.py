@@ -19,7 +19,7 @@ from .data import GroupIndex, check_X, ragged_arange
 from .pruning import EXIT_GAP, SequentialRanker, simulate_cascade, tune_alpha  # noqa: F401 (re-exported)
 from .pruning import _drop_ratios, _report, _stage_scores
 from .prior import LexicalPriorMixin
-from .transformer import _TransformerEstimator
+from .transformer_base import _TransformerEstimator
 
 __all__ = ["CascadeTransformer", "default_exits"]
 
@@ -224,7 +224,7 @@ reuse_fit, random_state, verbose
 
         return CascadeEncoder(encoder, self.exits_)
 
-    def _training_batch_extra(self, rng):
+    def _training_batch_extra(self, rng, number):
         if self.exit_sampling == "all":
             return {}
         return {"exit": int(rng.integers(len(self.exits_)))}

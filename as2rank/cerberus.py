@@ -1,5 +1,5 @@
 """CERBERUS (Matsubara, Lind, Soldaini & Moschitti, 2022): an ensemble of heterogeneous rankers distilled into
-one multi-head transformer, and the baselines it is measured against.
+one multi-head transformer, and the one-head distilled students it is measured against.
 
 * :class:`Cerberus`: a shared body of ``body_layers`` transformer blocks and one ranking head per teacher
   (``head_layers`` blocks, initialised as copies of the pretrained blocks above the body, and a classifier);
@@ -8,228 +8,50 @@ one multi-head transformer, and the baselines it is measured against.
   once per input and the heads run together, from stacked weights
   (:class:`~as2rank.neural.distillation.CerberusEncoder`). Hydra (Tran et al., 2020) is this model with
   teachers of one architecture trained with different seeds.
-* :class:`DistilledRanker`: a :class:`~as2rank.transformer.TransformerRanker` (one head) distilled from one
-  teacher, or from several by summing their losses (KD_Sum) or switching teacher every mini-batch
-  (KD_RR). The same student without a teacher is :class:`~as2rank.transformer.TransformerRanker` itself.
-* :class:`LinearEnsemble`: a weighted sum of fitted rankers' calibrated scores, the weights tuned on held-out
-  data (the paper's "ensemble of BASE models").
-* :func:`teacher_logits`: the teachers' scores turned into calibrated logits, as the students see them.
+* :class:`DistilledRanker`: a one-head cross-encoder (the student of
+  :class:`~as2rank.transformer.TransformerRanker`: same encoder, pooling and head) distilled from one
+  teacher, or from several by summing their losses (KD_Sum) or switching teacher every mini-batch (KD_RR).
+  The same student without a teacher is :class:`~as2rank.transformer.TransformerRanker` itself.
+* ``_Distillation``: what the two share: the teachers, their calibrated logits as training targets and
+  Eq. 1.
 
-**Teachers** are fitted as2rank rankers of any family (a transformer of any backbone, ``Cosinet``, a lexical
-``PointwiseRanker`` pipeline, ...), the name of a column of ``X`` holding precomputed scores (it travels with
-the rows through cross-validation), or an array of precomputed scores (one per row of the ``X`` given to
-``fit``). Only ``fit`` reads them; a fitted student predicts without them, and clones of a student share them
-(they are not refitted, as with :class:`sklearn.frozen.FrozenEstimator`).
+The teachers (fitted rankers of any family, columns of ``X`` or arrays of precomputed scores) and how their
+scores become calibrated logits (Platt scaling, optionally cross-fitted with ``teacher_cv``) are in
+:mod:`as2rank.teachers`, which also holds :func:`~as2rank.teachers.teacher_logits` and
+:func:`~as2rank.teachers.platt_scaling`; the paper's "ensemble of BASE models" is
+:class:`~as2rank.ensemble.LinearEnsemble`. All three names are importable from here too.
 
-**Calibration.** A ranker's score is not a logit on a common scale (an overlap count is not a probability;
-a cross-encoder's logit and a Cosinet score differ in scale), while Eq. 1 compares softened probabilities.
-Each teacher's scores are mapped to logits by Platt scaling fitted on the training data: ``a · score + b``
-with ``a, b`` minimising the cross-entropy against Platt's smoothed targets ``(N₊ + 1)/(N₊ + 2)`` for
-positives and ``1/(N₋ + 2)`` for negatives. The map is monotone (a teacher's ranking is kept) and puts every
-teacher on the scale of log-odds of relevance.
-
-**Teachers scoring their own training data.** A teacher fitted on the student's training data scores it
-better than it would score new data: a cross-encoder that memorised it separates positives from negatives
-almost perfectly, so its soft targets carry little more than the labels. Two things address it. Platt's
-smoothed targets keep the slope finite even when a teacher separates the data perfectly. And
-``teacher_cv=k`` cross-fits: clones of each teacher are fitted on ``k − 1`` question folds (``GroupKFold``)
-and score the held-out fold, each fold calibrated on its own, so every training row gets the score of a
-teacher that never saw it (as ``StackingClassifier(cv=...)`` does); this costs ``k`` fits per teacher. With
-``teacher_cv=None`` (the default, and the paper's practice) the fitted teachers score the training data
-directly. ``benchmarks/cerberus.py`` measures both on WikiQA.
+**Training targets.** The ``_row_targets`` hook computes the teachers' calibrated logits once per ``fit``,
+before training, so every training batch carries its rows' ``teacher_logits`` beside their labels; KD_RR
+picks the teacher of a batch from the batch's number (``_training_batch_extra``).
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
 
 import numpy as np
-from sklearn.base import BaseEstimator, clone
-from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from .base import RankerMixin
-from .data import check_ranking_data, check_X
-from .metrics import get_scorer
-from .persistence import PersistenceMixin
-from .transformer import TransformerRanker, _check_number, _TransformerEstimator
+from .data import check_X
+from .ensemble import LinearEnsemble
+from .teachers import (
+    _check_cv,
+    _check_teachers,
+    _clone_sharing,
+    _is_model,
+    platt_scaling,
+    teacher_logits,
+)
+from .params import _check_number
+from .transformer import _PointwiseScoring
+from .transformer_base import _TransformerEstimator
 
+# LinearEnsemble, platt_scaling and teacher_logits are defined (and documented) in as2rank.ensemble and
+# as2rank.teachers; they stay names of this module.
 __all__ = ["Cerberus", "DistilledRanker", "LinearEnsemble", "platt_scaling", "teacher_logits"]
 
 #: Values of ``DistilledRanker(multi_teacher=...)``.
 MULTI_TEACHER = ("sum", "round_robin")
-
-
-# ----------------------------------------------------------------------------------------------- teachers
-def platt_scaling(scores, y) -> tuple:
-    """Slope and intercept mapping ``scores`` to calibrated logits of relevance (Platt, 1999).
-
-    Minimises the logistic loss of ``a · score + b`` against Platt's smoothed targets (``(N₊ + 1)/(N₊ + 2)``
-    for positives, ``1/(N₋ + 2)`` for negatives), which keep ``a`` finite when the scores separate the
-    classes perfectly.
-
-    Parameters
-    ----------
-    scores : array-like of shape (n,)
-    y : array-like of shape (n,)
-        Labels; > 0 is a positive.
-
-    Returns
-    -------
-    a, b : float
-
-    Raises
-    ------
-    ValueError
-        If ``y`` holds only positives or only negatives, or a score is not finite.
-    """
-    from scipy.optimize import minimize
-    from scipy.special import expit
-
-    scores = np.asarray(scores, dtype=np.float64)
-    positive = np.asarray(y) > 0
-    if not np.isfinite(scores).all():
-        raise ValueError("Teacher scores must be finite numbers.")
-    n_pos = int(positive.sum())
-    n_neg = len(positive) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError("Calibrating teacher scores needs positive and negative labels in the data (or fold).")
-    target = np.where(positive, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
-    mean, std = scores.mean(), scores.std()
-    if std == 0:  # a constant teacher: only the prior is left
-        return 0.0, float(np.log((n_pos + 1) / (n_neg + 1)))
-    z = (scores - mean) / std  # standardised, so one starting point suits every scale
-
-    def loss(ab):
-        logit = ab[0] * z + ab[1]
-        residual = expit(logit) - target
-        return np.sum(np.logaddexp(0.0, logit) - target * logit), np.array([residual @ z, residual.sum()])
-
-    a, b = minimize(loss, x0=np.zeros(2), jac=True, method="L-BFGS-B").x
-    return float(a / std), float(b - a * mean / std)
-
-
-def _is_model(teacher) -> bool:
-    return hasattr(teacher, "fit") and hasattr(teacher, "predict")
-
-
-def _check_teachers(teachers) -> None:
-    if not isinstance(teachers, (list, tuple)) or not teachers:
-        raise ValueError(
-            f"teachers must be a non-empty list of fitted rankers, column names of X or score arrays, got {teachers!r}."
-        )
-    for j, teacher in enumerate(teachers):
-        if isinstance(teacher, str) or _is_model(teacher):
-            continue
-        try:
-            ok = np.asarray(teacher, dtype=np.float64).ndim == 1
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"teachers[{j}] must be a fitted ranker, the name of a column of X or a 1-D array of scores, "
-                f"got {type(teacher).__name__}."
-            )
-
-
-def _check_cv(cv) -> None:
-    if cv is None or hasattr(cv, "split"):
-        return
-    if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
-        raise ValueError(f"teacher_cv must be None, an integer >= 2 or a group splitter, got {cv!r}.")
-
-
-def _given_scores(j, teacher, X) -> np.ndarray:
-    """Precomputed scores of teacher ``j``: a column of ``X`` or an array aligned with its rows."""
-    if isinstance(teacher, str):
-        if teacher not in X.columns:
-            raise ValueError(f"teachers[{j}] names the column {teacher!r}, which X does not have.")
-        column = X[teacher]
-        if not np.issubdtype(column.dtype, np.number):
-            raise ValueError(f"teachers[{j}]: column {teacher!r} of X is not numeric.")
-        return column.to_numpy(dtype=np.float64)
-    scores = np.asarray(teacher, dtype=np.float64)
-    if len(scores) != len(X):
-        raise ValueError(
-            f"teachers[{j}] has {len(scores)} scores for {len(X)} rows of X; precomputed scores need one per row "
-            "(under cross-validation, put them in a column of X and pass its name)."
-        )
-    return scores
-
-
-def _fitted_scores(j, teacher, X) -> np.ndarray:
-    try:
-        check_is_fitted(teacher)
-    except NotFittedError as exc:
-        raise NotFittedError(
-            f"teachers[{j}] ({type(teacher).__name__}) is not fitted: fit it first, or set teacher_cv to fit "
-            "clones of it on cross-validation folds."
-        ) from exc
-    return np.asarray(teacher.predict(X), dtype=np.float64)
-
-
-def teacher_logits(teachers, X, y, groups=None, cv=None) -> np.ndarray:
-    """Each teacher's scores of ``X`` as calibrated logits (Platt scaling, see the module docstring).
-
-    Parameters
-    ----------
-    teachers : list
-        Fitted rankers, names of columns of ``X`` holding precomputed scores, or arrays of one score per row.
-    X : pandas.DataFrame
-        Grouped-candidate frame.
-    y : array-like of shape (n_rows,)
-        Labels, for the calibration.
-    groups : array-like of shape (n_rows,), default=None
-        Question ids overriding ``X["qid"]`` (teachers then see them as ``qid``).
-    cv : None, int or group splitter, default=None
-        ``None``: the fitted teachers score ``X``. An integer ``k`` (``GroupKFold(k)``) or a splitter whose
-        ``split(X, y, groups)`` keeps questions whole: clones of each ranker teacher are fitted on the other
-        folds and score each fold (cross-fitting), each fold calibrated on its own. Precomputed scores are used
-        as given either way.
-
-    Returns
-    -------
-    ndarray of float64 of shape (n_rows, n_teachers)
-    """
-    from sklearn.model_selection import GroupKFold
-
-    X, y, index = check_ranking_data(X, y, groups)
-    _check_teachers(teachers)
-    _check_cv(cv)
-    if groups is not None:
-        X = X.assign(qid=np.asarray(groups))
-    out = np.empty((len(X), len(teachers)))
-    folds = None
-    for j, teacher in enumerate(teachers):
-        if not _is_model(teacher):
-            scores = _given_scores(j, teacher, X)
-        elif cv is None:
-            scores = _fitted_scores(j, teacher, X)
-        else:
-            if folds is None:
-                splitter = GroupKFold(n_splits=int(cv)) if not hasattr(cv, "split") else cv
-                folds = list(splitter.split(X, y, index.codes))
-            for train, test in folds:
-                fold_scores = np.asarray(clone(teacher).fit(X.iloc[train], y[train]).predict(X.iloc[test]), dtype=np.float64)
-                a, b = platt_scaling(fold_scores, y[test])
-                out[test, j] = a * fold_scores + b
-            continue
-        a, b = platt_scaling(scores, y)
-        out[:, j] = a * scores + b
-    return out
-
-
-def _clone_sharing(estimator, name):
-    """A clone of ``estimator`` whose parameter ``name`` (fitted models that fit only reads) is shared with
-    the original instead of being replaced by unfitted copies, as :class:`sklearn.frozen.FrozenEstimator`
-    would have it; every other parameter is cloned as :func:`sklearn.base.clone` does."""
-    params = {k: v if k == name else clone(v, safe=False) for k, v in estimator.get_params(deep=False).items()}
-    new = type(estimator)(**params)
-    if hasattr(estimator, "_metadata_request"):
-        new._metadata_request = copy.deepcopy(estimator._metadata_request)
-    return new
-
 
 class _Distillation:
     """What the distilled students share: teachers, their calibrated logits as training targets, Eq. 1."""
@@ -245,35 +67,17 @@ class _Distillation:
         _check_number("temperature", self.temperature, 0, low_open=True)
         _check_cv(self.teacher_cv)
 
-    def fit(self, X, y, groups=None, eval_set=None):
-        """Score the training data with the teachers, then train the student (see the class docstring).
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame (with the teachers' score columns, if any teacher names one).
-        y : array-like of shape (n_rows,)
-            Relevance labels; a label > 0 is a positive.
-        groups : array-like of shape (n_rows,), default=None
-            Question ids overriding ``X["qid"]``.
-        eval_set : tuple (X_dev, y_dev), default=None
-            Dev set for early stopping on dev MAP (best weights restored); overrides ``validation_fraction``.
+    def _row_targets(self, X, y, index):
+        """The teachers' calibrated logits of the training rows (teachers fitted on them first, or
+        cross-fitted with ``teacher_cv``).
 
         Returns
         -------
-        self
+        dict
+            ``{"teacher_logits": ndarray of float32 of shape (n_rows, n_teachers)}``.
         """
-        X, y, _ = check_ranking_data(X, y, groups)
-        self._check_params()
-        self._teacher_logits = teacher_logits(self.teachers, X, y, groups, self.teacher_cv).astype(np.float32)
-        self._batch_counter = itertools.count()
-        try:
-            return super().fit(X, y, groups=groups, eval_set=eval_set)
-        finally:
-            del self._teacher_logits, self._batch_counter
-
-    def _row_targets(self, X, y, index):
-        return {"teacher_logits": self._teacher_logits}
+        qid = np.asarray(index.keys)[index.codes]  # the question keys fit validated (``groups`` or ``X["qid"]``)
+        return {"teacher_logits": teacher_logits(self.teachers, X, y, qid, self.teacher_cv).astype(np.float32)}
 
     def __sklearn_clone__(self):
         return _clone_sharing(self, "teachers")
@@ -303,7 +107,7 @@ class Cerberus(_Distillation, _TransformerEstimator):
     on the 6-layer default backbone (the default: ``head_layers=1``, the body takes the rest).
 
     Training: head ``i`` gets the distillation loss of Eq. 1 against teacher ``i``'s calibrated logits ``t``
-    (see :mod:`as2rank.cerberus`),
+    (see :mod:`as2rank.teachers`),
     ``L_i = α · BCE(s_i, y) + (1 − α) · τ² · KL(σ(t/τ) ‖ σ(s_i/τ))`` (the two-class softmax of one logit is
     the sigmoid), and the loss is ``Σ λ_i L_i`` (Eq. 4, ``head_weights``): each head is moved by its own loss
     only, the body by all of them. Optimisation as in :class:`~as2rank.transformer.TransformerRanker`
@@ -325,7 +129,7 @@ class Cerberus(_Distillation, _TransformerEstimator):
     teachers : list, default=None
         Required: one entry per head, each a fitted as2rank ranker of any family, the name of a column of
         ``X`` with precomputed scores, or an array of one precomputed score per training row (see
-        :mod:`as2rank.cerberus`). Only ``fit`` uses them.
+        :mod:`as2rank.teachers`). Only ``fit`` uses them.
     body_layers : int, default=None
         Blocks of the shared body, >= 1; ``None`` takes every block below the heads (``depth − head_layers``).
     head_layers : int, default=1
@@ -341,7 +145,7 @@ class Cerberus(_Distillation, _TransformerEstimator):
         ``None``: the fitted teachers score the training data. An integer ``k`` or a splitter: each ranker
         teacher is cross-fitted (clones fitted on ``k − 1`` question folds score the held-out fold), so the
         targets come from teachers that did not see the rows; ranker teachers then need not be fitted. See
-        :func:`teacher_logits`.
+        :func:`~as2rank.teachers.teacher_logits`.
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
@@ -562,14 +366,15 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         return self.predict_heads(X).mean(axis=1)
 
 
+
 # ----------------------------------------------------------------------------------------------- KD baselines
-class DistilledRanker(_Distillation, TransformerRanker):
+class DistilledRanker(_Distillation, _PointwiseScoring, _TransformerEstimator):
     """A one-head transformer student distilled from one or several teachers (the KD baselines of the
     CERBERUS paper, §3.2 and §5.2).
 
-    The student is a :class:`~as2rank.transformer.TransformerRanker` (same encoder, pooling and head, same
-    parameters), trained with the distillation loss of Eq. 1 (see :class:`Cerberus`) instead of plain binary
-    cross-entropy:
+    The student is the cross-encoder of :class:`~as2rank.transformer.TransformerRanker` (same encoder,
+    pooling and head, same parameters but its lexical prior), trained with the distillation loss of Eq. 1
+    (see :class:`Cerberus`) instead of plain binary cross-entropy:
 
     * one teacher: single-teacher knowledge distillation;
     * several, ``multi_teacher="sum"`` (KD_Sum): the sum of the losses against every teacher on every
@@ -595,7 +400,8 @@ class DistilledRanker(_Distillation, TransformerRanker):
 weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`, except the defaults ``epochs=2`` and
-        ``learning_rate=2e-5`` (the defaults benchmark has not measured distillation yet).
+        ``learning_rate=2e-5`` (the defaults benchmark has not measured distillation yet). There is no
+        ``lexical_prior``: the student trains without one (distillation with it is unmeasured).
 
     Attributes
     ----------
@@ -637,35 +443,65 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         random_state=None,
         verbose=False,
     ):
-        super().__init__(
-            model=model, tokenizer=tokenizer, num_layers=num_layers, pooling=pooling, max_length=max_length,
-            epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-            head_lr_multiplier=head_lr_multiplier, weight_decay=weight_decay, warmup=warmup,
-            max_grad_norm=max_grad_norm, early_stopping=early_stopping,
-            validation_fraction=validation_fraction, patience=patience,
-            eval_every=eval_every, warm_start=warm_start, freeze_embeddings=freeze_embeddings,
-            batch_tokens=batch_tokens, device=device, precision=precision, n_threads=n_threads, reuse_fit=reuse_fit,
-            random_state=random_state, verbose=verbose,
-        )
+        self.model = model
         self.teachers = teachers
         self.multi_teacher = multi_teacher
         self.kd_alpha = kd_alpha
         self.temperature = temperature
         self.teacher_cv = teacher_cv
+        self.tokenizer = tokenizer
+        self.num_layers = num_layers
+        self.pooling = pooling
+        self.max_length = max_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
-    #: The student trains without TransformerRanker's lexical prior (distillation with it is unmeasured).
-    lexical_prior = False
-
+    # ----------------------------------------------------------------- training hooks
     def _check_params(self):
-        super()._check_params()
+        from .neural.backbone import POOLINGS
+
+        self._check_common_params()
+        _check_number("num_layers", self.num_layers, 1, integer=True, allow_none=True)
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
         self._check_distillation_params()
         if self.multi_teacher not in MULTI_TEACHER:
             raise ValueError(f"multi_teacher must be one of {MULTI_TEACHER}, got {self.multi_teacher!r}.")
 
-    def _training_batch_extra(self, rng):
+    def _prepare_encoder(self, encoder):
+        from .neural.pointwise import prepare_encoder
+
+        encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+        return encoder
+
+    def _build_module(self, encoder):
+        from .neural.heads import CrossEncoder
+
+        return CrossEncoder(encoder, self.pooling_)
+
+    def _training_batch_extra(self, rng, number):
+        """KD_RR: the teacher of batch ``t`` of this ``fit`` is ``t mod k``."""
         if self.multi_teacher != "round_robin":
             return {}
-        return {"teacher": next(self._batch_counter) % self._teacher_logits.shape[1]}
+        return {"teacher": number % len(self.teachers)}
 
     def _loss(self, module, batch):
         from .neural.distillation import distillation_loss
@@ -676,119 +512,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         losses = distillation_loss(logits.unsqueeze(1), teachers, labels.unsqueeze(1), self.kd_alpha, self.temperature)
         return losses.mean(dim=0).sum()
 
+    def _export_attrs(self):
+        return {"n_layers_": self.n_layers_, "pooling_": self.pooling_}
 
-# ----------------------------------------------------------------------------------------------- ensembles
-class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
-    """A weighted sum of fitted rankers' calibrated scores, the weights tuned on held-out data.
-
-    ``fit(X_dev, y_dev)`` maps each ranker's scores to logits by Platt scaling on ``(X_dev, y_dev)`` (so
-    rankers of different families share one scale, see :mod:`as2rank.cerberus`) and picks the weights: the
-    point of the simplex grid ``{w : w_i = n_i / resolution, Σ w_i = 1}`` with the best ``metric`` on
-    ``(X_dev, y_dev)``, ties going to the weights closest to uniform (the paper tuned its ensembles with
-    Optuna; for a handful of rankers an exhaustive grid is as good and deterministic). The rankers are not
-    refitted: fit them on the training data and pass held-out data to ``fit``. ``predict`` is
-    ``Σ w_i (a_i · score_i + b_i)``.
-
-    Parameters
-    ----------
-    rankers : list of fitted rankers, default=None
-        Required; any fitted estimators with ``predict`` (clones of the ensemble share them).
-    weights : sequence of float, default=None
-        Fixed non-negative weights (normalised to sum 1) instead of tuned ones.
-    metric : str, default="map"
-        What the weights maximise: a name accepted by :func:`as2rank.metrics.get_scorer`.
-    resolution : int, default=20
-        Grid step ``1 / resolution``: ``C(resolution + k − 1, k − 1)`` candidates for ``k`` rankers (231 for
-        three).
-
-    Attributes
-    ----------
-    weights_ : ndarray of shape (n_rankers,)
-    calibration_ : ndarray of shape (n_rankers, 2)
-        Platt slope and intercept of each ranker.
-    dev_score_ : float
-        ``metric`` of the chosen weights on the data given to ``fit``.
-    """
-
-    def __init__(self, rankers=None, weights=None, metric="map", resolution=20):
-        self.rankers = rankers
-        self.weights = weights
-        self.metric = metric
-        self.resolution = resolution
-
-    def _check_params(self):
-        if not isinstance(self.rankers, (list, tuple)) or not self.rankers or not all(map(_is_model, self.rankers)):
-            raise ValueError(f"rankers must be a non-empty list of fitted rankers, got {self.rankers!r}.")
-        for j, ranker in enumerate(self.rankers):
-            try:
-                check_is_fitted(ranker)
-            except NotFittedError as exc:
-                name = type(ranker).__name__
-                raise NotFittedError(f"rankers[{j}] ({name}) is not fitted; fit it on training data first.") from exc
-        _check_number("resolution", self.resolution, 1, integer=True)
-        if self.weights is not None:
-            w = np.asarray(self.weights, dtype=np.float64)
-            if w.shape != (len(self.rankers),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-                raise ValueError(
-                    f"weights must be {len(self.rankers)} non-negative numbers, not all 0, got {self.weights!r}."
-                )
-
-    def _scores(self, X) -> np.ndarray:
-        return np.column_stack([np.asarray(r.predict(X), dtype=np.float64) for r in self.rankers])
-
-    def fit(self, X, y, groups=None):
-        """Calibrate each ranker and choose the weights on held-out data.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Held-out grouped candidates (a dev split the rankers were not fitted on).
-        y : array-like of shape (n_rows,)
-        groups : array-like of shape (n_rows,), default=None
-            Question ids overriding ``X["qid"]``.
-
-        Returns
-        -------
-        self
-        """
-        X, y, index = check_ranking_data(X, y, groups, text_columns=())
-        self._check_params()
-        scorer = get_scorer(self.metric)
-        scores = self._scores(X)
-        self.calibration_ = np.array([platt_scaling(s, y) for s in scores.T])
-        logits = scores * self.calibration_[:, 0] + self.calibration_[:, 1]
-        k = len(self.rankers)
-        if self.weights is not None:
-            grid = np.asarray(self.weights, dtype=np.float64)[None] / np.sum(self.weights)
-        else:
-            grid = _simplex_grid(k, int(self.resolution))
-        values = np.array([scorer.metric(y, logits @ w, index, **scorer.kwargs) for w in grid])
-        best = np.flatnonzero(values >= values.max() - 1e-12)
-        choice = best[np.argmin(np.linalg.norm(grid[best] - 1 / k, axis=1))]
-        self.weights_, self.dev_score_ = grid[choice], float(values[choice])
-        return self
-
-    def predict(self, X) -> np.ndarray:
-        """One score per row: the weighted sum of the rankers' calibrated logits.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-
-        Returns
-        -------
-        ndarray of float64 of shape (n_rows,)
-        """
-        check_is_fitted(self, "weights_")
-        X = check_X(X, text_columns=())
-        return (self._scores(X) * self.calibration_[:, 0] + self.calibration_[:, 1]) @ self.weights_
-
-    def __sklearn_clone__(self):
-        return _clone_sharing(self, "rankers")
-
-
-def _simplex_grid(k: int, resolution: int) -> np.ndarray:
-    """Every weight vector of ``k`` multiples of ``1 / resolution`` summing to 1 (stars and bars)."""
-    bars = np.array(list(itertools.combinations(range(resolution + k - 1), k - 1)), dtype=np.int64).reshape(-1, k - 1)
-    edges = np.hstack([np.full((len(bars), 1), -1), bars, np.full((len(bars), 1), resolution + k - 1)])
-    return (np.diff(edges, axis=1) - 1) / resolution
+    def _import_attrs(self, attrs):
+        self.n_layers_, self.pooling_ = attrs["n_layers_"], attrs["pooling_"]

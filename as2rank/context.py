@@ -27,7 +27,9 @@ import numpy as np
 
 from .context_features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
 from .data import REQUIRED_COLUMNS, check_X
-from .transformer import _check_number, _PointwiseScoring, _TransformerEstimator
+from .params import _check_number
+from .transformer import _PointwiseScoring
+from .transformer_base import _TransformerEstimator
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextConcat", "ContextEnsemble", "ContextExtractor", "ContextMWA"]
 

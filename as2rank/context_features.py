@@ -22,7 +22,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from .data import check_ranking_data, check_X, ragged_arange
 from .persistence import PersistenceMixin
 from .text import bag_of_words, tokenize
-from .transformer import _check_number
+from .params import _check_number
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextExtractor"]
 

@@ -6,24 +6,27 @@ the pair representation ``[q ⊙ c ; q − c]``; optionally a recurrent network 
 of all the candidates of a question in their original order; one linear layer to a score. Trained
 pointwise (binary cross-entropy) or listwise (KL divergence between the softmax over a question's
 candidates and its normalised gold labels) with Adam and a slanted triangular learning rate.
+
+This module holds the estimator, :class:`Cosinet`: its parameters, training, prediction and persistence. The
+encoding of its inputs (word ids, relatedness features, batches) is in :mod:`as2rank.cosinet_encoding`, its
+torch network in :mod:`as2rank.neural.cosinet_network`.
 """
 
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
-import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
-from .data import GroupIndex, check_ranking_data, check_X, ragged_arange
+from .cosinet_encoding import _encode, _table, _to_grid
+from .data import GroupIndex, check_ranking_data, check_X
 from .embeddings import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
+from .params import DTYPE_PRECISIONS, check_precision
 from .persistence import PersistenceMixin
-from .text import tokenize
 
 __all__ = ["Cosinet", "RNN_TYPES", "LOSSES"]
 
@@ -31,9 +34,6 @@ __all__ = ["Cosinet", "RNN_TYPES", "LOSSES"]
 RNN_TYPES = ("rnn", "birnn", "lstm", "bilstm")
 #: Training objectives.
 LOSSES = ("pointwise", "listwise")
-#: Values of ``precision`` (as :data:`as2rank.neural.PRECISIONS`, repeated so that validating parameters
-#: does not import torch).
-PRECISIONS = ("auto", "fp32", "bf16")
 #: The paper's peak learning rates (§4.2), used when ``learning_rate=None``.
 PAPER_LEARNING_RATES = {"pointwise": 2e-3, "listwise": 2e-4}
 
@@ -210,9 +210,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         with torch_threads(self.n_threads):
             setup = setup_training(device)
             encoded = _encode(X, index, self.lowercase, self._conv_padding())
-            self.vocabulary_ = encoded.new_words
-            self.word_vectors_, found = source.embed(list(self.vocabulary_), self.oov)
-            self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
+            self._add_words(encoded.new_words, source, extend=False)
             train_groups = self._train_groups(index, y)
             if len(train_groups) == 0:
                 raise ValueError(
@@ -272,16 +270,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         with torch_threads(self.n_threads):
             setup = setup_training(device)
             encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_ if fitted else None)
-            vectors, found = source.embed(list(encoded.new_words), self.oov)
-            if fitted:
-                n_old = len(self.vocabulary_)
-                self.vocabulary_ = np.concatenate([self.vocabulary_, encoded.new_words])
-                self.word_vectors_ = np.concatenate([self.word_vectors_, vectors])
-                missed = self.oov_rate_ * n_old + float((~found).sum())
-                self.oov_rate_ = missed / len(self.vocabulary_) if len(self.vocabulary_) else 0.0
-            else:
-                self.vocabulary_, self.word_vectors_ = encoded.new_words, vectors
-                self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
+            self._add_words(encoded.new_words, source, extend=fitted)
             train_groups = self._train_groups(index, y)
             with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
                 if not fitted:
@@ -349,6 +338,29 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         device = resolve_device(self.device)
         return X, y, index, device, resolve_precision(self.precision, device), load_word_vectors(self.embeddings)
 
+    def _add_words(self, words, source, extend):
+        """Set ``vocabulary_``, ``word_vectors_`` and ``oov_rate_`` to ``words``, or append ``words`` to them.
+
+        Parameters
+        ----------
+        words : ndarray of str
+            Words not in ``vocabulary_`` (all the words of the data when ``extend`` is false).
+        source : as2rank.embeddings.WordVectors
+            Where their vectors come from (unknown words follow ``oov``).
+        extend : bool
+            Append to the fitted vocabulary (``partial_fit``) rather than start a new one.
+        """
+        vectors, found = source.embed(list(words), self.oov)
+        if extend:
+            n_old = len(self.vocabulary_)
+            self.vocabulary_ = np.concatenate([self.vocabulary_, words])
+            self.word_vectors_ = np.concatenate([self.word_vectors_, vectors])
+            missed = self.oov_rate_ * n_old + float((~found).sum())
+            self.oov_rate_ = missed / len(self.vocabulary_) if len(self.vocabulary_) else 0.0
+        else:
+            self.vocabulary_, self.word_vectors_ = words, vectors
+            self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
+
     def _train_groups(self, index, y):
         """The questions training uses: all of them pointwise, those with a positive listwise."""
         if self.loss == "listwise":
@@ -413,8 +425,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             raise ValueError(f"rnn must be None or one of {RNN_TYPES}, got {self.rnn!r}.")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
+        check_precision(self.precision, DTYPE_PRECISIONS)
         if self.oov not in OOV_POLICIES:
             raise ValueError(f"oov must be one of {OOV_POLICIES}, got {self.oov!r}.")
         for name in ("n_filters", "kernel_size", "epochs", "batch_size"):
@@ -495,10 +506,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("module_"), dict):
-            module = _make_module(**self.module_config_)
-            module.load_state_dict(self.module_)
-            module.eval()
-            self.module_ = module
+            self.module_ = self._module_from_state("module_", self.module_)
 
     def _module_from_state(self, name, state_dict):
         """The network rebuilt from its CPU weights (:meth:`from_pretrained`; ``name`` is ``"module_"``)."""
@@ -527,297 +535,18 @@ def _check_int(name, value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
 
 
-def _table(vectors: np.ndarray):
-    """The lookup table of the network: row 0 is the zero padding vector, row ``i + 1`` is word ``i``."""
-    import torch
-
-    dim = vectors.shape[1]
-    return torch.from_numpy(np.concatenate([np.zeros((1, dim), dtype=np.float32), vectors.astype(np.float32, copy=False)]))
-
-
-def _to_grid(values, batch):
-    """Scatter per-pair values into a (questions × max candidates) grid, with the mask of real slots."""
-    import torch
-
-    sizes = batch["sizes"]
-    n_q, width = len(sizes), int(sizes.max())
-    grid = values.new_zeros(n_q * width)
-    grid[batch["slots"]] = values
-    mask = torch.zeros(n_q * width, dtype=torch.bool, device=values.device)
-    mask[batch["slots"]] = True
-    return grid.view(n_q, width), mask.view(n_q, width)
-
-
-class _Encoded:
-    """Everything about a frame that does not change during training, computed once per ``fit``/``predict``:
-    the word ids of every distinct text, the questions' padded row lists and, after :meth:`relate`, the
-    word-relatedness features of every (question, candidate) text pair. :meth:`batch` turns a set of
-    questions into tensors with whole-array numpy operations (no per-candidate Python loop).
-
-    Attributes
-    ----------
-    rows : ndarray (n_groups, max_candidates)
-        Row numbers of each question's candidates in original order, -1 padded.
-    sizes : ndarray (n_groups,)
-    q_text, c_text : ndarray (n_rows,)
-        Text number of each row's question and candidate.
-    text_pair : ndarray (n_rows,)
-        Number of each row's distinct (question text, candidate text) pair.
-    ids : ndarray (n_texts, max_len)
-        Word ids (1-based into the table; 0 pads) of every distinct text.
-    lengths : ndarray (n_texts,)
-        Words per text (at least 1: an empty text is one padding word).
-    new_words : ndarray of str
-        Words not in the given vocabulary, with ids ``len(vocabulary) + 1 ...``.
-    """
-
-    def __init__(self, rows, sizes, q_text, c_text, ids, lengths, new_words, padding):
-        self.rows, self.sizes, self.q_text, self.c_text = rows, sizes, q_text, c_text
-        self.ids, self.lengths, self.new_words, self.padding = ids, lengths, new_words, padding
-        n_texts = np.int64(len(lengths))
-        _, first, self.text_pair = np.unique(q_text * n_texts + c_text, return_index=True, return_inverse=True)
-        self.pair_q, self.pair_c = q_text[first], c_text[first]
-        # Offsets of each text pair's features in the flat relatedness arrays.
-        self.q_offsets = np.concatenate(([0], np.cumsum(lengths[self.pair_q])))
-        self.c_offsets = np.concatenate(([0], np.cumsum(lengths[self.pair_c])))
-
-    def relate(self, table, device, budget=1 << 23):
-        """Word-relatedness features of every distinct text pair (they depend only on the frozen vectors,
-        so they are computed once, not per epoch).
-
-        For each question word, its highest cosine similarity to a word of the candidate; for each
-        candidate word, its highest to a word of the question (the paper's ``r_i = max_j r_ij``).
-
-        Parameters
-        ----------
-        table : Tensor (n_words + 1, dim)
-            The word vectors, row 0 the zero padding vector (cosine 0 with everything).
-        device : torch.device
-        budget : int
-            Largest number of floats in one chunk's gathered vectors.
-        """
-        import torch
-
-        unit = torch.nn.functional.normalize(table.to(device), dim=1)
-        self.r_q = np.empty(self.q_offsets[-1], dtype=np.float32)
-        self.r_c = np.empty(self.c_offsets[-1], dtype=np.float32)
-        q_len, c_len = self.lengths[self.pair_q], self.lengths[self.pair_c]
-        # Chunks of pairs with similar candidate lengths keep the padding small.
-        order = np.lexsort((q_len, c_len))
-        floats_per_word = unit.shape[1]
-        cost = (c_len[order] + int(q_len.max())) * floats_per_word  # floats gathered per pair, ascending
-        start = 0
-        with torch.no_grad():
-            while start < len(order):
-                # Size the chunk by its longest (last) pair: first guess from the first pair, then shrink.
-                stop = min(len(order), start + max(1, budget // int(cost[start])))
-                stop = min(stop, start + max(1, budget // int(cost[stop - 1])))
-                chunk = order[start:stop]
-                self._relate_chunk(chunk, unit, q_len[chunk], c_len[chunk], device)
-                start = stop
-
-    def _relate_chunk(self, chunk, unit, q_len, c_len, device):
-        import torch
-
-        wq, wc = int(q_len.max()), int(c_len.max())
-        q_real = np.arange(wq) < q_len[:, None]
-        c_real = np.arange(wc) < c_len[:, None]
-        q_ids = torch.from_numpy(self.ids[self.pair_q[chunk], :wq]).to(device)
-        c_ids = torch.from_numpy(self.ids[self.pair_c[chunk], :wc]).to(device)
-        cosine = torch.bmm(unit[q_ids], unit[c_ids].transpose(1, 2))
-        q_mask = torch.from_numpy(q_real).to(device)
-        c_mask = torch.from_numpy(c_real).to(device)
-        r_q = cosine.masked_fill(~c_mask[:, None, :], float("-inf")).amax(dim=2)
-        r_c = cosine.masked_fill(~q_mask[:, :, None], float("-inf")).amax(dim=1)
-        self.r_q[(self.q_offsets[chunk][:, None] + np.arange(wq))[q_real]] = r_q.cpu().numpy()[q_real]
-        self.r_c[(self.c_offsets[chunk][:, None] + np.arange(wc))[c_real]] = r_c.cpu().numpy()[c_real]
-
-    def batch(self, groups, labels=None) -> dict:
-        """Tensors of the questions ``groups``.
-
-        ``slots`` place the pairs (question by question, in position order) in the padded
-        (question × candidate) grid; per side, ``stream`` holds the words of the batch's distinct texts
-        for the convolution, ``tokens`` the convolution output row of every word of every pair,
-        ``windows`` the relatedness values under the kernel at that word, and ``lengths`` the words per
-        pair (for the max pooling).
-        """
-        import torch
-
-        sizes = self.sizes[groups]
-        width = int(sizes.max())
-        grid = self.rows[groups, :width]
-        real = grid >= 0
-        rows = grid[real]
-        pairs = self.text_pair[rows]
-        batch = {"rows": torch.from_numpy(rows), "slots": torch.from_numpy(np.flatnonzero(real.ravel())), "sizes": sizes}
-        for side, texts, features, offsets in (
-            ("q", self.q_text[rows], self.r_q, self.q_offsets),
-            ("c", self.c_text[rows], self.r_c, self.c_offsets),
-        ):
-            distinct, pair_text = np.unique(texts, return_inverse=True)
-            stream, positions = self._stream(distinct)
-            lengths = self.lengths[texts]
-            token_pair = np.repeat(np.arange(len(rows)), lengths)
-            token_at = ragged_arange(lengths)
-            values = features[offsets[pairs][token_pair] + token_at]
-            batch[f"{side}_stream"] = torch.from_numpy(stream)
-            batch[f"{side}_tokens"] = torch.from_numpy(positions[pair_text.ravel()[token_pair], token_at])
-            batch[f"{side}_windows"] = torch.from_numpy(self._windows(values, lengths, token_pair, token_at))
-            batch[f"{side}_lengths"] = torch.from_numpy(lengths)
-        if labels is not None:
-            batch["labels"] = torch.from_numpy(labels[rows])
-        return batch
-
-    def _stream(self, texts):
-        """The words of ``texts`` packed into one stream for the convolution.
-
-        Every text is followed by ``gap`` padding words, as many as the kernel reaches on either side, so
-        a window never sees two texts and no compute is spent on padding. ``positions[i, t]`` is the
-        convolution output row of word ``t`` of text ``i``.
-        """
-        left, right = self.padding
-        gap = max(left, right)
-        lengths = self.lengths[texts]
-        width = int(lengths.max())
-        real = np.arange(width) < lengths[:, None]
-        starts = left + np.concatenate(([0], np.cumsum(lengths + gap)[:-1]))
-        where = starts[:, None] + np.arange(width)
-        stream = np.zeros(left + int((lengths + gap).sum()), dtype=np.int64)
-        stream[where[real]] = self.ids[texts, :width][real]
-        return stream, np.where(real, where - left, 0)
-
-    def _windows(self, values, lengths, token_pair, token_at):
-        """Relatedness values under the kernel at every word of every pair (zero beyond the text), shape
-        (n_words, kernel_size)."""
-        left, right = self.padding
-        gap = max(left, right)
-        starts = left + np.concatenate(([0], np.cumsum(lengths + gap)[:-1]))
-        stream = np.zeros(left + int((lengths + gap).sum()), dtype=np.float32)
-        at = starts[token_pair] + token_at
-        stream[at] = values
-        return stream[(at - left)[:, None] + np.arange(left + right + 1)]
-
-
-def _encode(X, index, lowercase, padding, vocabulary=None) -> _Encoded:
-    """Tokenise every distinct text of ``X`` once and map the words to table ids.
-
-    With ``vocabulary`` (the fitted words), known words keep their ids and the others are appended as
-    ``new_words``; without it every word is new.
-    """
-    from .neural import padded_groups
-
-    n = len(X)
-    codes, texts = pd.factorize(np.concatenate([X["question"].to_numpy(object), X["candidate"].to_numpy(object)]))
-    tokens = tokenize(list(texts), lower=lowercase)
-    counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
-    flat = pd.Series([w for t in tokens for w in t], dtype=object)
-    known = np.asarray(pd.Index(vocabulary if vocabulary is not None else [], dtype=object).get_indexer(flat))
-    new_codes, new_words = pd.factorize(flat[known < 0])
-    word_ids = known + 1
-    word_ids[known < 0] = (0 if vocabulary is None else len(vocabulary)) + 1 + new_codes
-    lengths = np.maximum(counts, 1)
-    ids = np.zeros((len(tokens), int(lengths.max())), dtype=np.int64)
-    text_of_word = np.repeat(np.arange(len(tokens)), counts)
-    ids[text_of_word, ragged_arange(counts)] = word_ids
-    return _Encoded(
-        rows=padded_groups(index.offsets, index.order),
-        sizes=index.sizes,
-        q_text=codes[:n].astype(np.int64),
-        c_text=codes[n:].astype(np.int64),
-        ids=ids,
-        lengths=lengths,
-        new_words=np.asarray(new_words, dtype=object),
-        padding=padding,
-    )
-
-
 def _make_module(**config):
-    """Build the network from its configuration (``module_config_``)."""
-    return _network_class()(**config)
+    """Build the network from its configuration (``module_config_``); imports torch.
 
+    Parameters
+    ----------
+    **config
+        The arguments of :class:`~as2rank.neural.cosinet_network.CosinetNetwork`.
 
-@lru_cache(maxsize=1)
-def _network_class():
-    """The network class, defined on first use so that importing as2rank does not import torch."""
-    import torch
-    from torch import nn
-    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    Returns
+    -------
+    as2rank.neural.cosinet_network.CosinetNetwork
+    """
+    from .neural.cosinet_network import CosinetNetwork
 
-    class CosinetNetwork(nn.Module):
-        """Per-side convolution over [word vector ; relatedness] with max pooling, the pair
-        representation, an optional RNN over the candidate list and a linear scorer. ``forward`` returns
-        one score per pair of the batch."""
-
-        def __init__(self, dim, n_filters, kernel_size, rnn, rnn_hidden_size, dropout):
-            super().__init__()
-            self.dim = dim
-            # One convolution per side over [word vector ; relatedness]: the paper's layers and parameter
-            # count. They are applied factorised (see _pool) but stored as ordinary Conv1d weights.
-            self.q_conv = nn.Conv1d(dim + 1, n_filters, kernel_size)
-            self.c_conv = nn.Conv1d(dim + 1, n_filters, kernel_size)
-            self.dropout = nn.Dropout(dropout)
-            pair_size = 2 * n_filters
-            if rnn is None:
-                self.rnn = None
-                out_size = pair_size
-            else:
-                layer = nn.LSTM if rnn.endswith("lstm") else nn.RNN
-                bidirectional = rnn.startswith("bi")
-                self.rnn = layer(pair_size, rnn_hidden_size, batch_first=True, bidirectional=bidirectional)
-                out_size = rnn_hidden_size * (2 if bidirectional else 1)
-            self.scorer = nn.Linear(out_size, 1)
-
-        def _pool(self, table, conv, stream, tokens, windows, lengths):
-            """Convolution over ``[vector ; relatedness]`` and max pooling, one row per pair.
-
-            The convolution is linear in its input channels, so it is computed as the sum of two parts:
-            the word-vector channels once per distinct text of the batch (a question shared by all its
-            candidates is convolved once, on a packed stream without padding), the relatedness channel,
-            which depends on the pair, at every word of every pair.
-            """
-            weight = conv.weight  # (filters, dim + 1, kernel)
-            filters, _, k = weight.shape
-            if table.dtype != torch.float32:
-                # oneDNN builds and keeps a bfloat16 kernel for every new matrix shape (about 0.5 MB each, up to
-                # its cache sizes): padding the stream with the zero word to one of 8 lengths per octave (at most
-                # 1/8 more rows) keeps memory flat over a long stream of batches (benchmarks/scale.py). The
-                # padded positions are never read back.
-                positions = len(stream) - k + 1
-                step = 1 << max(0, positions.bit_length() - 4)
-                stream = torch.nn.functional.pad(stream, (0, -positions % step))
-            windows_e = table[stream].unfold(0, k, 1)  # (stream positions, dim, kernel)
-            word_weight = weight[:, : self.dim, :].reshape(filters, -1).to(table.dtype)
-            by_text = (windows_e.reshape(len(windows_e), -1) @ word_weight.T).float()
-            # The rows are gathered by embedding(), not by_text[tokens]: a word of a question is read once per
-            # candidate, and the backward pass of indexing sums those repeated rows' gradients with atomic
-            # adds from several threads (CPU float32, large enough tensors), in an order that depends on
-            # thread timing and so on the machine's load. embedding's backward adds them in token order
-            # whatever the threads, which keeps fit reproducible bit for bit.
-            hidden = torch.nn.functional.embedding(tokens, by_text) + windows @ weight[:, self.dim, :].T
-            # ReLU commutes with the max, so it is applied once per pooled value.
-            pooled = torch.segment_reduce(hidden, "max", lengths=lengths, axis=0)
-            return torch.relu(pooled + conv.bias)
-
-        def forward(self, batch, table):
-            """Scores of ``batch``; ``table`` holds the frozen word vectors (row 0 = padding) on the module's
-            device, in the precision of the convolution's matrix product. It is an argument, not module
-            state, so that one fitted module can score in several threads at once (a Dask worker)."""
-            q = self._pool(table, self.q_conv, batch["q_stream"], batch["q_tokens"], batch["q_windows"], batch["q_lengths"])
-            c = self._pool(table, self.c_conv, batch["c_stream"], batch["c_tokens"], batch["c_windows"], batch["c_lengths"])
-            pairs = self.dropout(torch.cat([q * c, q - c], dim=1))
-            if self.rnn is not None:
-                sizes = batch["sizes"]
-                n_q, width = len(sizes), int(sizes.max())
-                grid = pairs.new_zeros(n_q * width, pairs.shape[1])
-                grid[batch["slots"]] = pairs
-                # Packing keeps padded slots out of the recurrence (the backward direction starts at
-                # each question's last real candidate).
-                packed = pack_padded_sequence(
-                    grid.view(n_q, width, -1), torch.as_tensor(sizes), batch_first=True, enforce_sorted=False
-                )
-                out, _ = self.rnn(packed)
-                out, _ = pad_packed_sequence(out, batch_first=True, total_length=width)
-                pairs = out.reshape(n_q * width, -1)[batch["slots"]]
-            return self.scorer(pairs).squeeze(1)
-
-    return CosinetNetwork
+    return CosinetNetwork(**config)

@@ -44,7 +44,8 @@ AS2RANK_CLASSES = {
         "transformer": ("TransformerRanker",),
         "cascade": ("CascadeTransformer",),
         "pruning": ("SequentialRanker",),
-        "cerberus": ("Cerberus", "DistilledRanker", "LinearEnsemble"),
+        "cerberus": ("Cerberus", "DistilledRanker"),
+        "ensemble": ("LinearEnsemble",),
         "context_features": ("ContextExtractor",),
         "context": ("ContextConcat", "ContextEnsemble", "ContextMWA"),
     }.items()

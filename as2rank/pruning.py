@@ -35,7 +35,7 @@ from .base import RankerMixin
 from .data import GroupIndex, check_ranking_data, check_X, ragged_arange
 from .metrics import get_scorer
 from .persistence import PersistenceMixin
-from .transformer import _check_number
+from .params import _check_number
 
 __all__ = ["EXIT_GAP", "SequentialRanker", "drop_lowest", "simulate_cascade", "tune_alpha"]
 

@@ -1,4 +1,4 @@
-"""Device resolution and seeding shared by every neural estimator."""
+"""Devices, numeric precision, seeding and torch thread counts, shared by every neural estimator."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import contextlib
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
+
+from ..params import DTYPE_PRECISIONS, check_precision
 
 __all__ = [
     "PRECISIONS",
@@ -21,8 +23,9 @@ __all__ = [
     "torch_threads",
 ]
 
-#: Values of an estimator's ``precision`` parameter.
-PRECISIONS = ("auto", "fp32", "bf16")
+#: Values of ``precision`` that :func:`resolve_precision` resolves (:data:`as2rank.params.DTYPE_PRECISIONS`;
+#: the transformer estimators accept more, :data:`as2rank.params.TRANSFORMER_PRECISIONS`).
+PRECISIONS = DTYPE_PRECISIONS
 
 
 def resolve_device(device="auto") -> torch.device:
@@ -78,8 +81,7 @@ def resolve_precision(precision, device: torch.device) -> torch.dtype:
     ValueError
         For an unknown name.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    check_precision(precision, PRECISIONS)
     if precision == "fp32":
         return torch.float32
     if precision == "bf16":

@@ -35,7 +35,7 @@ def distillation_loss(student, teacher, labels, alpha: float, temperature: float
     student : Tensor
         Student logits.
     teacher : Tensor
-        Teacher logits (calibrated, see :func:`as2rank.cerberus.teacher_logits`), broadcastable with
+        Teacher logits (calibrated, see :func:`as2rank.teachers.teacher_logits`), broadcastable with
         ``student``.
     labels : Tensor
         0/1 labels, broadcastable with ``student``.

@@ -1,0 +1,587 @@
+"""The shared machinery of the transformer rankers: :class:`_TransformerEstimator`.
+
+It holds what every transformer-backed ranker (:class:`~as2rank.transformer.TransformerRanker`, the cascade,
+the distilled and the context rankers) shares: loading the backbone (:mod:`as2rank.neural.backbone`), pair
+encoding, the one training loop (:func:`as2rank.neural.train`) with an optional dev set and early stopping,
+``partial_fit`` on a stream of chunks, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`),
+numeric precision (autocast, or an int8 copy for prediction on the CPU), pickling to a CPU state and
+``save_pretrained``/``from_pretrained`` (the directory format of :mod:`as2rank.persistence`). A subclass
+supplies the torch module, its loss and its scoring. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from .base import RankerMixin
+from .data import check_ranking_data, holdout_questions
+from .metrics import mean_average_precision
+from .params import TRANSFORMER_PRECISIONS, _check_number, check_precision
+
+#: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU, and on other devices (CUDA). On the
+#: CPU small batches keep the activations in cache and pad less: with all-MiniLM-L6-v2 on 1,000 WikiQA-test
+#: pairs (one thread), 2,048 predicted 1.5-1.9x as many pairs/s as 16,384 in fp32, bf16 and int8
+#: (``docs/benchmarks/speed.md`` sweeps it).
+AUTO_BATCH_TOKENS = {"cpu": 2048, "other": 16384}
+
+#: Share of the answered training questions held out by ``early_stopping=True`` without ``validation_fraction``.
+DEFAULT_VALIDATION_FRACTION = 0.1
+
+
+class _TransformerEstimator(RankerMixin, BaseEstimator):
+    """Shared fit/predict/persistence of the transformer rankers (see the module docstring)."""
+
+    #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
+    #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
+    _inference_params = ("batch_tokens", "verbose", "reuse_fit", "n_threads")
+    #: torch threads of fit and predict (see :func:`as2rank.neural.torch_threads`); a subclass whose
+    #: ``__init__`` does not take ``n_threads`` inherits ``None`` (torch's own setting).
+    n_threads = None
+    #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
+    _head_modules = ("head",)
+    #: Whether the model trains from a stream of chunks (``partial_fit``); models that need the whole training
+    #: set at once (teachers calibrated on it, members fitted before a joint stage) do not offer it.
+    _streamable = True
+    #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
+    #: it; fit-time inputs such as distillation teachers are not part of the model).
+    _unsaved_params = ("model", "tokenizer")
+
+    # ----------------------------------------------------------------- subclass hooks
+    def _build_module(self, encoder):
+        raise NotImplementedError
+
+    def _loss(self, module, batch):
+        raise NotImplementedError
+
+    def _dev_scores(self, module, encoded, index, device):
+        """Scores used for the dev MAP during training."""
+        raise NotImplementedError
+
+    def _prepare_encoder(self, encoder):
+        """Set fitted attributes that depend on the loaded encoder, and cut it to the depth used."""
+        raise NotImplementedError
+
+    def _training_batch_extra(self, rng, number: int):
+        """Extra entries of training batch ``number`` (0, 1, ... over the epochs of one ``fit`` or
+        ``partial_fit`` call): the cascade's sampled exit, the round-robin teacher."""
+        return {}
+
+    def _row_targets(self, X, y, index) -> dict:
+        """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
+        (e.g. teacher logits for distillation); sliced to each batch's rows. Called once per ``fit`` or
+        ``partial_fit`` call, on its validated data."""
+        return {}
+
+    #: Text columns the model reads; they join the key under which identical fits are reused.
+    _input_columns = ("question", "candidate")
+
+    def _init_module(self, X, y, groups, eval_set):
+        """The module a fresh ``fit`` trains: the backbone loaded, cut and wrapped in the subclass's heads.
+
+        Runs inside ``fit``'s seeded block; a subclass may train parts first (the context ensemble trains
+        its two encoders before their joint fine-tuning).
+        """
+        from .neural.backbone import load_backbone
+
+        encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
+        return self._build_module(self._prepare_encoder(encoder))
+
+    def _check_continuation(self) -> None:
+        """Called before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted
+        model): refuse parameters that the fitted model cannot continue with."""
+
+    def _set_trainable(self, module) -> None:
+        """Choose the parameters the training loop updates (default: all, word embeddings per
+        ``freeze_embeddings``)."""
+        module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
+
+    # ----------------------------------------------------------------- shared machinery
+    def _check_common_params(self):
+        _check_number("max_length", self.max_length, 8, integer=True)
+        _check_number("epochs", self.epochs, 1, integer=True)
+        _check_number("batch_size", self.batch_size, 1, integer=True)
+        _check_number("learning_rate", self.learning_rate, 0, low_open=True)
+        _check_number("weight_decay", self.weight_decay, 0)
+        _check_number("warmup", self.warmup, 0, 1)
+        _check_number("max_grad_norm", self.max_grad_norm, 0, low_open=True, allow_none=True)
+        if not (isinstance(self.batch_tokens, str) and self.batch_tokens == "auto"):
+            _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
+        _check_number("patience", self.patience, 1, integer=True, allow_none=True)
+        _check_number("eval_every", self.eval_every, 1, integer=True, allow_none=True)
+        _check_number("head_lr_multiplier", self.head_lr_multiplier, 0, low_open=True)
+        _check_number("n_threads", self.n_threads, 1, integer=True, allow_none=True)
+        if not isinstance(self.freeze_embeddings, (bool, np.bool_)):
+            raise ValueError(f"freeze_embeddings must be True or False, got {self.freeze_embeddings!r}.")
+        check_precision(self.precision, TRANSFORMER_PRECISIONS)
+        if not (isinstance(self.early_stopping, (bool, np.bool_)) or self.early_stopping == "auto"):
+            raise ValueError(f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}.")
+        if self.validation_fraction is not None:
+            _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
+            if self.validation_fraction >= 1:
+                raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
+            if self.early_stopping is not True and self.early_stopping != "auto" and not self.early_stopping:
+                raise ValueError("validation_fraction holds out questions for early stopping, but early_stopping=False.")
+
+    def _encode(self, X):
+        from .neural.backbone import encode_pairs, uses_token_types
+
+        return encode_pairs(
+            self.tokenizer_,
+            X["question"].to_numpy(),
+            X["candidate"].to_numpy(),
+            max_length=self.max_length,
+            token_types=uses_token_types(self.model_.encoder, self.tokenizer_),
+        )
+
+    def _compute_dtype(self, device, *, training: bool = False):
+        """The autocast dtype of ``precision`` on ``device`` (float32 means no autocast).
+
+        ``"int8"`` trains as ``"auto"`` and predicts with quantized float32 modules (no autocast).
+        """
+        import torch
+
+        from .neural import cpu_bf16_supported, int8_supported
+
+        precision = self.precision
+        check_precision(precision, TRANSFORMER_PRECISIONS)
+        cuda = device.type == "cuda"
+        if precision == "fp16" and not cuda:
+            raise ValueError("precision='fp16' needs a CUDA device; use 'bf16', 'int8' or 'fp32' on the CPU.")
+        if precision == "int8":
+            if cuda:
+                raise ValueError("precision='int8' is dynamic quantization for the CPU; use 'auto', 'bf16' or 'fp16' on CUDA.")
+            if not training and int8_supported():
+                return torch.float32
+            if not training:
+                warnings.warn(
+                    "precision='int8' but this CPU has no int8 kernels (x86 with AVX2+ or ARM); predicting in float32.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return torch.float32
+            precision = "auto"
+        if precision == "fp32":
+            return torch.float32
+        if precision == "fp16":
+            return torch.float16
+        bf16 = torch.cuda.is_bf16_supported() if cuda else cpu_bf16_supported()
+        if precision == "auto":
+            if cuda:
+                return torch.bfloat16 if bf16 else torch.float16
+            return torch.bfloat16 if bf16 else torch.float32
+        if not bf16:  # "bf16" where the hardware lacks it: emulation would be slower than float32
+            warnings.warn(
+                f"precision='bf16' but this {device.type.upper()} has no native bfloat16 support; running in float32.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return torch.float32
+        return torch.bfloat16
+
+    def _batch_tokens(self, device) -> int:
+        """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)."""
+        if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
+            return AUTO_BATCH_TOKENS["cpu" if device.type == "cpu" else "other"]
+        _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
+        return int(self.batch_tokens)
+
+    def _quantized(self) -> bool:
+        """Whether prediction runs the int8 copy of the model."""
+        from .neural import int8_supported
+
+        return self.precision == "int8" and int8_supported()
+
+    def _holdout_fraction(self):
+        """The fraction of answered questions a ``fit`` without ``eval_set`` holds out for early stopping, or
+        ``None`` for no split: ``validation_fraction`` when set, else 0.1 with ``early_stopping=True``."""
+        if self.validation_fraction is not None:
+            return self.validation_fraction
+        return DEFAULT_VALIDATION_FRACTION if self.early_stopping is True or self.early_stopping is np.True_ else None
+
+    def _set_training_summary(self, history) -> None:
+        """``validation_scores_`` and ``best_iteration_`` from the history of a training run."""
+        self.history_ = history
+        self.validation_scores_ = np.asarray(history.eval_scores, dtype=np.float64)
+        self.best_iteration_ = int(history.best_step if history.best_step is not None else history.n_steps)
+
+    def _training_params(self) -> dict:
+        params = self.get_params(deep=False)
+        return {k: v for k, v in params.items() if k not in self._inference_params}
+
+    def fit(self, X, y, groups=None, eval_set=None):
+        """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
+
+        Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its shard of
+        each batch (see :mod:`as2rank.neural.distributed`); every process ends with the same model.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame.
+        y : array-like of shape (n_rows,)
+            Relevance labels; a label > 0 is a positive.
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        eval_set : tuple (X_dev, y_dev), default=None
+            Dev set for early stopping on dev MAP (best weights restored); overrides
+            ``validation_fraction``.
+
+        Returns
+        -------
+        self
+        """
+        from .neural import resolve_device, seeded, torch_threads
+        from .neural.distributed import setup_training
+        from .neural.fitcache import FIT_CACHE, fit_key, source_digests
+
+        X, y, index = check_ranking_data(X, y, groups)
+        self._check_params()
+        device = resolve_device(self.device)
+        dev = None
+        if eval_set is not None:
+            if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
+                raise ValueError("eval_set must be a pair (X_dev, y_dev).")
+            if self.early_stopping != "auto" and not self.early_stopping:
+                raise ValueError(
+                    "eval_set is the early-stopping set, but early_stopping=False; set early_stopping='auto' or "
+                    "True, or pass no eval_set."
+                )
+            dev = check_ranking_data(*eval_set)
+        warm = bool(self.warm_start) and hasattr(self, "model_")
+        if warm:
+            self._check_continuation()
+        # Per-row targets (distillation teachers' logits) are training data too: computed once, keyed and trained on.
+        targets = self._row_targets(X, y, index)
+        key = sources = None
+        if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
+            # The initial weights enter the key by content (None: a name not on disk, so no reuse).
+            sources = source_digests(self.model, self.tokenizer)
+        if sources is not None:
+            columns = self._input_columns
+            data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y, targets)
+            dev_data = None if dev is None else (*(dev[0][c].to_numpy() for c in columns), dev[2].codes, dev[1])
+            params = {**self._training_params(), "model": sources[0], "tokenizer": sources[1]}
+            key = fit_key(self, params, str(device), data, dev_data)
+            cached = FIT_CACHE.get(key)
+            if cached is not None:
+                self._restore_fitted(cached)
+                self._train_state = None
+                self.fit_cache_hit_ = True
+                self._report_cache_hit()
+                return self
+
+        with torch_threads(self.n_threads):
+            setup = setup_training(device, self._compute_dtype(device, training=True))
+            with seeded(self.random_state, setup.device) as rng:
+                if not warm:
+                    self.model_ = self._init_module(X, y, groups, eval_set)
+                self._set_training_summary(self._train(X, y, index, targets, rng, setup, dev=dev))
+        # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
+        self._train_state = None
+        self.fit_cache_hit_ = False
+        # Stored only if the initial weights did not change on disk while training (they were loaded after
+        # the digest was taken).
+        if key is not None and source_digests(self.model, self.tokenizer) == sources:
+            FIT_CACHE.put(key, self._fitted_state())
+        return self
+
+    def _report_cache_hit(self) -> None:
+        from .neural.distributed import is_main_process
+
+        if self.verbose and is_main_process():
+            print(
+                f"{type(self).__name__}.fit: weights reused from an identical earlier fit in this process, not "
+                "trained; to train, set reuse_fit=False or call as2rank.neural.fitcache.FIT_CACHE.clear().",
+                file=sys.stderr,
+            )
+
+    @available_if(lambda est: est._streamable)
+    def partial_fit(self, X, y, groups=None, total_rows=None):
+        """Train on one chunk of a stream of whole questions: one pass over its rows, continuing the optimizer
+        and the learning-rate schedule of the previous calls.
+
+        For data larger than memory (ASNQ), call it on the chunks of :func:`~as2rank.datasets.load_asnq` or
+        :func:`~as2rank.datasets.load_parquet`; peak memory then follows the chunk size, not the file. The
+        first call declares ``total_rows``, the rows that all calls together will train on (the file's rows
+        times the passes over it): the warm-up and decay of the learning rate are laid out over them, so
+        that a step's rate is that of ``fit`` at the same fraction of the data. ``epochs``,
+        ``validation_fraction``, ``patience`` and ``eval_every`` do not apply (make the passes yourself; score
+        a dev set between calls). The first call starts from the fitted weights when the estimator is fitted,
+        else from ``model``; a later ``fit`` ends the stream. A single call on all the data (``total_rows`` a
+        multiple of ``batch_size``) trains exactly as ``fit`` with ``epochs=1``.
+
+        Batches never mix chunks (each chunk ends with a smaller batch unless its rows are a multiple of
+        ``batch_size``), and rows are shuffled within a chunk only: shuffle the file beforehand, by whole
+        questions, when its order is not random.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame: one chunk.
+        y : array-like of shape (n_rows,)
+            Relevance labels; a label > 0 is a positive.
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        total_rows : int, default=None
+            Training rows over all calls; required on the first call, ignored afterwards.
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        >>> from as2rank.datasets import load_asnq
+        >>> from as2rank.scale import count_rows
+        >>> model = TransformerRanker(random_state=0)                                   # doctest: +SKIP
+        >>> total = count_rows("asnq/train.tsv")                                        # doctest: +SKIP
+        >>> for X, y in load_asnq("asnq/train.tsv", chunksize=200_000):                 # doctest: +SKIP
+        ...     model.partial_fit(X, y, total_rows=total)
+        """
+        from .neural import (
+            TrainingState,
+            call_seed,
+            resolve_device,
+            seeded,
+            torch_threads,
+        )
+        from .neural.distributed import setup_training
+
+        X, y, index = check_ranking_data(X, y, groups)
+        self._check_params()
+        device = resolve_device(self.device)
+        state = getattr(self, "_train_state", None)
+        if state is None:
+            if total_rows is None:
+                raise ValueError(
+                    "The first call to partial_fit needs total_rows: the number of training rows that all calls "
+                    "together will pass (the rows of the data times the passes over it); the learning-rate "
+                    "schedule is laid out over them."
+                )
+            state = TrainingState(total_rows, rows_per_step=int(self.batch_size))
+        if hasattr(self, "model_"):
+            self._check_continuation()
+        with torch_threads(self.n_threads):
+            setup = setup_training(device, self._compute_dtype(device, training=True))
+            with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
+                if not hasattr(self, "model_"):
+                    self.model_ = self._init_module(X, y, groups, None)
+                history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+        self._set_training_summary(history if state.runs == 1 else self.history_.extend(history))
+        self.fit_cache_hit_ = False
+        self._train_state = state
+        return self
+
+    def _train(self, X, y, index, targets, rng, setup, dev=None, state=None):
+        """Run the training loop on validated data and its ``_row_targets``: ``fit`` (``state=None``; an
+        optional dev set) or one ``partial_fit`` call (one pass, continuing ``state``). Returns the history."""
+        import torch
+
+        from .neural import train
+        from .neural.backbone import batch_tensors, length_bucket_batches
+        from .neural.distributed import LocalBatch
+
+        device, shard = setup.device, setup.shard
+        module = self.model_
+        self._set_trainable(module)
+        self._int8_model_ = None
+        encoded = self._encode(X)
+        train_rows = np.arange(len(X))
+        fraction = self._holdout_fraction()
+        if state is None and dev is None and fraction is not None:
+            is_dev = holdout_questions(index, y, fraction, rng)
+            if is_dev.all():
+                raise ValueError("validation_fraction leaves no training question; lower it.")
+            dev_rows = np.flatnonzero(is_dev)
+            train_rows = np.flatnonzero(~is_dev)
+            dev_enc = {k: v[dev_rows] for k, v in encoded.items()}
+            dev = (None, y[dev_rows], index.take(dev_rows))
+        elif dev is not None:
+            dev_enc = self._encode(dev[0])
+
+        labels = torch.from_numpy((y > 0).astype(np.float32))
+        targets = {k: torch.as_tensor(v) for k, v in targets.items()}
+        lengths = encoded["lengths"][train_rows]
+        steps = math.ceil(len(train_rows) / self.batch_size)
+
+        def batches(epoch):
+            for i, part in enumerate(length_bucket_batches(lengths, self.batch_size, rng)):
+                rows = train_rows[part]
+                # Drawn for the global batch: the same in every process.
+                extra = self._training_batch_extra(rng, epoch * steps + i)
+                rows, real = shard.split(rows, index.codes[rows])
+                batch = batch_tensors(encoded, rows)
+                batch["labels"] = labels[rows]
+                batch.update({k: v[rows] for k, v in targets.items()})
+                batch.update(extra)
+                yield LocalBatch(batch, len(rows) if real else 0)
+
+        evaluate = None
+        if dev is not None:
+            dev_y, dev_index = dev[1], dev[2]
+
+            def evaluate(m):
+                return mean_average_precision(dev_y, self._dev_scores(m, dev_enc, dev_index, device), dev_index)
+
+        return train(
+            module,
+            batches,
+            self._loss,
+            epochs=self.epochs if state is None else 1,
+            steps_per_epoch=steps,
+            learning_rate=self.learning_rate,
+            device=device,
+            optimizer="adamw",
+            weight_decay=self.weight_decay,
+            schedule="linear",
+            warmup=self.warmup,
+            max_grad_norm=self.max_grad_norm,
+            verbose=self.verbose,
+            desc=type(self).__name__,
+            evaluate=evaluate,
+            eval_every=self.eval_every,
+            patience=self.patience if evaluate is not None else None,
+            precision=self._compute_dtype(device, training=True),
+            lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules},
+            accelerator=setup.accelerator,
+            state=state,
+        )
+
+    # ----------------------------------------------------------------- persistence
+    def _fitted_state(self) -> dict:
+        """Everything fit learned, with the module as config + CPU tensors (no device, no live module)."""
+        module = self.model_
+        return {
+            "config": module.encoder.config,
+            "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
+            "attrs": {k: v for k, v in vars(self).items() if _is_learnt(k)},
+        }
+
+    def _restore_fitted(self, state: dict) -> None:
+        from transformers import AutoModel
+
+        for k in [k for k in vars(self) if _is_learnt(k) and k not in state["attrs"]]:
+            delattr(self, k)  # fitted by an earlier fit, absent from the restored one (e.g. a lexical prior)
+        for k, v in state["attrs"].items():
+            setattr(self, k, v)
+        module = self._build_module(AutoModel.from_config(state["config"]))
+        module.load_state_dict(state["state_dict"])
+        self.model_ = module.eval()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        # The int8 copy is rebuilt on first use: quantized kernels may not exist where the pickle is loaded.
+        state.pop("_int8_model_", None)
+        if "model_" in state:
+            # The live module may sit on a GPU: pickle its config and CPU tensors instead.
+            state = {k: v for k, v in state.items() if k != "model_"}
+            state["_fitted"] = self._fitted_state()
+        return state
+
+    def __setstate__(self, state):
+        fitted = state.pop("_fitted", None)
+        super().__setstate__(state)
+        if fitted is not None:
+            self._restore_fitted(fitted)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Head initialisation, dropout and batch order draw from random_state: None draws fresh entropy per fit.
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    def save_pretrained(self, path) -> None:
+        """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
+
+        Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
+        ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
+        "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (format version,
+        class, parameters and fitted attributes). Load with :meth:`from_pretrained` or :func:`as2rank.load`.
+        Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
+        others wait until the directory is complete.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        """
+        from .neural.distributed import is_main_process, wait_for_everyone
+        from .persistence import write_transformer
+
+        check_is_fitted(self, "model_")
+        if is_main_process():
+            write_transformer(self, path)
+        wait_for_everyone()
+
+    @classmethod
+    def from_pretrained(cls, path, **params):
+        """Load an estimator written by :meth:`save_pretrained` (on the CPU; ``device`` applies at prediction).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        **params
+            Parameters overriding the saved ones (e.g. ``device="cpu"``, ``alpha=0.3``).
+
+        Returns
+        -------
+        estimator
+            Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
+            continue from the adapted weights.
+        """
+        from .persistence import read_transformer
+
+        return read_transformer(cls, path, params)
+
+    def _export_attrs(self) -> dict:
+        return {"n_layers_": self.n_layers_}
+
+    def _import_attrs(self, attrs: dict) -> None:
+        self.n_layers_ = attrs["n_layers_"]
+
+    # ----------------------------------------------------------------- prediction helpers
+    def _module_on(self, device):
+        """The model to predict with on ``device``: the fitted one, or its int8 copy (built once)."""
+        check_is_fitted(self, "model_")
+        if device.type == "cpu" and self._quantized():
+            cached = getattr(self, "_int8_model_", None)
+            if cached is None or cached[0] is not self.model_:
+                cached = (self.model_, _quantize_linear(self.model_))
+                self._int8_model_ = cached
+            return cached[1]
+        return self.model_.to(device).eval()
+
+    def _progress(self, iterable, total, desc):
+        from .neural.distributed import is_main_process
+
+        # Under a launcher every process predicts; one progress bar is enough.
+        if not (self.verbose and is_main_process()):
+            return iterable
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, unit="batch")
+
+
+def _is_learnt(name: str) -> bool:
+    """Whether the fitted attribute ``name`` is part of what a fit learns (the state that pickles and the fit
+    cache carry): the live module, a prediction's cost report and the cache-hit flag are not."""
+    return name.endswith("_") and not name.startswith("_") and name not in ("model_", "cost_report_", "fit_cache_hit_")
+
+
+def _quantize_linear(module):
+    """An int8 copy of ``module`` (CPU, evaluation mode): dynamic quantization of every linear layer."""
+    import torch
+
+    quantized = copy.deepcopy(module).to("cpu").eval()
+    with warnings.catch_warnings():
+        # torch.ao.quantization is deprecated in favour of torchao (not a dependency); it still works.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.ao.quantization.quantize_dynamic(quantized, {torch.nn.Linear}, dtype=torch.qint8)
