@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 import pandas as pd
 
 from .data import GroupIndex, check_X, make_frame
 from .metrics import mean_average_precision
+from .params import Interval, check_param
 
 __all__ = ["RankerMixin", "predict_rank"]
 
@@ -101,12 +104,11 @@ class RankerMixin:
         pandas.DataFrame
             Columns ``candidate``, ``score`` and ``position`` (index in ``candidates``), best first.
         """
+        check_param("top_k", top_k, [Interval(Integral, 1, None), None])
         X = make_frame(question, candidates)
         scores = np.asarray(self.predict(X), dtype=np.float64)
         order = np.lexsort((np.arange(len(X)), -scores))
         if top_k is not None:
-            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-                raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}.")
             order = order[:top_k]
         return pd.DataFrame(
             {"candidate": X["candidate"].to_numpy()[order], "score": scores[order], "position": order}

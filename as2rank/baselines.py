@@ -107,7 +107,8 @@ class WordOverlapRanker(_RuleRanker):
 
     Tokens come from spaCy's English tokenizer, lower-cased (the paper's setting). Many candidates tie
     on small integer counts, so the metric's tie policy matters: the paper's WikiQA figure (MAP 51.02) is
-    reproduced with ``ties="pessimistic"``. Use :class:`OverlapRankRanker` to break ties by position.
+    reproduced with ``ties="pessimistic"`` (``docs/benchmarks/baselines.md``). Use :class:`OverlapRankRanker`
+    to break ties by position.
 
     Parameters
     ----------

@@ -11,13 +11,15 @@ cost report, :func:`~as2rank.pruning.simulate_cascade`, :func:`~as2rank.pruning.
 from __future__ import annotations
 
 import math
+from numbers import Integral
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .data import GroupIndex, check_X, ragged_arange
 from .pruning import EXIT_GAP, SequentialRanker, simulate_cascade, tune_alpha  # noqa: F401 (re-exported)
-from .pruning import _drop_ratios, _report, _stage_scores
+from .params import Interval, Options, SequenceOf
+from .pruning import _DROP_RATIOS, _drop_ratios, _report, _stage_scores
 from .prior import LexicalPriorMixin
 from .transformer_base import _TransformerEstimator
 
@@ -101,9 +103,9 @@ class CascadeTransformer(LexicalPriorMixin, _TransformerEstimator):
     max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
 reuse_fit, random_state, verbose
-        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` are
-        this class's defaults (the defaults benchmark has measured only ``TransformerRanker`` so far); early
-        stopping watches the dev MAP of the last exit.
+        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` (the
+        TANDA papers' fine-tuning setting) are this class's defaults (``docs/benchmarks/defaults.md`` tunes
+        ``TransformerRanker``'s only); early stopping watches the dev MAP of the last exit.
     batch_tokens : int or "auto", default="auto"
         The layers run on chunks of rows of similar length holding at most this many padded tokens (rows ×
         longest row); ``"auto"``: 2048 on the CPU, 16384 elsewhere, as in ``TransformerRanker``. Drops act
@@ -130,6 +132,13 @@ reuse_fit, random_state, verbose
 
     _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit", "n_threads")
     _head_modules = ("classifiers",)
+    _parameter_constraints = {
+        **_TransformerEstimator._parameter_constraints,
+        **LexicalPriorMixin._parameter_constraints,
+        "exits": [None, SequenceOf(Interval(Integral, 1, None))],
+        "exit_sampling": [Options(EXIT_SAMPLING)],
+        "alpha": _DROP_RATIOS,
+    }
 
     def __init__(
         self,
@@ -193,20 +202,12 @@ reuse_fit, random_state, verbose
 
     # ----------------------------------------------------------------- training hooks
     def _check_params(self):
-        self._check_common_params()
-        self._check_lexical_prior()
-        if self.exit_sampling not in EXIT_SAMPLING:
-            raise ValueError(f"exit_sampling must be one of {EXIT_SAMPLING}, got {self.exit_sampling!r}.")
-        if self.exits is not None:
-            exits = list(self.exits) if np.ndim(self.exits) == 1 else None
-            ok = exits and all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in exits)
-            if not ok or exits[0] < 1 or np.any(np.diff(exits) <= 0):
-                raise ValueError(f"exits must be increasing positive layer numbers, got {self.exits!r}.")
-        if np.ndim(self.alpha) == 0:
-            _drop_ratios(self.alpha, 1, "alpha")
-        else:
-            # Without exits the depth (hence the number of pruning exits) is known only once the model is loaded.
-            _drop_ratios(self.alpha, len(self.alpha) if self.exits is None else len(self.exits) - 1, "alpha")
+        super()._check_params()
+        if self.exits is not None and np.any(np.diff(list(self.exits)) <= 0):
+            raise ValueError(f"exits must be increasing positive layer numbers, got {self.exits!r}.")
+        # Without exits the depth (hence the number of pruning exits) is known only once the model is loaded.
+        if self.exits is not None and np.ndim(self.alpha) == 1:
+            _drop_ratios(self.alpha, len(self.exits) - 1, "alpha")
 
     def _prepare_encoder(self, encoder):
         from .neural.backbone import layer_list

@@ -28,21 +28,22 @@ picks the teacher of a batch from the batch's number (``_training_batch_extra``)
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .data import check_X
 from .ensemble import LinearEnsemble
+from .params import POOLINGS, Interval, Options
 from .teachers import (
-    _check_cv,
+    CV_CONSTRAINTS,
     _check_teachers,
     _clone_sharing,
     _is_model,
     platt_scaling,
     teacher_logits,
 )
-from .params import _check_number
 from .transformer import _PointwiseScoring
 from .transformer_base import _TransformerEstimator
 
@@ -60,12 +61,15 @@ class _Distillation:
     _streamable = False
 
     _unsaved_params = ("model", "tokenizer", "teachers", "teacher_cv")
+    #: The distillation entries of the students' ``_parameter_constraints``.
+    _parameter_constraints = {
+        "kd_alpha": [Interval(Real, 0, 1)],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "teacher_cv": CV_CONSTRAINTS,
+    }
 
     def _check_distillation_params(self):
         _check_teachers(self.teachers)
-        _check_number("kd_alpha", self.kd_alpha, 0, 1)
-        _check_number("temperature", self.temperature, 0, low_open=True)
-        _check_cv(self.teacher_cv)
 
     def _row_targets(self, X, y, index):
         """The teachers' calibrated logits of the training rows (teachers fitted on them first, or
@@ -149,10 +153,10 @@ class Cerberus(_Distillation, _TransformerEstimator):
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
-        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` are
-        this class's defaults (the defaults benchmark has measured only ``TransformerRanker`` so far); early
-        stopping watches the dev MAP of the mean of the heads. With ``precision="int8"`` the body's linear
-        layers are quantized and the stacked heads run in float32.
+        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` (the
+        TANDA papers' fine-tuning setting) are this class's defaults (``docs/benchmarks/defaults.md`` tunes
+        ``TransformerRanker``'s only); early stopping watches the dev MAP of the mean of the heads. With
+        ``precision="int8"`` the body's linear layers are quantized and the stacked heads run in float32.
 
     Attributes
     ----------
@@ -181,6 +185,13 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     """
 
     _head_modules = ("classifiers",)
+    _parameter_constraints = {
+        **_TransformerEstimator._parameter_constraints,
+        **_Distillation._parameter_constraints,
+        "body_layers": [Interval(Integral, 1, None), None],
+        "head_layers": [Interval(Integral, 1, None)],
+        "pooling": [Options(POOLINGS)],
+    }
 
     def __init__(
         self,
@@ -250,14 +261,8 @@ device, precision, n_threads, reuse_fit, random_state, verbose
 
     # ----------------------------------------------------------------- training hooks
     def _check_params(self):
-        from .neural.backbone import POOLINGS
-
-        self._check_common_params()
+        super()._check_params()
         self._check_distillation_params()
-        _check_number("body_layers", self.body_layers, 1, integer=True, allow_none=True)
-        _check_number("head_layers", self.head_layers, 1, integer=True)
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
         if self.warm_start and hasattr(self, "model_") and len(self.teachers) != self.n_heads_:
             raise ValueError(f"warm_start continues a model with {self.n_heads_} heads, but {len(self.teachers)} teachers were given.")
         self._weights()
@@ -400,8 +405,8 @@ class DistilledRanker(_Distillation, _PointwiseScoring, _TransformerEstimator):
 weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`, except the defaults ``epochs=2`` and
-        ``learning_rate=2e-5`` (the defaults benchmark has not measured distillation yet). There is no
-        ``lexical_prior``: the student trains without one (distillation with it is unmeasured).
+        ``learning_rate=2e-5`` (the TANDA papers' fine-tuning setting; ``docs/benchmarks/defaults.md`` does not
+        cover distillation). There is no ``lexical_prior``: the student trains without one.
 
     Attributes
     ----------
@@ -409,6 +414,14 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker` (the key of ``reuse_fit`` holds the teachers'
         calibrated logits).
     """
+
+    _parameter_constraints = {
+        **_TransformerEstimator._parameter_constraints,
+        **_Distillation._parameter_constraints,
+        "num_layers": [Interval(Integral, 1, None), None],
+        "pooling": [Options(POOLINGS)],
+        "multi_teacher": [Options(MULTI_TEACHER)],
+    }
 
     def __init__(
         self,
@@ -476,15 +489,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
 
     # ----------------------------------------------------------------- training hooks
     def _check_params(self):
-        from .neural.backbone import POOLINGS
-
-        self._check_common_params()
-        _check_number("num_layers", self.num_layers, 1, integer=True, allow_none=True)
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
+        super()._check_params()
         self._check_distillation_params()
-        if self.multi_teacher not in MULTI_TEACHER:
-            raise ValueError(f"multi_teacher must be one of {MULTI_TEACHER}, got {self.multi_teacher!r}.")
 
     def _prepare_encoder(self, encoder):
         from .neural.pointwise import prepare_encoder

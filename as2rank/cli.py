@@ -84,7 +84,7 @@ def _evaluate(args) -> int:
 
             save(model, args.save)
     scores = model.predict(X_test)
-    print(f"| ties | questions | MAP | MRR | P@1 | P@3 | P@5 | nDCG@10 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| ties | questions | MAP | MRR | P@1 | P@3 | P@5 | nDCG@10 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for ties in ("pessimistic", "stable", "optimistic") if args.ties == "all" else (args.ties,):
         r = ranking_report(y_test, scores, X_test["qid"], ties=ties, position=X_test.get("position"))
         cells = " | ".join(f"{100 * r[k]:.2f}" for k in ("map", "mrr", "p@1", "p@3", "p@5", "ndcg@10"))

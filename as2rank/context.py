@@ -22,12 +22,13 @@ imported from here too. Importing this module does not import torch; fitting a r
 from __future__ import annotations
 
 import copy
+from numbers import Integral
 
 import numpy as np
 
 from .context_features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
 from .data import REQUIRED_COLUMNS, check_X
-from .params import _check_number
+from .params import POOLINGS, SUMMARIES, Interval, Options
 from .transformer import _PointwiseScoring
 from .transformer_base import _TransformerEstimator
 
@@ -49,6 +50,12 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
 
     #: Whether the model reads per-token segment ids (multi-way attention).
     _needs_segments = False
+    _parameter_constraints = {
+        **_TransformerEstimator._parameter_constraints,
+        "num_layers": [Interval(Integral, 1, None), None],
+        "max_pair_length": [Interval(Integral, 8, None)],
+        "pooling": [Options(POOLINGS)],
+    }
 
     def _contexts(self) -> tuple:
         return _check_contexts(self.contexts)
@@ -58,19 +65,13 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
         return ("question", "candidate", *(f"{c}_context" for c in self._contexts()))
 
     def _check_params(self):
-        from .neural.backbone import POOLINGS
-
-        self._check_common_params()
+        super()._check_params()
         self._contexts()
-        _check_number("num_layers", self.num_layers, 1, integer=True, allow_none=True)
-        _check_number("max_pair_length", self.max_pair_length, 8, integer=True)
         if self.max_pair_length >= self.max_length:
             raise ValueError(
                 f"max_pair_length ({self.max_pair_length}) must be below max_length ({self.max_length}): the "
                 "contexts get what the question and candidate leave of max_length."
             )
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
 
     def _check_columns(self, X):
         columns = self._input_columns
@@ -161,8 +162,9 @@ _SHARED_PARAMS_DOC = """\
     epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
 reuse_fit, random_state, verbose
-        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` are
-        this class's defaults (the defaults benchmark has measured only ``TransformerRanker`` so far)."""
+        As in :class:`~as2rank.transformer.TransformerRanker`, but ``epochs=2`` and ``learning_rate=2e-5`` (the
+        TANDA papers' fine-tuning setting) are this class's defaults (``docs/benchmarks/defaults.md`` tunes
+        ``TransformerRanker``'s only)."""
 
 
 class ContextConcat(_ContextRanker):
@@ -320,6 +322,11 @@ class ContextMWA(_ContextRanker):
 
     _needs_segments = True
     _head_modules = ("head", "attention")
+    _parameter_constraints = {
+        **_ContextRanker._parameter_constraints,
+        "attention_dim": [Interval(Integral, 1, None)],
+        "summary": [Options(SUMMARIES)],
+    }
 
     def __init__(
         self,
@@ -385,10 +392,6 @@ class ContextMWA(_ContextRanker):
 
     def _check_params(self):
         super()._check_params()
-        from .neural.context import check_summary
-
-        _check_number("attention_dim", self.attention_dim, 1, integer=True)
-        check_summary(self.summary)
         if self.summary == "pair" and self.pooling == "cls":
             raise ValueError(
                 "pooling='cls' pools the whole sequence, which summary='pair' does not read (it averages the "
@@ -440,6 +443,10 @@ class ContextEnsemble(_ContextRanker):
 
     # Its two encoders are fitted on the whole training set before the joint stage: no chunked training.
     _streamable = False
+    _parameter_constraints = {
+        **_ContextRanker._parameter_constraints,
+        "unfreeze_layers": [Interval(Integral, 0, None)],
+    }
 
     def __init__(
         self,
@@ -501,10 +508,6 @@ class ContextEnsemble(_ContextRanker):
 
     def _contexts(self):
         return CONTEXTS
-
-    def _check_params(self):
-        super()._check_params()
-        _check_number("unfreeze_layers", self.unfreeze_layers, 0, integer=True)
 
     def _init_module(self, X, y, groups, eval_set):
         from .neural.context import ContextEnsembleModule

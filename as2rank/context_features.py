@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Mapping
+from numbers import Integral
 
 import numpy as np
 import pandas as pd
@@ -20,9 +21,9 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .data import check_ranking_data, check_X, ragged_arange
+from .params import InstanceOf, Interval, Options, validate_params
 from .persistence import PersistenceMixin
 from .text import bag_of_words, tokenize
-from .params import _check_number
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextExtractor"]
 
@@ -154,6 +155,15 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
 
     # Accept ``groups`` when metadata routing sends it through a pipeline (it is only validated).
     __metadata_request__fit = {"groups": True}
+    _parameter_constraints = {
+        "local_window": [Interval(Integral, 0, None)],
+        "global_method": [Options(GLOBAL_METHODS)],
+        "max_global_sentences": [Interval(Integral, 0, None)],
+        "max_global_tokens": [Interval(Integral, 1, None)],
+        "documents": [None, InstanceOf(Mapping, description="a mapping {doc_id: [sentences]}")],
+        "encoder": [InstanceOf(str, description="a model alias, path or Hugging Face id (str)")],
+        "batch_tokens": [Interval(Integral, 1, None)],
+    }
 
     def __init__(
         self,
@@ -176,16 +186,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         self.device = device
 
     def _check_params(self):
-        _check_number("local_window", self.local_window, 0, integer=True)
-        _check_number("max_global_sentences", self.max_global_sentences, 0, integer=True)
-        _check_number("max_global_tokens", self.max_global_tokens, 1, integer=True)
-        _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
-        if self.global_method not in GLOBAL_METHODS:
-            raise ValueError(f"global_method must be one of {GLOBAL_METHODS}, got {self.global_method!r}.")
-        if self.documents is not None and not isinstance(self.documents, Mapping):
-            raise ValueError(f"documents must be a mapping {{doc_id: [sentences]}} or None, got {type(self.documents).__name__}.")
-        if not isinstance(self.encoder, str):
-            raise ValueError(f"encoder must be a model alias, path or Hugging Face id (str), got {type(self.encoder).__name__}.")
+        validate_params(self, self._parameter_constraints)
 
     def fit(self, X, y=None, groups=None):
         """Validate the parameters and the input; nothing is learned.

@@ -8,7 +8,7 @@ pointwise (binary cross-entropy) or listwise (KL divergence between the softmax 
 candidates and its normalised gold labels) with Adam and a slanted triangular learning rate.
 
 This module holds the estimator, :class:`Cosinet`: its parameters, training, prediction and persistence. The
-encoding of its inputs (word ids, relatedness features, batches) is in :mod:`as2rank.cosinet_encoding`, its
+encoding of its inputs (word ids, relatedness features, batches) is in ``as2rank.cosinet_encoding``, its
 torch network in :mod:`as2rank.neural.cosinet_network`.
 """
 
@@ -25,7 +25,7 @@ from .base import RankerMixin
 from .cosinet_encoding import _encode, _table, _to_grid
 from .data import GroupIndex, check_ranking_data, check_X
 from .embeddings import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
-from .params import DTYPE_PRECISIONS, check_precision
+from .params import DTYPE_PRECISIONS, Interval, Options, validate_params
 from .persistence import PersistenceMixin
 
 __all__ = ["Cosinet", "RNN_TYPES", "LOSSES"]
@@ -48,7 +48,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         Static word vectors, kept frozen; see :mod:`as2rank.embeddings` for the names (``"glove-6b-50d"``,
         ``"minilm-l6-wordpiece"``), file formats and the out-of-vocabulary policy. The default, the
         input wordpiece embeddings of the packaged all-MiniLM-L6-v2 (384d), works offline and ranks
-        better than GloVe-50d on WikiQA; the paper used ConceptNet Numberbatch (300d).
+        better than GloVe-50d (``docs/benchmarks/cosinet.md``); the paper used ConceptNet Numberbatch (300d).
     rnn : {None, "rnn", "birnn", "lstm", "bilstm"}, default="birnn"
         Recurrent layer run over the pair representations of a question's candidates in their original
         order (``position``). ``None`` scores each pair on its own (the paper's plain Cosinet). The default
@@ -138,6 +138,23 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model = Cosinet(rnn="birnn", loss="listwise", random_state=0).fit(X, y)  # doctest: +SKIP
     >>> model.rank("who wrote hamlet ?", ["Paris is big .", "Hamlet is a play by Shakespeare ."])  # doctest: +SKIP
     """
+
+    _parameter_constraints = {
+        "rnn": [None, Options(RNN_TYPES)],
+        "rnn_hidden_size": [Interval(Integral, 1, None), None],
+        "n_filters": [Interval(Integral, 1, None)],
+        "kernel_size": [Interval(Integral, 1, None)],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "loss": [Options(LOSSES)],
+        "oov": [Options(OOV_POLICIES)],
+        "epochs": [Interval(Integral, 1, None)],
+        "batch_size": [Interval(Integral, 1, None)],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "warmup": [Interval(Real, 0, 1)],
+        "max_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "precision": [Options(DTYPE_PRECISIONS)],
+        "n_threads": [Interval(Integral, 1, None), None],
+    }
 
     def __init__(
         self,
@@ -421,27 +438,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         )
 
     def _check_params(self):
-        if self.rnn is not None and self.rnn not in RNN_TYPES:
-            raise ValueError(f"rnn must be None or one of {RNN_TYPES}, got {self.rnn!r}.")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}.")
-        check_precision(self.precision, DTYPE_PRECISIONS)
-        if self.oov not in OOV_POLICIES:
-            raise ValueError(f"oov must be one of {OOV_POLICIES}, got {self.oov!r}.")
-        for name in ("n_filters", "kernel_size", "epochs", "batch_size"):
-            _check_int(name, getattr(self, name))
-        if self.n_threads is not None:
-            _check_int("n_threads", self.n_threads)
-        if self.rnn_hidden_size is not None:
-            _check_int("rnn_hidden_size", self.rnn_hidden_size)
-        if not isinstance(self.dropout, Real) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be a float in [0, 1), got {self.dropout!r}.")
-        if not isinstance(self.warmup, Real) or not 0.0 <= self.warmup <= 1.0:
-            raise ValueError(f"warmup must be a float in [0, 1], got {self.warmup!r}.")
-        for name in ("learning_rate", "max_grad_norm"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, Real) or not value > 0):
-                raise ValueError(f"{name} must be a positive float or None, got {value!r}.")
+        validate_params(self, self._parameter_constraints)
 
     def _rnn_hidden_size(self):
         if self.rnn is None:
@@ -528,11 +525,6 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = self.random_state is None
         return tags
-
-
-def _check_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
 
 
 def _make_module(**config):

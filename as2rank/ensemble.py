@@ -8,6 +8,7 @@ NumPy, SciPy and scikit-learn only: importing this module does not import torch.
 from __future__ import annotations
 
 import itertools
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -17,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import check_ranking_data, check_X
 from .metrics import get_scorer
-from .params import _check_number
+from .params import Interval, validate_params
 from .persistence import PersistenceMixin
 from .teachers import _clone_sharing, _is_model, platt_scaling
 
@@ -56,6 +57,8 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
         ``metric`` of the chosen weights on the data given to ``fit``.
     """
 
+    _parameter_constraints = {"resolution": [Interval(Integral, 1, None)]}
+
     def __init__(self, rankers=None, weights=None, metric="map", resolution=20):
         self.rankers = rankers
         self.weights = weights
@@ -71,7 +74,7 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
             except NotFittedError as exc:
                 name = type(ranker).__name__
                 raise NotFittedError(f"rankers[{j}] ({name}) is not fitted; fit it on training data first.") from exc
-        _check_number("resolution", self.resolution, 1, integer=True)
+        validate_params(self, self._parameter_constraints)
         if self.weights is not None:
             w = np.asarray(self.weights, dtype=np.float64)
             if w.shape != (len(self.rankers),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:

@@ -1,17 +1,40 @@
-"""Torch-free checks of estimator parameters: numeric bounds, and the values of ``precision`` that each family
-of neural estimators accepts.
+"""Torch-free validation of estimator parameters: declarative constraint tables, and the option values that
+the neural estimators accept.
 
-The estimators validate their parameters before importing torch, so the precision table lives here rather
-than in :mod:`as2rank.neural.devices` (which re-exports its part as :data:`as2rank.neural.PRECISIONS`).
+Each estimator declares ``_parameter_constraints``, a dict ``{parameter: [constraint, ...]}`` in the style of
+scikit-learn's (a subclass extends its base's dict), and its ``_check_params`` calls :func:`validate_params`
+once, keeping as code only the checks that relate several parameters. A value is valid if any listed
+constraint accepts it: :class:`Interval` (finite numbers in a range), :class:`Options` (fixed values such as
+``"auto"``), :class:`Boolean`, :class:`InstanceOf`, :class:`HasMethods`, :class:`SequenceOf` (one value per
+stage) or ``None``. :func:`check_param` checks one value against such a list, e.g. a function's argument.
+
+The estimators validate their parameters before importing torch, so the option tables (``precision``,
+``pooling``, ``summary``) live here rather than in :mod:`as2rank.neural`, which re-exports them (e.g.
+:data:`as2rank.neural.PRECISIONS`).
 """
 
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["DTYPE_PRECISIONS", "TRANSFORMER_PRECISIONS", "check_precision"]
+__all__ = [
+    "DTYPE_PRECISIONS",
+    "POOLINGS",
+    "SUMMARIES",
+    "TRANSFORMER_PRECISIONS",
+    "Boolean",
+    "HasMethods",
+    "InstanceOf",
+    "Interval",
+    "Options",
+    "SequenceOf",
+    "check_param",
+    "check_precision",
+    "validate_params",
+]
 
 #: Values of ``precision`` that name one compute dtype: float32 (``"fp32"``), bfloat16 (``"bf16"``) or the
 #: faster of the two that the device computes natively (``"auto"``); :class:`~as2rank.cosinet.Cosinet`'s
@@ -22,6 +45,15 @@ DTYPE_PRECISIONS = ("auto", "fp32", "bf16")
 #: with loss scaling (``"fp16"``, CUDA only) and an int8 copy of the model for prediction (``"int8"``, CPU
 #: only: dynamic quantization of the linear layers).
 TRANSFORMER_PRECISIONS = (*DTYPE_PRECISIONS, "fp16", "int8")
+
+#: Values of ``pooling`` of the transformer estimators: the backbone's own pooling (``"auto"``: mean for
+#: sentence-transformers checkpoints, else CLS), the first token (``"cls"``) or the mean over tokens
+#: (``"mean"``); :data:`as2rank.neural.backbone.POOLINGS`.
+POOLINGS = ("auto", "cls", "mean")
+
+#: Values of ``ContextMWA(summary=...)``: what its classifier reads beside the attended views;
+#: :data:`as2rank.neural.context.SUMMARIES`.
+SUMMARIES = ("pair", "sequence")
 
 
 def check_precision(precision, supported) -> None:
@@ -34,33 +66,252 @@ def check_precision(precision, supported) -> None:
     supported : tuple of str
         :data:`DTYPE_PRECISIONS` or :data:`TRANSFORMER_PRECISIONS`.
     """
-    if precision not in supported:
-        raise ValueError(f"precision must be one of {supported}, got {precision!r}.")
+    check_param("precision", precision, [Options(supported)])
 
 
-def _check_number(name, value, low, high=None, *, integer=False, low_open=False, allow_none=False):
-    """Raise ``ValueError`` unless ``value`` is a finite number (an integer with ``integer``) in the bounds.
+class _Constraint:
+    """One kind of accepted value in a parameter-constraint table (see :func:`validate_params`)."""
+
+    def is_satisfied_by(self, value) -> bool:
+        """Whether ``value`` is accepted."""
+        raise NotImplementedError
+
+    def alternatives(self) -> list:
+        """Descriptions of the accepted values, for error messages (e.g. ``["True", "False"]``)."""
+        raise NotImplementedError
+
+    def describe(self, plural: bool = False) -> str:
+        """The accepted values in words, as one noun phrase (``plural`` for the items of a sequence)."""
+        text = " or ".join(self.alternatives())
+        return f"values that are each {text}" if plural else text
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class _NoneConstraint(_Constraint):
+    """``None``: written as ``None`` in a constraint list."""
+
+    def is_satisfied_by(self, value) -> bool:
+        return value is None
+
+    def alternatives(self) -> list:
+        return ["None"]
+
+
+class Interval(_Constraint):
+    """Finite real numbers or integers in a range; booleans are never numbers here.
+
+    Parameters
+    ----------
+    kind : {numbers.Integral, numbers.Real}
+        ``Integral`` accepts integers (Python or NumPy); ``Real`` accepts floats and integers.
+    low, high : float, default=None
+        The bounds; ``None`` leaves that side unbounded.
+    closed : {"both", "left", "right", "neither"}, default="both"
+        Which bounds belong to the interval.
+
+    Examples
+    --------
+    >>> Interval(Real, 0, 1, closed="left").is_satisfied_by(1.0)
+    False
+    >>> Interval(Integral, 8, None).describe()
+    'an integer >= 8'
+    """
+
+    def __init__(self, kind, low=None, high=None, *, closed="both"):
+        if kind not in (Integral, Real):
+            raise ValueError(f"kind must be numbers.Integral or numbers.Real, got {kind!r}.")
+        if closed not in ("both", "left", "right", "neither"):
+            raise ValueError(f"closed must be one of ('both', 'left', 'right', 'neither'), got {closed!r}.")
+        self.kind, self.low, self.high, self.closed = kind, low, high, closed
+
+    def is_satisfied_by(self, value) -> bool:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, self.kind) or not math.isfinite(value):
+            return False
+        if self.low is not None and (value < self.low if self.closed in ("both", "left") else value <= self.low):
+            return False
+        return self.high is None or (value <= self.high if self.closed in ("both", "right") else value < self.high)
+
+    def alternatives(self) -> list:
+        return [self.describe()]
+
+    def describe(self, plural: bool = False) -> str:
+        noun = ("integer" if self.kind is Integral else "float") + ("s" if plural else "")
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        if self.low is None and self.high is None:
+            phrase = noun
+        elif self.high is None:
+            if (self.low == 0 and not left) or (self.kind is Integral and self.low == 1 and left):
+                phrase = f"positive {noun}"
+            elif self.low == 0:
+                phrase = f"non-negative {noun}"
+            else:
+                phrase = f"{noun} {'>=' if left else '>'} {self.low}"
+        elif self.low is None:
+            phrase = f"{noun} {'<=' if right else '<'} {self.high}"
+        else:
+            phrase = f"{noun} in {'[' if left else '('}{self.low}, {self.high}{']' if right else ')'}"
+        if plural:
+            return phrase
+        return ("an " if phrase[0] in "aeiou" else "a ") + phrase
+
+
+class Options(_Constraint):
+    """A fixed set of values (strings such as ``"auto"``), compared by type and equality.
+
+    Parameters
+    ----------
+    values : iterable
+        The accepted values, in the order the error message lists them.
+    """
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def is_satisfied_by(self, value) -> bool:
+        return any(isinstance(value, type(option)) and value == option for option in self.values)
+
+    def alternatives(self) -> list:
+        return [repr(self.values[0])] if len(self.values) == 1 else [f"one of {self.values}"]
+
+
+class Boolean(_Constraint):
+    """``True`` or ``False`` (Python or NumPy booleans; not 0 or 1)."""
+
+    def is_satisfied_by(self, value) -> bool:
+        return isinstance(value, (bool, np.bool_))
+
+    def alternatives(self) -> list:
+        return ["True", "False"]
+
+
+class InstanceOf(_Constraint):
+    """Instances of a type (or of one of several types).
+
+    Parameters
+    ----------
+    types : type or tuple of type
+    description : str, default=None
+        The accepted values in words, e.g. ``"a mapping {doc_id: [sentences]}"``; by default the type names.
+    """
+
+    def __init__(self, types, description=None):
+        self.types = types
+        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        self.description = description or f"an instance of {names}"
+
+    def is_satisfied_by(self, value) -> bool:
+        return isinstance(value, self.types)
+
+    def alternatives(self) -> list:
+        return [self.description]
+
+
+class HasMethods(_Constraint):
+    """Objects with the given callable methods (e.g. a splitter's ``split``).
+
+    Parameters
+    ----------
+    methods : str or tuple of str
+    description : str, default=None
+        The accepted values in words; by default "an object with a ... method".
+    """
+
+    def __init__(self, methods, description=None):
+        self.methods = (methods,) if isinstance(methods, str) else tuple(methods)
+        s = "s" if len(self.methods) > 1 else ""
+        self.description = description or f"an object with {' and '.join(self.methods)} method{s}"
+
+    def is_satisfied_by(self, value) -> bool:
+        return all(callable(getattr(value, method, None)) for method in self.methods)
+
+    def alternatives(self) -> list:
+        return [self.description]
+
+
+class SequenceOf(_Constraint):
+    """A non-empty list, tuple or 1-D array whose items each satisfy one constraint (e.g. one value per stage).
+
+    Parameters
+    ----------
+    item : constraint or None
+        What each item must be.
+    """
+
+    def __init__(self, item):
+        self.item = _as_constraint(item)
+
+    def is_satisfied_by(self, value) -> bool:
+        if isinstance(value, np.ndarray):
+            if value.ndim != 1:
+                return False
+        elif not isinstance(value, (list, tuple)):
+            return False
+        return len(value) > 0 and all(self.item.is_satisfied_by(v) for v in value)
+
+    def alternatives(self) -> list:
+        return [f"a non-empty sequence of {self.item.describe(plural=True)}"]
+
+
+def _as_constraint(constraint) -> _Constraint:
+    """``constraint`` as a constraint object (``None`` stands for :class:`_NoneConstraint`)."""
+    if constraint is None:
+        return _NoneConstraint()
+    if isinstance(constraint, _Constraint):
+        return constraint
+    raise TypeError(f"Not a parameter constraint: {constraint!r}.")
+
+
+def _short_repr(value, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def check_param(name: str, value, constraints) -> None:
+    """Raise ``ValueError`` unless one of ``constraints`` accepts ``value``.
 
     Parameters
     ----------
     name : str
-        The parameter's name, for the message.
+        The parameter's (or argument's) name, for the message.
     value : object
-    low : float
-        Lower bound: ``value >= low``, or ``value > low`` with ``low_open``.
-    high : float, default=None
-        Upper bound (``value <= high``); ``None`` for none.
-    integer : bool, default=False
-        Require an integer (booleans are never numbers here).
-    low_open : bool, default=False
-    allow_none : bool, default=False
-        Accept ``None``.
+    constraints : list
+        Constraint objects (:class:`Interval`, :class:`Options`, :class:`Boolean`, :class:`InstanceOf`,
+        :class:`HasMethods`, :class:`SequenceOf`) or ``None`` (accepts ``None``); the value is valid if any
+        of them accepts it.
+
+    Raises
+    ------
+    ValueError
+        ``"<name> must be <the accepted values>, got <value>."``
     """
-    if value is None and allow_none:
+    constraints = [_as_constraint(c) for c in constraints]
+    if any(c.is_satisfied_by(value) for c in constraints):
         return
-    kind = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
-    if not ok:
-        bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'} {bound}, got {value!r}.")
+    alternatives = [text for c in constraints for text in c.alternatives()]
+    accepted = alternatives[0] if len(alternatives) == 1 else f"{', '.join(alternatives[:-1])} or {alternatives[-1]}"
+    raise ValueError(f"{name} must be {accepted}, got {_short_repr(value)}.")
+
+
+def validate_params(estimator, constraints) -> None:
+    """Check an estimator's parameters against its constraint table (``_parameter_constraints``).
+
+    Parameters
+    ----------
+    estimator : BaseEstimator
+        Its ``get_params(deep=False)`` values are checked.
+    constraints : dict
+        ``{parameter name: [constraint, ...]}`` (see :func:`check_param`). Parameters absent from the table
+        are not checked; entries that the estimator does not take as parameters are skipped, so a base class
+        may list parameters that not every subclass takes.
+
+    Raises
+    ------
+    ValueError
+        For the first parameter, in table order, that no listed constraint accepts.
+    """
+    params = estimator.get_params(deep=False)
+    for name, allowed in constraints.items():
+        if name in params:
+            check_param(name, params[name], allowed)

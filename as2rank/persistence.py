@@ -28,7 +28,7 @@ import numpy as np
 __all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "load", "read_meta", "save"]
 
 #: Version of the directory format written by this as2rank; directories of a newer version are refused.
-#: Version 0 is the unversioned format of the transformer family before every estimator had one (read as 1).
+#: A directory without a ``format_version`` is version 0 and is read as version 1.
 FORMAT_VERSION = 1
 META_FILE = "as2rank.json"
 ARRAYS_FILE = "arrays.safetensors"

@@ -3,8 +3,8 @@
 A logistic regression on :class:`~as2rank.baselines.LexicalFeatures` (word overlap, IDF-weighted overlap,
 reciprocal rank), fitted on the training rows, gives each (question, candidate) pair a logit. A ranker
 trained with this prior adds it to its own logit, in training and in prediction, so that the network learns
-only what the lexical model misses: from the first step the ranking is at least the lexical one (on a few
-hundred questions a fine-tuned cross-encoder alone ranks below word overlap, ``docs/benchmarks/defaults.md``).
+only what the lexical model misses: from the first step the ranking is at least the lexical one, which
+a fine-tuned cross-encoder alone may not reach on little training data (``docs/benchmarks/defaults.md``).
 
 NumPy and scikit-learn only.
 """
@@ -12,6 +12,8 @@ NumPy and scikit-learn only.
 from __future__ import annotations
 
 import numpy as np
+
+from .params import Boolean
 
 __all__ = ["LexicalPriorMixin", "fit_lexical_prior", "lexical_prior_logits"]
 
@@ -75,10 +77,8 @@ class LexicalPriorMixin:
     the ``prior`` entry of the encoded rows, which the module adds to its logits."""
 
     _prior_attrs = ("lexical_features_", "lexical_coef_")
-
-    def _check_lexical_prior(self):
-        if not isinstance(self.lexical_prior, (bool, np.bool_)):
-            raise ValueError(f"lexical_prior must be True or False, got {self.lexical_prior!r}.")
+    #: The entry of ``lexical_prior`` in the estimator's ``_parameter_constraints``.
+    _parameter_constraints = {"lexical_prior": [Boolean()]}
 
     def _check_continuation(self):
         fitted = hasattr(self, "lexical_coef_")

@@ -25,6 +25,7 @@ rankers and the simulation of a cascade from saved logits run without it.
 from __future__ import annotations
 
 import itertools
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -34,13 +35,17 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import GroupIndex, check_ranking_data, check_X, ragged_arange
 from .metrics import get_scorer
+from .params import Interval, SequenceOf, check_param, validate_params
 from .persistence import PersistenceMixin
-from .params import _check_number
 
 __all__ = ["EXIT_GAP", "SequentialRanker", "drop_lowest", "simulate_cascade", "tune_alpha"]
 
 #: Score gap between consecutive exits (see the module docstring).
 EXIT_GAP = 1e4
+
+#: Accepted values of a drop ratio α (``alpha`` of the cascade, the ``grid`` of :func:`tune_alpha`): one value
+#: in [0, 1) for every pruning stage, or one per stage.
+_DROP_RATIOS = [Interval(Real, 0, 1, closed="left"), SequenceOf(Interval(Real, 0, 1, closed="left"))]
 
 
 def drop_lowest(codes: np.ndarray, scores: np.ndarray, alpha: float) -> np.ndarray:
@@ -78,13 +83,10 @@ def _stage_scores(scores, reached, n_stages):
 
 def _drop_ratios(value, n_pruning: int, name: str) -> list:
     """A scalar or one value per pruning stage, each in [0, 1)."""
+    check_param(name, value, _DROP_RATIOS)
     values = [value] * n_pruning if np.ndim(value) == 0 else list(value)
     if len(values) != n_pruning:
         raise ValueError(f"{name} must be a scalar or {n_pruning} values (one per stage but the last), got {value!r}.")
-    for v in values:
-        ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and 0 <= v < 1
-        if not ok:
-            raise ValueError(f"{name} values must be numbers in [0, 1), got {value!r}.")
     return [float(v) for v in values]
 
 
@@ -245,6 +247,10 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         ``n_questions``.
     """
 
+    _parameter_constraints = {
+        "keep": [Interval(Real, 0, 1, closed="right"), SequenceOf(Interval(Real, 0, 1, closed="right"))],
+    }
+
     def __init__(self, steps=None, keep=0.5, costs=None):
         self.steps = steps
         self.keep = keep
@@ -256,12 +262,11 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         bad = [type(s).__name__ for s in self.steps if not (hasattr(s, "fit") and hasattr(s, "predict"))]
         if bad:
             raise ValueError(f"Every step needs fit and predict; got {bad}.")
+        validate_params(self, self._parameter_constraints)
         n_pruning = len(self.steps) - 1
         keeps = [self.keep] * n_pruning if np.ndim(self.keep) == 0 else list(self.keep)
         if len(keeps) != n_pruning:
             raise ValueError(f"keep must be a scalar or {n_pruning} values (one per step but the last), got {self.keep!r}.")
-        for k in keeps:
-            _check_number("keep", k, 0, 1, low_open=True)
         return [1.0 - float(k) for k in keeps]
 
     def fit(self, X, y, groups=None):

@@ -86,9 +86,9 @@ def count_rows(path) -> int:
 def load_model(path):
     """A fitted model: a ``save_pretrained`` directory (pickle-free), or a ``joblib.dump``/pickle file.
 
-    A directory is read by :func:`as2rank.load`, which instantiates only as2rank classes and allow-listed
-    scikit-learn estimators. A joblib or pickle file runs code when it is loaded: load only files from a
-    trusted source.
+    A directory is read by :func:`as2rank.load <as2rank.persistence.load>`, which instantiates only as2rank
+    classes and allow-listed scikit-learn estimators. A joblib or pickle file runs code when it is loaded:
+    load only files from a trusted source.
 
     Parameters
     ----------

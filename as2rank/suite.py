@@ -1,7 +1,7 @@
 """The benchmark suite behind ``as2rank bench``: named models, data splits, and a leaderboard.
 
-Each entry says which suite it belongs to. ``"default"`` entries run offline on a laptop CPU in a few
-minutes on the bundled sample; heavier suites (``"neural"``, ``"transformers"``) are opt-in. Models whose
+Each entry says which suite it belongs to. ``"default"`` entries are the cheap ones: they run offline on a
+CPU on the bundled sample; heavier suites (``"neural"``, ``"transformers"``) are opt-in. Models whose
 optional packages are missing are reported as skipped, not failed.
 """
 

@@ -29,7 +29,7 @@ smoothed targets keep the slope finite even when a teacher separates the data pe
 and score the held-out fold, each fold calibrated on its own, so every training row gets the score of a
 teacher that never saw it (as ``StackingClassifier(cv=...)`` does); this costs ``k`` fits per teacher. With
 ``teacher_cv=None`` (the default, and the paper's practice) the fitted teachers score the training data
-directly. ``benchmarks/cerberus.py`` measures both on WikiQA.
+directly. ``docs/benchmarks/cerberus.md`` compares both.
 
 NumPy, SciPy and scikit-learn only: importing this module does not import torch.
 """
@@ -37,6 +37,7 @@ NumPy, SciPy and scikit-learn only: importing this module does not import torch.
 from __future__ import annotations
 
 import copy
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import clone
@@ -44,8 +45,12 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from .data import check_ranking_data
+from .params import HasMethods, Interval, check_param
 
 __all__ = ["platt_scaling", "teacher_logits"]
+
+#: Accepted values of ``cv`` (the distilled students' ``teacher_cv``): ``None``, a number of folds or a splitter.
+CV_CONSTRAINTS = [None, Interval(Integral, 2, None), HasMethods("split", description="a group splitter")]
 
 
 def platt_scaling(scores, y) -> tuple:
@@ -122,14 +127,6 @@ def _check_teachers(teachers) -> None:
             )
 
 
-def _check_cv(cv) -> None:
-    """Raise ``ValueError`` unless ``cv`` is a valid ``teacher_cv``: ``None``, an integer >= 2 or a splitter."""
-    if cv is None or hasattr(cv, "split"):
-        return
-    if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
-        raise ValueError(f"teacher_cv must be None, an integer >= 2 or a group splitter, got {cv!r}.")
-
-
 def _given_scores(j, teacher, X) -> np.ndarray:
     """Precomputed scores of teacher ``j``: a column of ``X`` or an array aligned with its rows."""
     if isinstance(teacher, str):
@@ -187,7 +184,7 @@ def teacher_logits(teachers, X, y, groups=None, cv=None) -> np.ndarray:
 
     X, y, index = check_ranking_data(X, y, groups)
     _check_teachers(teachers)
-    _check_cv(cv)
+    check_param("cv", cv, CV_CONSTRAINTS)
     if groups is not None:
         X = X.assign(qid=np.asarray(groups))
     out = np.empty((len(X), len(teachers)))

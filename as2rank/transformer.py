@@ -1,18 +1,20 @@
 """Transformer cross-encoders: :class:`TransformerRanker` and the pointwise scoring it shares with the
-context rankers (:class:`_PointwiseScoring`).
+context rankers (``_PointwiseScoring``).
 
 The machinery every transformer-backed ranker shares (training, early stopping, precision, fit reuse,
-persistence) is :class:`~as2rank.transformer_base._TransformerEstimator`. Importing this module does not
+persistence) is ``as2rank.transformer_base._TransformerEstimator``. Importing this module does not
 import torch or transformers; fitting an estimator does.
 """
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .data import check_X
-from .params import _check_number
+from .params import POOLINGS, Interval, Options
 from .prior import LexicalPriorMixin
 from .transformer_base import _TransformerEstimator
 
@@ -91,8 +93,8 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         What the head reads: the first token's encoding (``"cls"``, as TANDA and the paper) or the mean of
         the token encodings, padding excluded (``"mean"``). ``"auto"`` takes the pooling the checkpoint was
         trained with: ``"mean"`` for sentence-transformers checkpoints such as the default all-MiniLM-L6-v2
-        (whose first-token encoding was never trained; on WikiQA dev it scored 2.5 MAP points below mean
-        pooling, ``benchmarks/cascade.py``), ``"cls"`` for BERT, RoBERTa, ELECTRA and the like.
+        (whose first-token encoding was never trained; ``docs/benchmarks/cascade.md`` compares both),
+        ``"cls"`` for BERT, RoBERTa, ELECTRA and the like.
     lexical_prior : bool, default=False
         Add the logit of a lexical model to the head's logit, in training and prediction, so the network
         learns what the lexical model misses (:mod:`as2rank.prior`): a logistic regression on
@@ -113,7 +115,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         The score head(s), initialised at random, learn at ``head_lr_multiplier × learning_rate`` (same
         schedule). With the short fine-tuning budgets of AS2 data sets the heads otherwise stay close to
         their initialisation; the cascade, whose five classifiers each see a fifth of the updates, needs it
-        most (``benchmarks/cascade.py`` measures it on WikiQA dev).
+        most.
     weight_decay : float, default=0.01
     warmup : float, default=0.1
         Fraction of the steps of linear warm-up.
@@ -143,8 +145,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     batch_tokens : int or "auto", default="auto"
         Prediction batches hold at most this many padded tokens (rows are sorted by length, then scores
         are put back in input order). ``"auto"``: 2048 on the CPU, where small batches stay in cache and pad
-        less (1.5-1.9x the pairs/s of 16384 with all-MiniLM-L6-v2, ``docs/benchmarks/speed.md``), 16384 on
-        other devices.
+        less (``docs/benchmarks/speed.md`` sweeps it), 16384 on other devices.
     device : str, default="auto"
         ``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"``, ...
     precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
@@ -201,6 +202,13 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     >>> ranker.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
+    _parameter_constraints = {
+        **_TransformerEstimator._parameter_constraints,
+        **LexicalPriorMixin._parameter_constraints,
+        "num_layers": [Interval(Integral, 1, None), None],
+        "pooling": [Options(POOLINGS)],
+    }
+
     def __init__(
         self,
         model="minilm-l6",
@@ -256,15 +264,6 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         self.reuse_fit = reuse_fit
         self.random_state = random_state
         self.verbose = verbose
-
-    def _check_params(self):
-        self._check_common_params()
-        _check_number("num_layers", self.num_layers, 1, integer=True, allow_none=True)
-        from .neural.backbone import POOLINGS
-
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
-        self._check_lexical_prior()
 
     def _prepare_encoder(self, encoder):
         from .neural.pointwise import prepare_encoder

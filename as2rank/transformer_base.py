@@ -15,6 +15,7 @@ import copy
 import math
 import sys
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -24,12 +25,18 @@ from sklearn.utils.validation import check_is_fitted
 from .base import RankerMixin
 from .data import check_ranking_data, holdout_questions
 from .metrics import mean_average_precision
-from .params import TRANSFORMER_PRECISIONS, _check_number, check_precision
+from .params import (
+    TRANSFORMER_PRECISIONS,
+    Boolean,
+    Interval,
+    Options,
+    check_param,
+    check_precision,
+    validate_params,
+)
 
 #: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU, and on other devices (CUDA). On the
-#: CPU small batches keep the activations in cache and pad less: with all-MiniLM-L6-v2 on 1,000 WikiQA-test
-#: pairs (one thread), 2,048 predicted 1.5-1.9x as many pairs/s as 16,384 in fp32, bf16 and int8
-#: (``docs/benchmarks/speed.md`` sweeps it).
+#: CPU small batches keep the activations in cache and pad less (``docs/benchmarks/speed.md`` sweeps it).
 AUTO_BATCH_TOKENS = {"cpu": 2048, "other": 16384}
 
 #: Share of the answered training questions held out by ``early_stopping=True`` without ``validation_fraction``.
@@ -53,6 +60,26 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
     #: it; fit-time inputs such as distillation teachers are not part of the model).
     _unsaved_params = ("model", "tokenizer")
+    #: Accepted values of the shared parameters (:func:`as2rank.params.validate_params`); each subclass
+    #: extends it with its own parameters.
+    _parameter_constraints = {
+        "max_length": [Interval(Integral, 8, None)],
+        "epochs": [Interval(Integral, 1, None)],
+        "batch_size": [Interval(Integral, 1, None)],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "head_lr_multiplier": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None)],
+        "warmup": [Interval(Real, 0, 1)],
+        "max_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "early_stopping": [Options(("auto",)), Boolean()],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
+        "patience": [Interval(Integral, 1, None), None],
+        "eval_every": [Interval(Integral, 1, None), None],
+        "freeze_embeddings": [Boolean()],
+        "batch_tokens": [Options(("auto",)), Interval(Integral, 1, None)],
+        "precision": [Options(TRANSFORMER_PRECISIONS)],
+        "n_threads": [Interval(Integral, 1, None), None],
+    }
 
     # ----------------------------------------------------------------- subclass hooks
     def _build_module(self, encoder):
@@ -104,31 +131,13 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
 
     # ----------------------------------------------------------------- shared machinery
-    def _check_common_params(self):
-        _check_number("max_length", self.max_length, 8, integer=True)
-        _check_number("epochs", self.epochs, 1, integer=True)
-        _check_number("batch_size", self.batch_size, 1, integer=True)
-        _check_number("learning_rate", self.learning_rate, 0, low_open=True)
-        _check_number("weight_decay", self.weight_decay, 0)
-        _check_number("warmup", self.warmup, 0, 1)
-        _check_number("max_grad_norm", self.max_grad_norm, 0, low_open=True, allow_none=True)
-        if not (isinstance(self.batch_tokens, str) and self.batch_tokens == "auto"):
-            _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
-        _check_number("patience", self.patience, 1, integer=True, allow_none=True)
-        _check_number("eval_every", self.eval_every, 1, integer=True, allow_none=True)
-        _check_number("head_lr_multiplier", self.head_lr_multiplier, 0, low_open=True)
-        _check_number("n_threads", self.n_threads, 1, integer=True, allow_none=True)
-        if not isinstance(self.freeze_embeddings, (bool, np.bool_)):
-            raise ValueError(f"freeze_embeddings must be True or False, got {self.freeze_embeddings!r}.")
-        check_precision(self.precision, TRANSFORMER_PRECISIONS)
-        if not (isinstance(self.early_stopping, (bool, np.bool_)) or self.early_stopping == "auto"):
-            raise ValueError(f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}.")
-        if self.validation_fraction is not None:
-            _check_number("validation_fraction", self.validation_fraction, 0, 1, low_open=True)
-            if self.validation_fraction >= 1:
-                raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}.")
-            if self.early_stopping is not True and self.early_stopping != "auto" and not self.early_stopping:
-                raise ValueError("validation_fraction holds out questions for early stopping, but early_stopping=False.")
+    def _check_params(self):
+        """Check every parameter against the class's ``_parameter_constraints``, then the cross-parameter rule
+        that all the transformer estimators share (``validation_fraction`` needs early stopping); a subclass
+        extends it with its own cross-parameter rules."""
+        validate_params(self, self._parameter_constraints)
+        if self.validation_fraction is not None and self.early_stopping != "auto" and not self.early_stopping:
+            raise ValueError("validation_fraction holds out questions for early stopping, but early_stopping=False.")
 
     def _encode(self, X):
         from .neural.backbone import encode_pairs, uses_token_types
@@ -190,7 +199,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)."""
         if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
             return AUTO_BATCH_TOKENS["cpu" if device.type == "cpu" else "other"]
-        _check_number("batch_tokens", self.batch_tokens, 1, integer=True)
+        check_param("batch_tokens", self.batch_tokens, self._parameter_constraints["batch_tokens"])
         return int(self.batch_tokens)
 
     def _quantized(self) -> bool:
@@ -504,7 +513,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
         ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
         "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (format version,
-        class, parameters and fitted attributes). Load with :meth:`from_pretrained` or :func:`as2rank.load`.
+        class, parameters and fitted attributes). Load with :meth:`from_pretrained` or
+        :func:`as2rank.load <as2rank.persistence.load>`.
         Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
         others wait until the directory is complete.
 

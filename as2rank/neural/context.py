@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..params import SUMMARIES as _SUMMARIES
+from ..params import Options, check_param
 from .backbone import masked_mean
 from .heads import head_logits, pool
 
@@ -183,14 +185,14 @@ class MultiwayAttention(nn.Module):
         return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
 
 
-#: What :class:`MultiwayContextEncoder`'s classifier may read beside the attended views.
-SUMMARIES = ("pair", "sequence")
+#: What :class:`MultiwayContextEncoder`'s classifier may read beside the attended views (defined in
+#: :data:`as2rank.params.SUMMARIES`).
+SUMMARIES = _SUMMARIES
 
 
 def check_summary(summary) -> None:
     """Raise ``ValueError`` unless ``summary`` is one of :data:`SUMMARIES`."""
-    if summary not in SUMMARIES:
-        raise ValueError(f"summary must be one of {SUMMARIES}, got {summary!r}.")
+    check_param("summary", summary, [Options(SUMMARIES)])
 
 
 class MultiwayContextEncoder(nn.Module):
@@ -226,6 +228,8 @@ class MultiwayContextEncoder(nn.Module):
         self.head = classifier(hidden * (1 + len(self.contexts)), hidden)
 
     def forward(self, batch: dict) -> torch.Tensor:
+        """One logit per row of ``batch`` (its ``segments`` tell the question, candidate and context
+        tokens apart), shape (rows,)."""
         groups = [(SEGMENTS["question"], SEGMENTS["candidate"])] + [(SEGMENTS[c],) for c in self.contexts]
         keeps = [_kept(batch["segments"], ids) for ids in groups]
         counts = [keep.sum(dim=1) for keep in keeps]
@@ -265,6 +269,8 @@ class ContextEnsembleModule(nn.Module):
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
     def forward(self, batch: dict) -> torch.Tensor:
+        """One logit per row of ``batch`` (local inputs under the usual keys, global ones under
+        ``global_*``), shape (rows,)."""
         masks = (batch["attention_mask"], batch["global_attention_mask"])
         if self.trim_padding:
             # Both widths in one host read, before either encoder runs (see segment_widths).

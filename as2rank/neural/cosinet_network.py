@@ -1,6 +1,6 @@
 """The torch network of :class:`~as2rank.cosinet.Cosinet` (Bonadiman & Moschitti, 2020, §3).
 
-:class:`CosinetNetwork` scores the pairs of a batch laid out by :meth:`as2rank.cosinet_encoding._Encoded.batch`:
+:class:`CosinetNetwork` scores the pairs of a batch laid out by ``as2rank.cosinet_encoding._Encoded.batch``:
 one convolution per side over ``[word vector ; relatedness]`` with max pooling, the pair representation
 ``[q ⊙ c ; q − c]``, an optional RNN over each question's candidates and a linear scorer.
 
@@ -73,9 +73,9 @@ class CosinetNetwork(nn.Module):
         weight = conv.weight  # (filters, dim + 1, kernel)
         filters, _, k = weight.shape
         if table.dtype != torch.float32:
-            # oneDNN builds and keeps a bfloat16 kernel for every new matrix shape (about 0.5 MB each, up to
-            # its cache sizes): padding the stream with the zero word to one of 8 lengths per octave (at most
-            # 1/8 more rows) keeps memory flat over a long stream of batches (benchmarks/scale.py). The
+            # oneDNN builds and keeps a bfloat16 kernel for every new matrix shape (up to its cache sizes):
+            # padding the stream with the zero word to one of 8 lengths per octave (at most 1/8 more rows)
+            # keeps memory flat over a long stream of batches (docs/benchmarks/scale.md measures it). The
             # padded positions are never read back.
             positions = len(stream) - k + 1
             step = 1 << max(0, positions.bit_length() - 4)
@@ -101,7 +101,7 @@ class CosinetNetwork(nn.Module):
         Parameters
         ----------
         batch : dict
-            A batch of :meth:`as2rank.cosinet_encoding._Encoded.batch`, on the module's device.
+            A batch of ``as2rank.cosinet_encoding._Encoded.batch``, on the module's device.
         table : torch.Tensor of shape (n_words + 1, dim)
 
         Returns

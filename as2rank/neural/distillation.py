@@ -243,10 +243,10 @@ class CerberusEncoder(nn.Module):
         On the CPU, glibc serves every allocation above 32 MiB (its largest mmap threshold) with fresh pages,
         each faulted in on first touch, and a head block's feed-forward temporaries are ``n_heads`` times
         those of one block. Inference there runs the heads over row blocks whose widest temporary stays under
-        that size (all heads still at once for each block): on WikiQA test pairs at batch 128 this took the
-        B5 3H1 forward from 1.44× to 1.32× the 6-layer student's time (8/6 block passes = 1.33×). ``predict``'s
-        default CPU batches (2,048 tokens) stay under it anyway; larger ``batch_tokens`` and direct calls of
-        the module get the blocks. Training keeps whole batches, so its steps are the same with or without them.
+        that size (all heads still at once for each block), so their temporaries reuse pages instead of
+        faulting in fresh ones (``docs/benchmarks/cerberus.md`` measures the latency). ``predict``'s default
+        CPU batches (2,048 tokens) stay under it anyway; larger ``batch_tokens`` and direct calls of the
+        module get the blocks. Training keeps whole batches, so its steps are the same with or without them.
         """
         batch_size, length, _ = body.shape
         if self.training or body.device.type != "cpu":

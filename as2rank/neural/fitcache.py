@@ -29,7 +29,6 @@ the estimators.
 from __future__ import annotations
 
 from collections import OrderedDict
-from pathlib import Path
 
 import joblib
 

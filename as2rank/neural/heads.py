@@ -32,9 +32,8 @@ def head_logits(head: nn.Module, features: torch.Tensor) -> torch.Tensor:
     """``head(features)`` in float32, outside any autocast.
 
     The encoder may run in bfloat16, but the scores must not: a bfloat16 logit has 8 significant bits, so
-    candidates of one question would tie (a fine-tuned MiniLM's bf16 logits take only a few hundred distinct
-    values over a test set) and the tie policy, not the model, would order them. The head is a few small
-    matrix products, so float32 costs nothing measurable.
+    candidates of one question would tie and the tie policy, not the model, would order them. The head is a
+    few small matrix products, so float32 costs nothing measurable.
     """
     with torch.autocast(features.device.type, enabled=False):
         return head(features.float())
@@ -61,6 +60,7 @@ class CrossEncoder(nn.Module):
         self.head = feed_forward(encoder.config.hidden_size, 2, classifier_dropout(encoder.config))
 
     def forward(self, batch: dict) -> torch.Tensor:
+        """One logit per row of ``batch``, shape (rows,)."""
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
         return _with_prior(head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1), batch)

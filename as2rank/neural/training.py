@@ -35,6 +35,7 @@ __all__ = [
     "listwise_kl_loss",
 ]
 
+#: Values of :func:`~as2rank.neural.train`'s ``optimizer``: Adam, or AdamW (decoupled weight decay).
 OPTIMIZERS = ("adam", "adamw")
 
 

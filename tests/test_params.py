@@ -1,0 +1,100 @@
+"""The declarative parameter constraints of :mod:`as2rank.params` and the estimators' tables."""
+
+from numbers import Integral, Real
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator
+from sklearn.model_selection import GroupKFold
+
+from as2rank.baselines import WordOverlapRanker
+from as2rank.cascade import CascadeTransformer
+from as2rank.cerberus import Cerberus, DistilledRanker
+from as2rank.context import ContextConcat, ContextEnsemble, ContextMWA
+from as2rank.context_features import ContextExtractor
+from as2rank.cosinet import Cosinet
+from as2rank.ensemble import LinearEnsemble
+from as2rank.params import (
+    Boolean,
+    HasMethods,
+    InstanceOf,
+    Interval,
+    Options,
+    SequenceOf,
+    check_param,
+    validate_params,
+)
+from as2rank.pruning import SequentialRanker
+from as2rank.transformer import TransformerRanker
+
+
+@pytest.mark.parametrize(
+    "constraint, good, bad",
+    [
+        (Interval(Integral, 8, None), [8, np.int64(512)], [7, 8.0, True, None, "8"]),
+        (Interval(Real, 0, 1, closed="left"), [0, 0.5, np.float32(0.99)], [1.0, -0.1, np.nan, False]),
+        (Interval(Real, 0, None, closed="neither"), [1e-5, 3], [0, -1.0, np.inf]),
+        (Options(("auto", "cls")), ["auto", np.str_("cls")], ["max", None, 1, np.array(["auto"])]),
+        (Boolean(), [True, np.False_], [0, 1, "True", None]),
+        (InstanceOf(str), ["x"], [1, None]),
+        (HasMethods(("fit", "predict")), [WordOverlapRanker()], [2, None, GroupKFold(2)]),
+        (SequenceOf(Interval(Integral, 1, None)), [[1, 2], (3,), np.array([1, 4])], [[], [0], "12", np.ones((1, 1)), 2]),
+    ],
+)
+def test_constraints_accept_and_refuse(constraint, good, bad):
+    assert all(constraint.is_satisfied_by(v) for v in good)
+    assert not any(constraint.is_satisfied_by(v) for v in bad)
+
+
+@pytest.mark.parametrize(
+    "constraints, message",
+    [
+        ([Interval(Integral, 8, None)], "an integer >= 8"),
+        ([Interval(Integral, 1, None), None], "a positive integer or None"),
+        ([Interval(Real, 0, None)], "a non-negative float"),
+        ([Interval(Real, 0, 1, closed="right")], r"a float in \(0, 1\]"),
+        ([Options(("auto",)), Boolean()], "'auto', True or False"),
+        ([None, Options(("a", "b"))], r"None or one of \('a', 'b'\)"),
+        ([SequenceOf(Interval(Real, 0, 1, closed="left"))], r"a non-empty sequence of floats in \[0, 1\)"),
+    ],
+)
+def test_messages_name_the_parameter_the_accepted_values_and_the_value(constraints, message):
+    with pytest.raises(ValueError, match=f"^x must be {message}, got 'bad'\\.$"):
+        check_param("x", "bad", constraints)
+    with pytest.raises(TypeError, match="Not a parameter constraint"):
+        check_param("x", 1, [int])
+
+
+def test_validate_params_checks_get_params_values():
+    class Est(BaseEstimator):
+        _parameter_constraints = {"a": [Interval(Integral, 1, None)], "not_a_param": [None]}
+
+        def __init__(self, a=1, b=None):
+            self.a, self.b = a, b
+
+    validate_params(Est(), Est._parameter_constraints)  # parameters outside the table (b) are not checked
+    with pytest.raises(ValueError, match="^a must be a positive integer, got 0.$"):
+        validate_params(Est(a=0), Est._parameter_constraints)
+
+
+@pytest.mark.parametrize(
+    "est",
+    [
+        TransformerRanker(),
+        CascadeTransformer(),
+        Cerberus(teachers=["s"]),
+        DistilledRanker(teachers=["s"]),
+        ContextConcat(),
+        ContextMWA(),
+        ContextEnsemble(),
+        Cosinet(),
+        ContextExtractor(),
+        LinearEnsemble(),
+        SequentialRanker([WordOverlapRanker()] * 2),
+    ],
+    ids=type,
+)
+def test_tables_name_parameters_and_accept_the_defaults(est):
+    table = type(est)._parameter_constraints
+    assert set(table) <= set(est.get_params(deep=False))
+    validate_params(est, table)
