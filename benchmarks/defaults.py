@@ -210,14 +210,17 @@ def p_text(p) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def summary(res, data, rows, sizes, mean, best, p) -> list:
-    """One generated line per size: the best cell, the best transformer cell, the reference rows, and at the
-    best transformer cell's learning rate the best-validation epoch against epoch 4 of 4 and the best epoch."""
+def summary(res, data, rows, sizes, mean, best, p, default_row) -> list:
+    """One generated line per size: the best cell, the library default's cell, the best transformer cell, the
+    reference rows, and at the best transformer cell's learning rate the best-validation epoch against epoch 4
+    of 4 and the best epoch."""
     out = []
     for s in sizes:
         b = best[s]
         vs = lambda c: "" if c == b else f" ({p_text(p[c])} vs best)"
         text = f"- {TITLES[data]}, {s} questions: best {b[0]} ({100 * mean[b]:.1f})"
+        if (default_row, s) in mean and (default_row, s) != b:
+            text += f"; library default {100 * mean[(default_row, s)]:.1f}{vs((default_row, s))}"
         lr_cells = [c for c in mean if c[1] == s and c[0].startswith("lr ")]
         if lr_cells:
             t = max(lr_cells, key=mean.get)
@@ -294,7 +297,7 @@ def markdown(res, estimator) -> str:
             lines.append(f"| {r} | " + " | ".join(cell(s) for s in sizes) + " |")
         seeds = sorted({v for v in n.values()})
         lines += ["", f"{info[sizes[0]]['n_test_questions']} test questions; seeds per cell: {', '.join(map(str, seeds))}.", ""]
-        notes += summary(res, data, rows, sizes, mean, best, p)
+        notes += summary(res, data, rows, sizes, mean, best, p, row)
         chosen += [(mean.get((row, s)), best[s] == (row, s) or p.get((row, s), 0) >= 0.05,
                     mean.get((LABELS["today's default"], s))) for s in sizes]
     done = [c for c in chosen if c[0] is not None]
