@@ -56,10 +56,11 @@ def test_alpha_zero_equals_full_encoder_and_final_classifier(kind, tokenizer):
     enc = est._encode(X)
     module = est.model_.eval()
     with torch.inference_mode():
-        inputs = {k: torch.from_numpy(v) for k, v in enc.items() if k != "lengths"}
+        inputs = {k: torch.from_numpy(v) for k, v in enc.items() if k not in ("lengths", "prior")}
         hidden = module.encoder(**inputs).last_hidden_state
         expected = module.classifiers[-1](masked_mean(hidden, inputs["attention_mask"])).squeeze(-1).numpy()
-    np.testing.assert_allclose(scores, expected, atol=1e-5, rtol=0)
+    # The last classifier's logit plus the lexical prior's (on by default).
+    np.testing.assert_allclose(scores, expected + enc["prior"], atol=1e-5, rtol=0)
 
 
 def test_exit_sampling_all_trains_every_exit_on_every_batch(tokenizer):
@@ -193,15 +194,14 @@ def test_chunked_layers_score_like_whole_questions(fitted):
     fitted.set_params(alpha=0.0, batch_tokens="auto")
 
 
-def test_cascade_module_chunks_match_one_chunk(fitted):
+def test_cascade_module_chunks_match_one_chunk(tokenizer):
     """With drops: the same survivors and logits in chunks as in one padded batch.
 
     Random token ids (not the fixture's tokenizer) and linear classifiers, so that no two rows tie: tied
-    rows may fall either way at a drop when chunks round differently (1e-7).
+    rows may fall either way at a drop when chunks round differently (1e-7). The encoder is a pure fit's
+    (no prior: the batch below carries none).
     """
-    import copy
-
-    module = copy.deepcopy(fitted.model_)
+    module = small(CascadeTransformer, "bert", tokenizer, lexical_prior=False).fit(*synthetic()).model_
     torch.manual_seed(0)
     module.classifiers = torch.nn.ModuleList(torch.nn.Linear(32, 1) for _ in module.exits)
     with torch.no_grad():
