@@ -1,4 +1,4 @@
-"""The ranking mixin that every as2rank estimator inherits (the estimator contract of DESIGN §2)."""
+"""The ranking mixin that every as2rank estimator inherits (the estimator contract: ``docs/guide/estimators.md``)."""
 
 from __future__ import annotations
 

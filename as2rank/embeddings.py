@@ -1,4 +1,4 @@
-"""Static (frozen) word vectors, resolved offline first (DESIGN §5).
+"""Static (frozen) word vectors, resolved offline first (the sources below); a download only as a named fallback.
 
 A source of word vectors is any of:
 

@@ -14,6 +14,8 @@ Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import functools
 import itertools
@@ -136,7 +138,8 @@ def load_backbone(model, tokenizer=None):
         encoder = AutoModel.from_config(copy.deepcopy(model))
     elif isinstance(model, str):
         name, local = resolve_model(model)
-        encoder = AutoModel.from_pretrained(name, local_files_only=local)
+        with _no_loading_bar():
+            encoder = AutoModel.from_pretrained(name, local_files_only=local)
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
     else:
@@ -145,6 +148,21 @@ def load_backbone(model, tokenizer=None):
             f"transformers.PretrainedConfig, got {type(model).__name__}."
         )
     return encoder.eval(), tokenizer
+
+
+@contextlib.contextmanager
+def _no_loading_bar():
+    """Silence transformers' progress bar over the weights of a checkpoint being loaded (each fit loads one;
+    estimators show their own progress with ``verbose``); the user's setting comes back afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def layer_list(encoder) -> torch.nn.ModuleList:

@@ -240,7 +240,6 @@ def train(
     patience: int | None = None,
     precision: torch.dtype | None = None,
     lr_multipliers: dict[str, float] | None = None,
-    rows_of: Callable | None = None,
     accelerator=None,
     state: TrainingState | None = None,
 ) -> TrainingHistory:
@@ -297,17 +296,13 @@ def train(
     lr_multipliers : dict of str to float, default=None
         ``{submodule name: factor}``: parameters under that submodule (e.g. ``"head"``) learn at
         ``factor × learning_rate`` through the same schedule; the others at ``learning_rate``.
-    rows_of : callable, default=None
-        ``batch -> number of examples``, for plain batches (a ``LocalBatch`` says it itself); when given,
-        the progress bar shows examples per second.
     accelerator : accelerate.Accelerator, default=None
         The one that :func:`~as2rank.neural.distributed.setup_training` made for the estimator's shards;
         ``None`` makes one for ``device`` and ``precision``.
     state : TrainingState, default=None
         Continue a previous run (``partial_fit``): its optimizer, and a schedule laid out over
         ``state.total_rows`` rows instead of ``epochs * steps_per_epoch`` steps; updated in place. The
-        schedule advances by the rows of each batch, so batches must say them (``LocalBatch`` or
-        ``rows_of``). Evaluation is not available then.
+        schedule advances by the rows of each batch, so batches must say them (``LocalBatch``). Evaluation is not available then.
 
     Returns
     -------
@@ -376,7 +371,7 @@ def train(
                     batch, rows = item.batch, item.rows
                     examples = rows if item.examples is None else item.examples
                 else:
-                    batch, rows, examples = item, (rows_of(item) if rows_of is not None else 0), 1.0
+                    batch, rows, examples = item, 0, 1.0
                 step = len(history.step_loss) + len(epoch_losses)
                 position = step if state is None else state.position()
                 for group in opt.param_groups:
