@@ -312,7 +312,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         return (losses * torch.as_tensor(self._weights(), dtype=losses.dtype, device=losses.device)).sum()
 
     def _dev_scores(self, module, encoded, index, device):
-        return self._head_logits(module, encoded, device).mean(axis=1)
+        return self._row_logits(module, encoded, device).mean(axis=1)
 
     def _export_attrs(self):
         return {"n_layers_": self.n_layers_, "body_layers_": self.body_layers_, "head_layers_": self.head_layers_,
@@ -323,20 +323,6 @@ device, precision, n_threads, reuse_fit, random_state, verbose
             setattr(self, name, value)
 
     # ----------------------------------------------------------------- inference
-    def _head_logits(self, module, encoded, device):
-        import torch
-
-        from .neural import autocast, to_device
-        from .neural.backbone import batch_tensors, token_budget_batches
-
-        n = len(encoded["lengths"])
-        logits = np.empty((n, self.n_heads_), dtype=np.float64)
-        batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], self._batch_tokens(device))
-        with torch.inference_mode(), autocast(device, self._compute_dtype(device)):
-            for rows in self._progress(batches, len(batches), "predict"):
-                logits[rows] = module(to_device(batch_tensors(encoded, rows), device)).float().cpu().numpy()
-        return logits
-
     def predict_heads(self, X) -> np.ndarray:
         """The logit of every head for every row (``predict`` is their mean).
 
@@ -354,7 +340,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         check_is_fitted(self, "model_")
         X = check_X(X)
         device = resolve_device(self.device)
-        return self._head_logits(self._module_on(device), self._encode(X), device)
+        return self._row_logits(self._module_on(device), self._encode(X), device)
 
     def predict(self, X) -> np.ndarray:
         """One score per row: the mean of the heads' logits (Eq. 5), higher is better.

@@ -31,19 +31,7 @@ class _PointwiseScoring:
         return bce_loss(module, batch)
 
     def _dev_scores(self, module, encoded, index, device):
-        return self._logits(module, encoded, device)
-
-    def _logits(self, module, encoded, device):
-        from .neural.pointwise import predict_logits
-
-        return predict_logits(
-            module,
-            encoded,
-            device,
-            batch_tokens=self._batch_tokens(device),
-            dtype=self._compute_dtype(device),
-            progress=self._progress,
-        )
+        return self._row_logits(module, encoded, device)
 
     def predict(self, X) -> np.ndarray:
         """One score (the head's logit) per row, higher is better.
@@ -64,7 +52,7 @@ class _PointwiseScoring:
         X = check_X(X)
         device = resolve_device(self.device)
         with torch_threads(self.n_threads):
-            return self._logits(self._module_on(device), self._encode(X), device)
+            return self._row_logits(self._module_on(device), self._encode(X), device)
 
 
 class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstimator):

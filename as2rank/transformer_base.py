@@ -31,7 +31,6 @@ from .params import (
     Interval,
     Options,
     check_param,
-    check_precision,
     validate_params,
 )
 
@@ -151,49 +150,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         )
 
     def _compute_dtype(self, device, *, training: bool = False):
-        """The autocast dtype of ``precision`` on ``device`` (float32 means no autocast).
+        """The autocast dtype of ``precision`` on ``device`` (see :func:`as2rank.neural.devices.autocast_dtype`)."""
+        from .neural.devices import autocast_dtype
 
-        ``"int8"`` trains as ``"auto"`` and predicts with quantized float32 modules (no autocast).
-        """
-        import torch
-
-        from .neural import cpu_bf16_supported, int8_supported
-
-        precision = self.precision
-        check_precision(precision, TRANSFORMER_PRECISIONS)
-        cuda = device.type == "cuda"
-        if precision == "fp16" and not cuda:
-            raise ValueError("precision='fp16' needs a CUDA device; use 'bf16', 'int8' or 'fp32' on the CPU.")
-        if precision == "int8":
-            if cuda:
-                raise ValueError("precision='int8' is dynamic quantization for the CPU; use 'auto', 'bf16' or 'fp16' on CUDA.")
-            if not training and int8_supported():
-                return torch.float32
-            if not training:
-                warnings.warn(
-                    "precision='int8' but this CPU has no int8 kernels (x86 with AVX2+ or ARM); predicting in float32.",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                return torch.float32
-            precision = "auto"
-        if precision == "fp32":
-            return torch.float32
-        if precision == "fp16":
-            return torch.float16
-        bf16 = torch.cuda.is_bf16_supported() if cuda else cpu_bf16_supported()
-        if precision == "auto":
-            if cuda:
-                return torch.bfloat16 if bf16 else torch.float16
-            return torch.bfloat16 if bf16 else torch.float32
-        if not bf16:  # "bf16" where the hardware lacks it: emulation would be slower than float32
-            warnings.warn(
-                f"precision='bf16' but this {device.type.upper()} has no native bfloat16 support; running in float32.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return torch.float32
-        return torch.bfloat16
+        return autocast_dtype(self.precision, device, training=training)
 
     def _batch_tokens(self, device) -> int:
         """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)."""
@@ -567,6 +527,20 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 self._int8_model_ = cached
             return cached[1]
         return self.model_.to(device).eval()
+
+    def _row_logits(self, module, encoded, device):
+        """The module's output for every encoded row (the one batched predict loop of the per-row models:
+        :func:`as2rank.neural.pointwise.predict_logits`)."""
+        from .neural.pointwise import predict_logits
+
+        return predict_logits(
+            module,
+            encoded,
+            device,
+            batch_tokens=self._batch_tokens(device),
+            dtype=self._compute_dtype(device),
+            progress=self._progress,
+        )
 
     def _progress(self, iterable, total, desc):
         from .neural.distributed import is_main_process

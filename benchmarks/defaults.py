@@ -156,7 +156,7 @@ def run(args, res, save):
                         "n_train_rows": len(train[0]), "n_val_questions": val[0]["qid"].nunique(), "n_test_questions": len(res["test_qids"][data])}
                 jobs = [(curve_label({"lr": lr, "prior": prior == "on"}), "curves", curve_model(args.estimator, lr, prior == "on", seed), lr)
                         for prior in args.priors for lr in args.lrs]
-                jobs += [(name, "refs", reference(args.estimator, name, seed), None) for name in REFS]
+                jobs += [(name, "refs", reference(args.estimator, name, seed), None) for name in args.refs]
                 for name, kind, est, lr in jobs:
                     k = key(data, size, seed, name, est, args.epochs if kind == "curves" else None)
                     if k in res[kind]:
@@ -344,6 +344,7 @@ def main(argv=None):
     parser.add_argument("--priors", nargs="+", choices=("off", "on"), default=["off", "on"],
                         help="train without / with the lexical prior (the estimator's lexical_prior)")
     parser.add_argument("--estimator", choices=tuple(ESTIMATORS), default="transformer")
+    parser.add_argument("--refs", nargs="*", choices=REFS, default=list(REFS), help="reference rows to fit (default: all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--epochs", type=int, default=4, help="epochs of each learning curve (the schedule's length)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

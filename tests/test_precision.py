@@ -104,12 +104,12 @@ def test_auto_precision_follows_the_hardware(fitted, monkeypatch):
     ranker, X = fitted
     cpu = torch.device("cpu")
     ranker.set_params(precision="auto")
-    monkeypatch.setattr(neural, "cpu_bf16_supported", lambda: True)
+    monkeypatch.setattr(neural.devices, "cpu_bf16_supported", lambda: True)
     assert ranker._compute_dtype(cpu) == torch.bfloat16
-    monkeypatch.setattr(neural, "cpu_bf16_supported", lambda: False)
+    monkeypatch.setattr(neural.devices, "cpu_bf16_supported", lambda: False)
     assert ranker._compute_dtype(cpu) == torch.float32
     ranker.set_params(precision="int8")
-    monkeypatch.setattr(neural, "cpu_bf16_supported", lambda: True)
+    monkeypatch.setattr(neural.devices, "cpu_bf16_supported", lambda: True)
     assert ranker._compute_dtype(cpu, training=True) == torch.bfloat16  # int8 trains as "auto"
     ranker.set_params(precision="fp32")
 

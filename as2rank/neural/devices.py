@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
-from ..params import DTYPE_PRECISIONS, check_precision
+from ..params import DTYPE_PRECISIONS, TRANSFORMER_PRECISIONS, check_precision
 
 __all__ = [
     "PRECISIONS",
     "autocast",
+    "autocast_dtype",
     "call_seed",
     "cpu_bf16_supported",
     "int8_supported",
@@ -59,6 +61,65 @@ def resolve_device(device="auto") -> torch.device:
     elif resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device={device!r} but MPS is not available on this machine.")
     return resolved
+
+
+def autocast_dtype(precision, device: torch.device, *, training: bool = False) -> torch.dtype:
+    """The autocast dtype of a transformer estimator's ``precision`` on ``device`` (float32: no autocast).
+
+    Parameters
+    ----------
+    precision : {"auto", "fp32", "bf16", "fp16", "int8"}
+        ``"auto"``: bfloat16 where the device computes it natively, else float16 on CUDA and float32 on the
+        CPU; ``"bf16"`` where it is not native falls back to float32 with a warning; ``"fp16"`` needs CUDA;
+        ``"int8"`` (CPU only) trains as ``"auto"`` and predicts with quantized float32 modules (no autocast;
+        float32 with a warning where the CPU has no int8 kernels).
+    device : torch.device
+    training : bool, default=False
+        Whether the dtype is for training (``"int8"`` then means ``"auto"``).
+
+    Returns
+    -------
+    torch.dtype
+
+    Raises
+    ------
+    ValueError
+        For an unknown value, or one the device cannot run.
+    """
+    check_precision(precision, TRANSFORMER_PRECISIONS)
+    cuda = device.type == "cuda"
+    if precision == "fp16" and not cuda:
+        raise ValueError("precision='fp16' needs a CUDA device; use 'bf16', 'int8' or 'fp32' on the CPU.")
+    if precision == "int8":
+        if cuda:
+            raise ValueError("precision='int8' is dynamic quantization for the CPU; use 'auto', 'bf16' or 'fp16' on CUDA.")
+        if not training and int8_supported():
+            return torch.float32
+        if not training:
+            warnings.warn(
+                "precision='int8' but this CPU has no int8 kernels (x86 with AVX2+ or ARM); predicting in float32.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return torch.float32
+        precision = "auto"
+    if precision == "fp32":
+        return torch.float32
+    if precision == "fp16":
+        return torch.float16
+    bf16 = torch.cuda.is_bf16_supported() if cuda else cpu_bf16_supported()
+    if precision == "auto":
+        if cuda:
+            return torch.bfloat16 if bf16 else torch.float16
+        return torch.bfloat16 if bf16 else torch.float32
+    if not bf16:  # "bf16" where the hardware lacks it: emulation would be slower than float32
+        warnings.warn(
+            f"precision='bf16' but this {device.type.upper()} has no native bfloat16 support; running in float32.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return torch.float32
+    return torch.bfloat16
 
 
 def resolve_precision(precision, device: torch.device) -> torch.dtype:

@@ -70,7 +70,8 @@ def bce_loss(module, batch: dict) -> torch.Tensor:
 
 
 def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, progress) -> np.ndarray:
-    """The module's logit for every encoded row, in row order.
+    """The module's logit(s) for every encoded row, in row order (one per row, or one per head of a
+    multi-head module).
 
     Rows are packed into batches of at most ``batch_tokens`` padded tokens (sorted by length, see
     :func:`~as2rank.neural.backbone.token_budget_batches`) and run without gradients under autocast.
@@ -93,13 +94,16 @@ def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, p
 
     Returns
     -------
-    ndarray of float64 of shape (n,)
+    ndarray of float64 of shape (n,) or (n, n_heads)
+        As the module's output per row.
     """
     n = len(encoded["lengths"])
-    scores = np.empty(n, dtype=np.float64)
+    scores = None
     batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], batch_tokens)
     with torch.inference_mode(), autocast(device, dtype):
         for rows in progress(batches, len(batches), "predict"):
-            out = module(to_device(batch_tensors(encoded, rows), device))
-            scores[rows] = out.float().cpu().numpy()
-    return scores
+            out = module(to_device(batch_tensors(encoded, rows), device)).float().cpu().numpy()
+            if scores is None:
+                scores = np.empty((n, *out.shape[1:]), dtype=np.float64)
+            scores[rows] = out
+    return np.empty(0, dtype=np.float64) if scores is None else scores
