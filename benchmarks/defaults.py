@@ -149,7 +149,7 @@ def run(args, res, save):
     for seed in args.seeds:
         for size in args.sizes:
             for data in args.data:
-                X, y, Xt, yt = loaded = args.loaded.get(data) or args.loaded.setdefault(data, load(data))
+                X, y, Xt, yt = args.loaded.get(data) or args.loaded.setdefault(data, load(data))
                 res.setdefault("test_qids", {})[data] = sorted(Xt["qid"].unique())
                 train, val = splits(X, y, size, seed)
                 info = {"data": data, "size": str(size), "seed": seed, "n_train_questions": train[0]["qid"].nunique(),

@@ -15,7 +15,6 @@ Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them
 from __future__ import annotations
 
 import contextlib
-
 import copy
 import functools
 import itertools
