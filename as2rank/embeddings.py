@@ -107,6 +107,8 @@ class WordVectors(ABC):
             Which words the source knew.
         """
         _check_oov(oov)
+        if not len(words):  # e.g. a partial_fit whose batch brings no new word
+            return np.zeros((0, self.dim), dtype=np.float32), np.zeros(0, dtype=bool)
         vectors, found = self.lookup(words)
         if oov == "hashed" and not found.all():
             missing = np.flatnonzero(~found)

@@ -104,3 +104,6 @@ def test_packaged_minilm_wordpieces_are_averaged():
     vectors, found = minilm.lookup(["shakespearean", "the", "\u200b"])
     np.testing.assert_array_equal(found, [True, True, False])
     np.testing.assert_allclose(vectors[0], minilm.matrix[pieces].mean(axis=0), rtol=1e-5, atol=1e-6)
+    # No words (a partial_fit batch with no new word): empty arrays, not a tokenizer error.
+    vectors, found = minilm.embed([], "hashed")
+    assert vectors.shape == (0, 384) and vectors.dtype == np.float32 and found.shape == (0,)
