@@ -36,6 +36,7 @@ from sklearn.utils.validation import check_is_fitted
 from .data import check_X
 from .ensemble import LinearEnsemble
 from .params import POOLINGS, Interval, Options
+from .prior import LexicalPriorMixin
 from .teachers import (
     CV_CONSTRAINTS,
     _check_teachers,
@@ -99,7 +100,7 @@ class _Distillation:
 
 
 # ----------------------------------------------------------------------------------------------- Cerberus
-class Cerberus(_Distillation, _TransformerEstimator):
+class Cerberus(LexicalPriorMixin, _Distillation, _TransformerEstimator):
     """CERBERUS (Matsubara et al., 2022, §3.3): one transformer with a shared body and one ranking head per
     teacher, each head distilled from its own teacher.
 
@@ -186,6 +187,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
 
     _head_modules = ("classifiers",)
     _parameter_constraints = {
+        **LexicalPriorMixin._parameter_constraints,
         **_TransformerEstimator._parameter_constraints,
         **_Distillation._parameter_constraints,
         "body_layers": [Interval(Integral, 1, None), None],
@@ -205,6 +207,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         teacher_cv=None,
         tokenizer=None,
         pooling="auto",
+        lexical_prior=False,
         max_length=128,
         epochs=2,
         batch_size=32,
@@ -237,6 +240,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         self.teacher_cv = teacher_cv
         self.tokenizer = tokenizer
         self.pooling = pooling
+        self.lexical_prior = lexical_prior
         self.max_length = max_length
         self.epochs = epochs
         self.batch_size = batch_size
@@ -315,12 +319,13 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         return self._row_logits(module, encoded, device).mean(axis=1)
 
     def _export_attrs(self):
-        return {"n_layers_": self.n_layers_, "body_layers_": self.body_layers_, "head_layers_": self.head_layers_,
+        return {**super()._export_attrs(), "body_layers_": self.body_layers_, "head_layers_": self.head_layers_,
                 "n_heads_": self.n_heads_, "pooling_": self.pooling_}
 
     def _import_attrs(self, attrs):
-        for name, value in attrs.items():
-            setattr(self, name, value)
+        super()._import_attrs(attrs)
+        self.body_layers_, self.head_layers_ = attrs["body_layers_"], attrs["head_layers_"]
+        self.n_heads_, self.pooling_ = attrs["n_heads_"], attrs["pooling_"]
 
     # ----------------------------------------------------------------- inference
     def predict_heads(self, X) -> np.ndarray:
@@ -359,7 +364,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
 
 
 # ----------------------------------------------------------------------------------------------- KD baselines
-class DistilledRanker(_Distillation, _PointwiseScoring, _TransformerEstimator):
+class DistilledRanker(LexicalPriorMixin, _Distillation, _PointwiseScoring, _TransformerEstimator):
     """A one-head transformer student distilled from one or several teachers (the KD baselines of the
     CERBERUS paper, §3.2 and §5.2).
 
@@ -402,6 +407,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     """
 
     _parameter_constraints = {
+        **LexicalPriorMixin._parameter_constraints,
         **_TransformerEstimator._parameter_constraints,
         **_Distillation._parameter_constraints,
         "num_layers": [Interval(Integral, 1, None), None],
@@ -420,6 +426,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         tokenizer=None,
         num_layers=None,
         pooling="auto",
+        lexical_prior=False,
         max_length=128,
         epochs=2,
         batch_size=32,
@@ -451,6 +458,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         self.tokenizer = tokenizer
         self.num_layers = num_layers
         self.pooling = pooling
+        self.lexical_prior = lexical_prior
         self.max_length = max_length
         self.epochs = epochs
         self.batch_size = batch_size
@@ -505,7 +513,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         return losses.mean(dim=0).sum()
 
     def _export_attrs(self):
-        return {"n_layers_": self.n_layers_, "pooling_": self.pooling_}
+        return {**super()._export_attrs(), "pooling_": self.pooling_}
 
     def _import_attrs(self, attrs):
-        self.n_layers_, self.pooling_ = attrs["n_layers_"], attrs["pooling_"]
+        super()._import_attrs(attrs)
+        self.pooling_ = attrs["pooling_"]

@@ -29,6 +29,7 @@ import numpy as np
 from .context_features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
 from .data import REQUIRED_COLUMNS, check_X
 from .params import POOLINGS, SUMMARIES, Interval, Options
+from .prior import LexicalPriorMixin
 from .transformer import _PointwiseScoring
 from .transformer_base import _TransformerEstimator
 
@@ -167,7 +168,7 @@ reuse_fit, random_state, verbose
         ``TransformerRanker``'s only)."""
 
 
-class ContextConcat(_ContextRanker):
+class ContextConcat(LexicalPriorMixin, _ContextRanker):
     __doc__ = f"""Context concatenation (paper §2.2, Figure 2a): one encoder over the question, the candidate and
     the contexts, joined with the tokenizer's separators; the pooled encoding feeds a feed-forward head
     (as :class:`~as2rank.transformer.TransformerRanker`'s) trained with pointwise binary cross-entropy.
@@ -203,6 +204,8 @@ class ContextConcat(_ContextRanker):
     >>> model.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
+    _parameter_constraints = {**_ContextRanker._parameter_constraints, **LexicalPriorMixin._parameter_constraints}
+
     def __init__(
         self,
         model="minilm-l6",
@@ -210,6 +213,7 @@ class ContextConcat(_ContextRanker):
         contexts=("local", "global"),
         num_layers=None,
         pooling="auto",
+        lexical_prior=False,
         max_length=256,
         max_pair_length=128,
         epochs=2,
@@ -238,6 +242,7 @@ class ContextConcat(_ContextRanker):
         self.contexts = contexts
         self.num_layers = num_layers
         self.pooling = pooling
+        self.lexical_prior = lexical_prior
         self.max_length = max_length
         self.max_pair_length = max_pair_length
         self.epochs = epochs
@@ -267,7 +272,7 @@ class ContextConcat(_ContextRanker):
         return CrossEncoder(encoder, self.pooling_)
 
 
-class ContextMWA(_ContextRanker):
+class ContextMWA(LexicalPriorMixin, _ContextRanker):
     __doc__ = f"""Multi-way attention over context (paper §2.2, Figure 2c; Tan et al., IJCAI 2018).
 
     One encoder reads the same concatenation as :class:`ContextConcat`, with the segment of every token
@@ -323,6 +328,7 @@ class ContextMWA(_ContextRanker):
     _needs_segments = True
     _head_modules = ("head", "attention")
     _parameter_constraints = {
+        **LexicalPriorMixin._parameter_constraints,
         **_ContextRanker._parameter_constraints,
         "attention_dim": [Interval(Integral, 1, None)],
         "summary": [Options(SUMMARIES)],
@@ -337,6 +343,7 @@ class ContextMWA(_ContextRanker):
         summary="pair",
         num_layers=None,
         pooling="auto",
+        lexical_prior=False,
         max_length=256,
         max_pair_length=128,
         epochs=2,
@@ -367,6 +374,7 @@ class ContextMWA(_ContextRanker):
         self.summary = summary
         self.num_layers = num_layers
         self.pooling = pooling
+        self.lexical_prior = lexical_prior
         self.max_length = max_length
         self.max_pair_length = max_pair_length
         self.epochs = epochs

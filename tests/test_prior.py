@@ -117,3 +117,63 @@ def test_cascade_adds_the_prior_to_every_exit(tokenizer, tmp_path):
     cascade.save_pretrained(tmp_path / "c")
     loaded = CascadeTransformer.from_pretrained(tmp_path / "c", alpha=0.3)
     np.testing.assert_allclose(loaded.predict(X), cascade.set_params(alpha=0.3).predict(X), atol=1e-6)
+
+
+def _without_prior(ranker, X):
+    """The fitted network's own scores of ``X``: the module run on the encoded rows less their ``prior``."""
+    from as2rank.neural.pointwise import predict_logits
+
+    encoded = ranker._encode(X)
+    assert "prior" in encoded
+    del encoded["prior"]
+    return predict_logits(ranker.model_, encoded, torch.device("cpu"), batch_tokens=256, dtype=torch.float32,
+                          progress=lambda b, n, d: b)
+
+
+def _students(tokenizer):
+    """Fitted DistilledRanker and Cerberus with a prior, and the frame they were fitted on."""
+    from as2rank.cerberus import Cerberus, DistilledRanker
+
+    X, y = synthetic(n_questions=12)
+    teachers = [np.random.default_rng(0).normal(size=len(X)), np.where(y > 0, 1.0, -1.0)]
+    distilled = small(DistilledRanker, "bert", tokenizer, teachers=teachers, lexical_prior=True).fit(X, y)
+    cerberus = small(Cerberus, "bert", tokenizer, teachers=teachers, body_layers=4, head_layers=1, lexical_prior=True).fit(X, y)
+    return X, y, distilled, cerberus
+
+
+def test_students_add_the_prior_to_every_head(tokenizer, tmp_path):
+    from as2rank.cerberus import Cerberus, DistilledRanker
+
+    X, y, distilled, cerberus = _students(tokenizer)
+    for model in (distilled, cerberus):
+        np.testing.assert_allclose(model.lexical_coef_, fit_lexical_prior(X, y)[1])
+        prior = lexical_prior_logits(model.lexical_features_, model.lexical_coef_, X)
+        network = _without_prior(model, X)  # (rows,) for the student, (rows, heads) for Cerberus
+        expected = network + prior if network.ndim == 1 else (network + prior[:, None]).mean(axis=1)
+        np.testing.assert_allclose(model.predict(X), expected, rtol=1e-5, atol=1e-5)
+        cls = type(model)
+        model.save_pretrained(tmp_path / cls.__name__)
+        np.testing.assert_allclose(cls.from_pretrained(tmp_path / cls.__name__).predict(X), model.predict(X), atol=1e-6)
+    assert DistilledRanker().lexical_prior is Cerberus().lexical_prior
+
+
+def test_context_rankers_add_the_prior(tmp_path):
+    from tests import test_context as tc
+
+    from as2rank.context import ContextConcat, ContextExtractor, ContextMWA
+
+    X, y = tc.synthetic(n_questions=12)
+    X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+    tok = tc.tokenizer.__wrapped__() if hasattr(tc.tokenizer, "__wrapped__") else None
+    if tok is None:
+        import transformers
+
+        tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})
+    for cls in (ContextConcat, ContextMWA):
+        ranker = tc.small(cls, tok, lexical_prior=True).fit(X, y)
+        prior = lexical_prior_logits(ranker.lexical_features_, ranker.lexical_coef_, X)
+        np.testing.assert_allclose(ranker.predict(X), _without_prior(ranker, X) + prior, rtol=1e-5, atol=1e-5)
+        plain = tc.small(cls, tok, lexical_prior=False).fit(X, y)
+        assert not hasattr(plain, "lexical_coef_") and not np.allclose(plain.predict(X), ranker.predict(X))
+        ranker.save_pretrained(tmp_path / cls.__name__)
+        np.testing.assert_allclose(cls.from_pretrained(tmp_path / cls.__name__).predict(X), ranker.predict(X), atol=1e-6)

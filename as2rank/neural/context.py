@@ -14,7 +14,7 @@ from torch import nn
 from ..params import SUMMARIES as _SUMMARIES
 from ..params import Options, check_param
 from .backbone import masked_mean
-from .heads import head_logits, pool
+from .heads import head_logits, pool, with_prior
 
 __all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
 
@@ -242,7 +242,7 @@ class MultiwayContextEncoder(nn.Module):
             keys, key_mask = _pack(hidden, keeps[i], counts[i], widths[i])
             attended = self.attention[context](query, query_mask, keys, key_mask)
             parts.append(masked_mean(attended, query_mask))
-        return head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
+        return with_prior(head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1), batch)
 
 
 class ContextEnsembleModule(nn.Module):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbone import LayerStack, layer_list, truncate_layers
-from .heads import feed_forward, head_logits, pool
+from .heads import feed_forward, head_logits, pool, with_prior
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers", "distillation_loss"]
 
@@ -224,7 +224,8 @@ class CerberusEncoder(nn.Module):
         self.n_heads = n_heads
 
     def forward(self, batch: dict) -> torch.Tensor:
-        """Logits of every head for every row, shape (n_rows, n_heads): the body runs once."""
+        """Logits of every head for every row, shape (n_rows, n_heads): the body runs once. A batch's per-row
+        ``prior`` logits, when it has them, are added to every head's."""
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         body = self.encoder(**inputs).last_hidden_state
         if torch.is_autocast_enabled(body.device.type):
@@ -234,8 +235,9 @@ class CerberusEncoder(nn.Module):
         attention_mask = batch["attention_mask"]
         step = self.head_rows(body)
         if step >= len(body):
-            return self._heads(body, attention_mask)
-        return torch.cat([self._heads(body[i : i + step], attention_mask[i : i + step]) for i in range(0, len(body), step)])
+            return with_prior(self._heads(body, attention_mask), batch)
+        logits = torch.cat([self._heads(body[i : i + step], attention_mask[i : i + step]) for i in range(0, len(body), step)])
+        return with_prior(logits, batch)
 
     def head_rows(self, body: torch.Tensor) -> int:
         """Rows of the body's output that the heads take at once: all of them, except in CPU inference.

@@ -9,7 +9,7 @@ from torch import nn
 from ..pruning import drop_lowest
 from .backbone import LayerStack, masked_mean, truncate_layers
 
-__all__ = ["CascadeEncoder", "CrossEncoder", "classifier_dropout", "feed_forward", "head_logits", "pool"]
+__all__ = ["CascadeEncoder", "CrossEncoder", "classifier_dropout", "feed_forward", "head_logits", "pool", "with_prior"]
 
 
 def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
@@ -63,13 +63,16 @@ class CrossEncoder(nn.Module):
         """One logit per row of ``batch``, shape (rows,)."""
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
-        return _with_prior(head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1), batch)
+        return with_prior(head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1), batch)
 
 
-def _with_prior(logits: torch.Tensor, batch: dict) -> torch.Tensor:
-    """``logits`` shifted by the batch's per-row ``prior`` logits (:mod:`as2rank.prior`), when it has them:
-    the network then learns what the prior misses."""
-    return logits if "prior" not in batch else logits.float() + batch["prior"]
+def with_prior(logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """``logits`` (shape (rows,), or (rows, k) for k heads or exits) shifted by the batch's per-row ``prior``
+    logits (:mod:`as2rank.prior`), when it has them: the network then learns what the prior misses."""
+    if "prior" not in batch:
+        return logits
+    prior = batch["prior"]
+    return logits.float() + (prior.unsqueeze(1) if logits.dim() == 2 else prior)
 
 
 class CascadeEncoder(nn.Module):
@@ -100,7 +103,7 @@ class CascadeEncoder(nn.Module):
         stack = LayerStack(self.encoder)
         mask = batch["attention_mask"]
         hidden = stack.run(stack.embed(batch), mask, 0, self.exits[exit_index])
-        return _with_prior(head_logits(self.classifiers[exit_index], masked_mean(hidden, mask)).squeeze(-1), batch)
+        return with_prior(head_logits(self.classifiers[exit_index], masked_mean(hidden, mask)).squeeze(-1), batch)
 
     def all_exits(self, batch: dict) -> torch.Tensor:
         """Logits of every exit for every row, shape (n_rows, n_exits), from one pass (no drop)."""
@@ -113,7 +116,7 @@ class CascadeEncoder(nn.Module):
             start = stop
             logits.append(head_logits(classifier, masked_mean(hidden, mask)).squeeze(-1))
         logits = torch.stack(logits, dim=1)
-        return logits if "prior" not in batch else logits.float() + batch["prior"].unsqueeze(1)
+        return with_prior(logits, batch)
 
     def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None):
         """Run the cascade over whole questions, dropping rows between exits.
