@@ -1,21 +1,26 @@
-"""Which defaults should ``TransformerRanker`` and ``CascadeTransformer`` have: learning curves per learning
-rate, lexical prior and training size.
+"""Which training defaults should the neural estimators have: learning curves per learning rate, lexical
+prior and training size.
 
-    python benchmarks/defaults.py [--data sample wikiqa] [--sizes 100 300 all] [--lrs 2e-5 5e-5 1e-4 2e-4]
-                                  [--priors off on] [--seeds 0] [--epochs 4] [--threads N] [--render]
-                                  [--estimator transformer|cascade]
+    python benchmarks/defaults.py [--estimator transformer|cascade|distilled|cerberus|concat|mwa|cosinet]
+                                  [--data sample wikiqa] [--sizes 100 300 all] [--lrs 2e-5 5e-5 1e-4 2e-4]
+                                  [--priors off on] [--seeds 0] [--epochs 4] [--batch-sizes B ...]
+                                  [--threads N] [--render]
 
-For each (data, size, seed, learning rate, lexical prior) one ``TransformerRanker`` (``--estimator cascade``:
-one ``CascadeTransformer``, scored at α=0; all other parameters at their defaults)
-trains with ``partial_fit`` once per epoch, the schedule laid out over ``--epochs`` epochs (``total_rows``), and
-after each epoch scores the validation split (MAP) and the test split (MAP, MRR, P@1, per-question AP).
-Reference rows per (data, size, seed): ``OverlapRankRanker`` (WO+RR), ``Cosinet`` and the previous defaults
-(``TransformerRanker().fit``). Data: the bundled SQuAD sample (train/test split by paragraph) and WikiQA
-(train: answered questions of WikiQA-train; test: WikiQA-test). Training subsets: whole documents, seeded,
-nested; 10 % of them (at least 10 questions, whole documents) validate.
+For each (data, size, seed, learning rate, lexical prior, schedule length) one estimator of the chosen class
+(all other parameters at their defaults; the cascade scored at α=0; the distilled students with the suite's
+teachers, Cosinet and Lexical+LR cross-fitted; the context rankers behind the suite's ``ContextExtractor``,
+fitted on the training split) trains with ``partial_fit`` once per epoch, the schedule laid out over the
+curve's epochs (``total_rows``), and after each epoch scores the validation split (MAP) and the test split
+(MAP, MRR, P@1, per-question AP). Estimators without ``partial_fit`` (the distilled students) are fitted once
+per schedule length and scored at its end. Cosinet's curves sweep the schedule length (``--epochs 3 10 30``)
+and batch size instead of the prior. Reference rows per (data, size, seed): ``OverlapRankRanker`` (WO+RR),
+``Cosinet`` and the estimator's defaults before this benchmark. Data: the bundled SQuAD sample (train/test
+split by paragraph) and WikiQA (train: answered questions of WikiQA-train; test: WikiQA-test). Training
+subsets: whole documents, seeded, nested; 10 % of them (at least 10 questions, whole documents) validate.
 
-Writes ``benchmarks/results/defaults.json`` after every curve (it is also the cache: a re-run skips what
-it holds), ``docs/benchmarks/defaults.md`` and ``docs/benchmarks/defaults.png``.
+Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what
+it holds), ``docs/benchmarks/<stem>.md`` and ``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for
+``TransformerRanker``, ``defaults-<estimator>`` otherwise).
 """
 
 from __future__ import annotations
@@ -30,18 +35,51 @@ from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, run
 
 TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 REFS = ("WO+RR", "Cosinet", "today's default")
-#: Page labels of reference rows ("today's default" is the results file's name of the row that trains the
-#: defaults before this benchmark chose them).
-LABELS = {"today's default": "previous default (2 epochs, lr 2e-5)"}
 METRICS = ("map", "mrr", "p@1")
 
 
 def lr_text(lr) -> str:
-    return f"{lr:.0e}".replace("e-0", "e-")
+    return "paper" if lr is None else f"{lr:.0e}".replace("e-0", "e-")
 
 
-#: ``--estimator``: the class swept and the stem of its results file, page and figure.
-ESTIMATORS = {"transformer": ("TransformerRanker", "defaults"), "cascade": ("CascadeTransformer", "defaults-cascade")}
+#: The training defaults of the transformer estimators before this benchmark (the TANDA papers' setting).
+TANDA = {"epochs": 2, "learning_rate": 2e-5, "lexical_prior": False}
+#: ``--estimator``: the class swept, the stem of its results file, page and figure, and the parameters that
+#: its defaults had before this benchmark (the "today's default" reference row; the results files' name).
+ESTIMATORS = {
+    "transformer": ("TransformerRanker", "defaults", TANDA),
+    "cascade": ("CascadeTransformer", "defaults-cascade", TANDA),
+    "distilled": ("DistilledRanker", "defaults-distilled", TANDA),
+    "cerberus": ("Cerberus", "defaults-cerberus", TANDA),
+    "concat": ("ContextConcat", "defaults-concat", TANDA),
+    "mwa": ("ContextMWA", "defaults-mwa", TANDA),
+    "cosinet": ("Cosinet", "defaults-cosinet", {"epochs": 3, "learning_rate": None, "batch_size": 8}),
+}
+#: The suite's ContextExtractor in front of each context ranker (``as2rank.suite``).
+GLOBAL_METHODS = {"concat": "ngram", "mwa": "cosine"}
+
+
+#: What the page's setup says of the estimator's construction beyond the swept parameters.
+SETUP = {
+    "cascade": "Scored at α=0 (no drops). ",
+    "distilled": "Teachers as in the suite's Cerberus row: `Cosinet` and `LexicalFeatures` + logistic regression, "
+                 "3-fold cross-fitted on the training split (`teacher_cv=3`). ",
+    "cerberus": "Teachers as in the suite's Cerberus row: `Cosinet` and `LexicalFeatures` + logistic regression, "
+                "3-fold cross-fitted on the training split (`teacher_cv=3`); one head each. ",
+    "concat": "Behind `ContextExtractor(global_method=\"ngram\")` fitted on the training split, as in the suite. ",
+    "mwa": "Behind `ContextExtractor(global_method=\"cosine\")` fitted on the training split, as in the suite. ",
+}
+
+
+def param_text(name, value) -> str:
+    return lr_text(value) if name == "learning_rate" and value is not None else repr(value)
+
+
+def previous_label(estimator) -> str:
+    """Page label of the "today's default" reference row."""
+    before = ESTIMATORS[estimator][2]
+    text = f"{before['epochs']} epochs, lr {lr_text(before['learning_rate'])}"
+    return f"previous default ({text}" + (f", batch {before['batch_size']})" if "batch_size" in before else ")")
 
 
 def files(estimator) -> tuple:
@@ -52,7 +90,32 @@ def files(estimator) -> tuple:
 def estimator_class(estimator):
     import as2rank
 
-    return getattr(as2rank, ESTIMATORS[estimator][0])
+    import as2rank.context
+
+    return getattr(as2rank.context if estimator in GLOBAL_METHODS else as2rank, ESTIMATORS[estimator][0])
+
+
+def extra_params(estimator, seed) -> dict:
+    """Parameters of the swept estimator besides the swept ones: the cascade's α, the students' teachers."""
+    if estimator == "cascade":
+        return {"alpha": 0.0}
+    if estimator in ("distilled", "cerberus"):
+        from as2rank import Cosinet
+        from as2rank.suite import _lexical_lr
+
+        return {"teachers": [Cosinet(random_state=seed), _lexical_lr(seed)], "teacher_cv": 3}
+    return {}
+
+
+def with_contexts(estimator, train, val, test):
+    """The three splits with the context columns of the suite's ContextExtractor (fitted on the training
+    split) when ``estimator`` is a context ranker, else as they are."""
+    if estimator not in GLOBAL_METHODS:
+        return train, val, test
+    from as2rank.context import ContextExtractor
+
+    extractor = ContextExtractor(global_method=GLOBAL_METHODS[estimator]).fit(train[0])
+    return tuple((extractor.transform(X), y) for X, y in (train, val, test))
 
 
 def load(data):
@@ -114,21 +177,29 @@ def key(data, size, seed, name, est, epochs=None) -> str:
     return json.dumps([data, str(size), seed, name, epochs, params], sort_keys=True, default=str)
 
 
-def curve_model(estimator, lr, prior, seed):
-    extra = {"alpha": 0.0} if estimator == "cascade" else {}
-    return estimator_class(estimator)(learning_rate=lr, lexical_prior=prior, random_state=seed, precision="auto", verbose=False, **extra)
+def curve_model(estimator, lr, prior, seed, batch_size=None):
+    swept = {"batch_size": batch_size} if estimator == "cosinet" else {"lexical_prior": prior}
+    return estimator_class(estimator)(learning_rate=lr, random_state=seed, precision="auto", verbose=False,
+                                      **swept, **extra_params(estimator, seed))
 
 
 def curve_label(c) -> str:
-    return f"lr {lr_text(c['lr'])}" + (" + prior" if c.get("prior") else "")
+    batch = f", batch {c['batch_size']}" if c.get("batch_size") else ""
+    return f"lr {lr_text(c['lr'])}{batch}" + (" + prior" if c.get("prior") else "")
 
 
 def curve(est, train, val, test, epochs) -> dict:
+    """Scores after every epoch of an ``epochs``-long schedule (``partial_fit``), or at its end only for an
+    estimator without ``partial_fit`` (``first_epoch``: the epoch of the first score)."""
     (X, y), (Xv, yv), (Xt, yt) = train, val, test
-    out = {"epoch_seconds": [], "val_map": [], "test": []}
-    for e in range(epochs):
+    streamed = hasattr(est, "partial_fit")
+    out = {"epoch_seconds": [], "val_map": [], "test": [], "first_epoch": 1 if streamed else epochs}
+    for e in range(epochs if streamed else 1):
         start = time.perf_counter()
-        est.partial_fit(X, y, total_rows=epochs * len(X))
+        if streamed:
+            est.partial_fit(X, y, total_rows=epochs * len(X))
+        else:
+            est.set_params(epochs=epochs).fit(X, y)
         out["epoch_seconds"].append(time.perf_counter() - start)
         out["val_map"].append(scores(est, Xv, yv)["map"])
         out["test"].append(scores(est, Xt, yt, per_question=True))
@@ -139,10 +210,10 @@ def curve(est, train, val, test, epochs) -> dict:
 def reference(estimator, name, seed):
     from as2rank import Cosinet, OverlapRankRanker
 
-    extra = {"alpha": 0.0} if estimator == "cascade" else {}
+    before = ESTIMATORS[estimator][2]
     return {"WO+RR": lambda: OverlapRankRanker(), "Cosinet": lambda: Cosinet(random_state=seed),
-            "today's default": lambda: estimator_class(estimator)(epochs=2, learning_rate=2e-5, lexical_prior=False, random_state=seed,
-                                                                  precision="auto", verbose=False, **extra)}[name]()
+            "today's default": lambda: estimator_class(estimator)(**before, random_state=seed, precision="auto", verbose=False,
+                                                                  **extra_params(estimator, seed))}[name]()
 
 
 def run(args, res, save):
@@ -152,51 +223,63 @@ def run(args, res, save):
                 X, y, Xt, yt = args.loaded.get(data) or args.loaded.setdefault(data, load(data))
                 res.setdefault("test_qids", {})[data] = sorted(Xt["qid"].unique())
                 train, val = splits(X, y, size, seed)
+                train, val, test = with_contexts(args.estimator, train, val, (Xt, yt))
                 info = {"data": data, "size": str(size), "seed": seed, "n_train_questions": train[0]["qid"].nunique(),
                         "n_train_rows": len(train[0]), "n_val_questions": val[0]["qid"].nunique(), "n_test_questions": len(res["test_qids"][data])}
-                jobs = [(curve_label({"lr": lr, "prior": prior == "on"}), "curves", curve_model(args.estimator, lr, prior == "on", seed), lr)
-                        for prior in args.priors for lr in args.lrs]
-                jobs += [(name, "refs", reference(args.estimator, name, seed), None) for name in args.refs]
-                for name, kind, est, lr in jobs:
-                    k = key(data, size, seed, name, est, args.epochs if kind == "curves" else None)
+                cosinet = args.estimator == "cosinet"
+                jobs = [(curve_label({"lr": lr, "prior": prior == "on", "batch_size": b}), "curves",
+                         curve_model(args.estimator, lr, prior == "on", seed, b), lr, epochs)
+                        for epochs in args.epochs for prior in (["off"] if cosinet else args.priors) for lr in args.lrs
+                        for b in (args.batch_sizes if cosinet else [None])]
+                jobs += [(name, "refs", reference(args.estimator, name, seed), None, None) for name in args.refs]
+                for name, kind, est, lr, epochs in jobs:
+                    k = key(data, size, seed, name, est, epochs)
                     if k in res[kind]:
                         continue
-                    log(f"{data}, {size} ({info['n_train_questions']} questions, {info['n_train_rows']} rows), seed {seed}: {name}")
+                    log(f"{data}, {size} ({info['n_train_questions']} questions, {info['n_train_rows']} rows), seed {seed}: {name}"
+                        + (f", {epochs}-epoch schedule" if epochs else ""))
                     start = time.perf_counter()
                     if kind == "curves":
-                        entry = {**info, "lr": lr, "prior": bool(est.lexical_prior), "epochs": args.epochs,
-                                 **curve(est, train, val, (Xt, yt), args.epochs)}
+                        swept = {"batch_size": est.batch_size} if cosinet else {"prior": bool(est.lexical_prior)}
+                        entry = {**info, "lr": lr, **swept, "epochs": epochs, **curve(est, train, val, test, epochs)}
                     else:
                         est.fit(*train)
-                        entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, Xt, yt, per_question=True)}
+                        entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, *test, per_question=True)}
                         log(f"  test MAP {entry['test']['map']:.4f} ({entry['fit_seconds']:.0f}s)")
                     res[kind][k] = {**entry, "wall_seconds": time.perf_counter() - start, "load_average": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
                     save(res)
 
 
-def cells(res, data):
+def cells(res, data, estimator):
     """{(row label, size): [per-question AP arrays, one per seed]}, rows in table order."""
     table, picks = {}, {}
     curves = [c for c in res["curves"].values() if c["data"] == data]
-    for c in sorted(curves, key=lambda c: (c.get("prior", False), c["lr"])):
-        best = int(np.argmax(c["val_map"]))
-        sel = (f"{curve_label(c)}, best-validation epoch", c["size"])
-        table.setdefault(sel, []).append(np.asarray(c["test"][best]["ap"]))
-        picks.setdefault(sel, []).append(best + 1)
-        for e, t in enumerate(c["test"]):
-            table.setdefault((f"{curve_label(c)}, epoch {e + 1} of {c['epochs']}", c["size"]), []).append(np.asarray(t["ap"]))
+    for c in sorted(curves, key=lambda c: (c["epochs"], c.get("prior") or False, c["lr"] or 0, c.get("batch_size") or 0)):
+        if len(c["val_map"]) > 1:
+            best = int(np.argmax(c["val_map"]))
+            sel = (f"{curve_label(c)}, best-validation epoch of {c['epochs']}", c["size"])
+            table.setdefault(sel, []).append(np.asarray(c["test"][best]["ap"]))
+            picks.setdefault(sel, []).append(best + 1)
+        for e, t in enumerate(c["test"], start=c.get("first_epoch", 1)):
+            table.setdefault((f"{curve_label(c)}, epoch {e} of {c['epochs']}", c["size"]), []).append(np.asarray(t["ap"]))
     for name in REFS:
         for r in res["refs"].values():
             if r["data"] == data and r["name"] == name:
-                table.setdefault((LABELS.get(name, name), r["size"]), []).append(np.asarray(r["test"]["ap"]))
+                table.setdefault((previous_label(estimator) if name == "today's default" else name, r["size"]), []).append(np.asarray(r["test"]["ap"]))
     return table, picks
 
 
-def analyse(res, data):
+def epoch_of(label) -> tuple:
+    """(schedule length, epoch) of a row label "..., epoch e of E"."""
+    e, total = label.rsplit("epoch ", 1)[1].split(" of ")
+    return int(total), int(e)
+
+
+def analyse(res, data, estimator):
     """Rows, sizes, MAP per cell (mean over seeds), best cell per size and p-value of each cell against it."""
     from as2rank.metrics import paired_significance
 
-    table, picks = cells(res, data)
+    table, picks = cells(res, data, estimator)
     rows = list(dict.fromkeys(r for r, _ in table))
     sizes = sorted({s for _, s in table}, key=lambda s: float("inf") if s == "all" else int(s))
     ap = {c: np.nanmean(np.vstack(v), axis=0) for c, v in table.items()}
@@ -225,12 +308,12 @@ def summary(res, data, rows, sizes, mean, best, p, default_row) -> list:
         if lr_cells:
             t = max(lr_cells, key=mean.get)
             if t != b:
-                text += f"; best transformer {t[0]} {100 * mean[t]:.1f}{vs(t)}"
-            lr = t[0].split(",")[0]
-            epochs = sorted((c for c in lr_cells if c[0].startswith(lr + ", epoch")), key=lambda c: c[0])
-            sel = (f"{lr}, best-validation epoch", s)
+                text += f"; best swept row {t[0]} {100 * mean[t]:.1f}{vs(t)}"
+            lr = t[0].rsplit(", ", 1)[0]
+            epochs = sorted((c for c in lr_cells if c[0].startswith(lr + ", epoch")), key=lambda c: epoch_of(c[0]))
+            sel = (f"{lr}, best-validation epoch of {epoch_of(epochs[-1][0])[0]}", s) if epochs else None
             if sel in mean and epochs:
-                text += (f"; at {lr} the best-validation epoch gives {100 * mean[sel]:.1f}{vs(sel)}, {epochs[-1][0].split(', ')[1]} "
+                text += (f"; at {lr} the best-validation epoch gives {100 * mean[sel]:.1f}{vs(sel)}, {epochs[-1][0].rsplit(', ', 1)[1]} "
                          f"{100 * mean[epochs[-1]]:.1f}{vs(epochs[-1])}")
         text += "".join(f"; {r.split(' (')[0]} {100 * mean[(r, s)]:.1f}{vs((r, s))}" for r in rows if not r.startswith("lr ") and (r, s) in mean and (r, s) != b)
         out.append(text + ".")
@@ -248,17 +331,20 @@ def plot(res, path):
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), squeeze=False)
     for ax, (data, size) in zip(axes[0], panels):
-        for label in sorted({curve_label(c) for c in res["curves"].values()}):
-            runs = [c for c in res["curves"].values() if (c["data"], c["size"], curve_label(c)) == (data, size, label)]
+        schedules = sorted({c["epochs"] for c in res["curves"].values()})
+        for label, epochs in sorted({(curve_label(c), c["epochs"]) for c in res["curves"].values()}):
+            runs = [c for c in res["curves"].values() if (c["data"], c["size"], curve_label(c), c["epochs"]) == (data, size, label, epochs)]
             if runs:
                 m = np.mean([[t["map"] for t in c["test"]] for c in runs], axis=0)
-                ax.plot(range(1, len(m) + 1), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":", label=label)
+                first = runs[0].get("first_epoch", 1)
+                ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
+                        label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
         for (name, ls) in zip(REFS, (":", "--", "-.")):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
                 ax.axhline(100 * np.mean(refs), color="gray", ls=ls, lw=1, label=name)
         ax.set_title(f"{TITLES[data]}, {size} questions", fontsize=8)
-        ax.set_xlabel("epoch (of a 4-epoch schedule)", fontsize=8)
+        ax.set_xlabel("epoch" + (f" (of a {schedules[0]}-epoch schedule)" if len(schedules) == 1 else ""), fontsize=8)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test MAP (%)")
     axes[0][0].legend(fontsize=6)
@@ -268,23 +354,26 @@ def plot(res, path):
 
 
 def markdown(res, estimator) -> str:
-    name = ESTIMATORS[estimator][0]
+    name, _, before = ESTIMATORS[estimator]
+    cosinet = estimator == "cosinet"
     scored = " at α=0 (`alpha=0`: no drops)" if estimator == "cascade" else ""
+    swept = "batch_size=b" if cosinet else "lexical_prior=..."
     lines = [f"# {name} defaults chosen by measurement", "",
-             f"Test MAP (%) of `{name}(learning_rate=lr, lexical_prior=...)`{scored} with every other parameter at its "
-             "default, by training questions (columns); \"+ prior\": `lexical_prior=True` (see `as2rank.prior`). "
-             "**Bold**: the best cell of its column; `≈`: not told apart from it by a "
+             f"Test MAP (%) of `{name}(learning_rate=lr, {swept})`{scored} with every other parameter at its "
+             "default, by training questions (columns)" + ("; \"+ prior\": `lexical_prior=True` (see `as2rank.prior`)" if not cosinet else "")
+             + ". **Bold**: the best cell of its column; `≈`: not told apart from it by a "
              "paired randomisation test over test questions (p ≥ 0.05; per-question AP, averaged over seeds). "
-             "\"epoch e of 4\" is the model after e epochs of a 4-epoch schedule (warm-up and decay laid out over 4 "
+             "\"epoch e of E\" is the model after e epochs of an E-epoch schedule (warm-up and decay laid out over E "
              "epochs), not an e-epoch fit; \"best-validation epoch\" is the epoch with the best validation MAP (eN: the epoch "
              "it picked, per seed).", ""]
     default = estimator_class(estimator)()
-    row = f"{curve_label({'lr': default.learning_rate, 'prior': default.lexical_prior})}, epoch {default.epochs} of 4"
+    row = (f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None), 'batch_size': default.batch_size if cosinet else None})}"
+           f", epoch {default.epochs} of {default.epochs}")
     notes, chosen = [], []
     for data in TITLES:
         if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
             continue
-        rows, sizes, mean, best, p, n, picks = analyse(res, data)
+        rows, sizes, mean, best, p, n, picks = analyse(res, data, estimator)
         info = {r["size"]: r for r in [*res["curves"].values(), *res["refs"].values()] if r["data"] == data}
         lines += [f"## {TITLES[data]}", "", "| row | " + " | ".join(f"{s} ({info[s]['n_train_questions']} train + {info[s]['n_val_questions']} val)" for s in sizes) + " |",
                   "| --- |" + " ---: |" * len(sizes)]
@@ -299,11 +388,17 @@ def markdown(res, estimator) -> str:
         lines += ["", f"{info[sizes[0]]['n_test_questions']} test questions; seeds per cell: {', '.join(map(str, seeds))}.", ""]
         notes += summary(res, data, rows, sizes, mean, best, p, row)
         chosen += [(mean.get((row, s)), best[s] == (row, s) or p.get((row, s), 0) >= 0.05,
-                    mean.get((LABELS["today's default"], s))) for s in sizes]
+                    mean.get((previous_label(estimator), s))) for s in sizes]
     done = [c for c in chosen if c[0] is not None]
-    if done:
-        notes.insert(0, f"- The library's defaults (`learning_rate={lr_text(default.learning_rate)}`, `epochs={default.epochs}`, "
-                        f"`lexical_prior={default.lexical_prior}`: the "
+    chosen_params = ", ".join(f"`{k}={param_text(k, getattr(default, k))}`" for k in ("learning_rate", "epochs", "lexical_prior", "batch_size")
+                              if k in before or k == "lexical_prior" and not cosinet)
+    if len(chosen) < 3 * len(TITLES):
+        lines[0] = f"# {name} defaults: the measurements so far"
+        notes.insert(0, f"- Incomplete: {len(chosen)} of the {3 * len(TITLES)} columns (training sizes 100, 300 and all of each "
+                        f"data set) are measured; the library's defaults ({chosen_params}) are not chosen from this page until "
+                        "all are.")
+    elif done:
+        notes.insert(0, f"- The library's defaults ({chosen_params}: the "
                         f"row \"{row}\") are the best cell or not told apart from it in {sum(c[1] for c in done)} of "
                         f"{len(done)} columns, and above the previous default in {sum(c[0] > c[2] for c in done if c[2] is not None)}.")
     lines += ["## What it shows", "", *notes, "", f"![test MAP per epoch]({files(estimator)[2]})", "",
@@ -313,10 +408,12 @@ def markdown(res, estimator) -> str:
               "questions of WikiQA-train; test: the answered questions of WikiQA-test, clean protocol). Training subsets "
               "are whole documents in a seeded order (the smaller inside the larger); 10 % of a subset's questions (at "
               "least 10, whole documents) validate and the rest train, for every row, the reference rows included. "
-              "Curves: `partial_fit` once per epoch with `total_rows = 4 × rows`, so the schedule is `fit(epochs=4)`'s. "
-              f"Reference rows: `OverlapRankRanker()`, `Cosinet(random_state=seed)` and `{name}(epochs=2, learning_rate=2e-5, "
-              "lexical_prior=False, random_state=seed)` (the defaults before this benchmark; warm-up 0.1, head lr × 10, batch 32). "
-              "Metrics: pessimistic ties.", "",
+              + ("Curves: `partial_fit` once per epoch with `total_rows = E × rows`, so the schedule is `fit(epochs=E)`'s. "
+                 if hasattr(default, "partial_fit") else f"`{name}` has no `partial_fit`: each cell is a whole `fit(epochs=E)`. ")
+              + SETUP.get(estimator, "")
+              + f"Reference rows: `OverlapRankRanker()`, `Cosinet(random_state=seed)` and `{name}("
+              + ", ".join(f"{k}={param_text(k, v)}" for k, v in before.items()) + ", random_state=seed)` (the defaults before this "
+              "benchmark). Metrics: pessimistic ties.", "",
               "## Provenance", ""]
     for h in res["runs"]:
         lines.append(f"- `{h['command']}`: {h['date']} on {h['machine']}; torch {h['torch']} with {h['torch_threads']} CPU threads; load at start {h['load_average_start']}.")
@@ -340,13 +437,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", nargs="+", choices=tuple(TITLES), default=list(TITLES))
     parser.add_argument("--sizes", nargs="+", default=["100", "300", "all"], help="training questions per subset, or 'all'")
-    parser.add_argument("--lrs", nargs="+", type=float, default=[2e-5, 5e-5, 1e-4, 2e-4])
+    parser.add_argument("--lrs", nargs="+", type=lambda v: None if v == "paper" else float(v), default=[2e-5, 5e-5, 1e-4, 2e-4],
+                        help="peak learning rates; 'paper': Cosinet's learning_rate=None")
     parser.add_argument("--priors", nargs="+", choices=("off", "on"), default=["off", "on"],
                         help="train without / with the lexical prior (the estimator's lexical_prior)")
     parser.add_argument("--estimator", choices=tuple(ESTIMATORS), default="transformer")
     parser.add_argument("--refs", nargs="*", choices=REFS, default=list(REFS), help="reference rows to fit (default: all)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--epochs", type=int, default=4, help="epochs of each learning curve (the schedule's length)")
+    parser.add_argument("--epochs", nargs="+", type=int, default=[4], help="epochs of each learning curve (the schedule's length)")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[8], help="Cosinet's batch sizes (questions per step)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--render", action="store_true", help="only rewrite the page from the results file")
     args = parser.parse_args(argv)
