@@ -279,7 +279,8 @@ reuse_fit, random_state, verbose
                 rows, codes = _group_rows(index, groups)
                 with autocast(device, self._compute_dtype(device)):
                     batch_logits, batch_rows = module.cascade(
-                        to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens
+                        to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens,
+                        lengths=encoded["lengths"][rows],
                     )
                 logits[rows] = batch_logits
                 rows_per_layer += batch_rows
