@@ -119,7 +119,7 @@ class CascadeEncoder(nn.Module):
         return with_prior(logits, batch)
 
     def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None,
-                lengths: np.ndarray | None = None):
+                lengths: np.ndarray | None = None, exact_widths: bool = False):
         """Run the cascade over whole questions, dropping rows between exits.
 
         What depends on the scores (which rows a drop keeps, where the survivors go) is decided on the batch's
@@ -145,6 +145,10 @@ class CascadeEncoder(nn.Module):
         lengths : ndarray of int, shape (n_rows,), default=None
             Tokens of each row (its attention mask's sum), as the host's encoding knows them; ``None``
             reads them from the mask.
+        exact_widths : bool, default=False
+            After each drop, read which rows survived and cut their chunks to their real lengths rather
+            than to the bound: one read per drop, which costs nothing where the batch already lives in host
+            memory (the CPU), and saves the padding that the bound leaves.
 
         Returns
         -------
@@ -195,10 +199,13 @@ class CascadeEncoder(nn.Module):
             # Survivors first, each group in its order (shortest first still): a static number of rows.
             survivors = torch.argsort((~keep).to(torch.uint8), stable=True)[: int(alive[e + 1].sum())]
             order = order[survivors]
-            widest = max(h.shape[1] for h, _ in states)
-            hidden = torch.cat([nn.functional.pad(h, (0, 0, 0, widest - h.shape[1])) for h, _ in states])
-            states = [(hidden[survivors[first:end], :width], full_mask[order[first:end], :width])
-                      for first, end, width in spans(widths[e + 1])]
+            bound = lengths[order.numpy()] if exact_widths else widths[e + 1]  # ascending either way
+            # Every running row at one width (the widest survivor's), so that any survivor can be gathered.
+            need = int(bound[-1])
+            hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in states])
+            # Contiguous: the layers' products run much slower on the strided view.
+            states = [(hidden[survivors[first:end], :width].contiguous(), full_mask[order[first:end], :width])
+                      for first, end, width in spans(bound)]
         return logits.cpu().double().numpy(), rows_per_layer
 
 
