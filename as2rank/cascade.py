@@ -279,11 +279,19 @@ reuse_fit, random_state, verbose
                 rows, codes = _group_rows(index, groups)
                 with autocast(device, self._compute_dtype(device)):
                     batch_logits, batch_rows = module.cascade(
-                        to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens
+                        to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens,
+                        lengths=encoded["lengths"][rows], exact_widths=self._exact_widths(device),
                     )
                 logits[rows] = batch_logits
                 rows_per_layer += batch_rows
         return logits, rows_per_layer
+
+    @staticmethod
+    def _exact_widths(device) -> bool:
+        """Whether the cascade reads its survivors after each drop to cut chunks to their real lengths: where
+        the batch is in host memory, so the read is free (see :meth:`CascadeEncoder.cascade
+        <as2rank.neural.heads.CascadeEncoder.cascade>`)."""
+        return device.type == "cpu"
 
     def _predict_logits(self, X, alphas, last_exit):
         from .neural import resolve_device, torch_threads

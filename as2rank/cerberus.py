@@ -151,6 +151,11 @@ class Cerberus(LexicalPriorMixin, _Distillation, _TransformerEstimator):
         teacher is cross-fitted (clones fitted on ``k − 1`` question folds score the held-out fold), so the
         targets come from teachers that did not see the rows; ranker teachers then need not be fitted. See
         :func:`~as2rank.teachers.teacher_logits`.
+    lexical_prior : bool, default=False
+        Add the logit of the lexical model of :class:`~as2rank.transformer.TransformerRanker`'s
+        ``lexical_prior`` (:mod:`as2rank.prior`, fitted on the training rows) to every head's logit, in
+        training and prediction, so that each head learns what the lexical model misses. Off by default, as
+        in the paper, until the defaults benchmark covers this class.
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
@@ -397,7 +402,11 @@ weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patien
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`, except the defaults ``epochs=2`` and
         ``learning_rate=2e-5`` (the TANDA papers' fine-tuning setting; ``docs/benchmarks/defaults.md`` does not
-        cover distillation). There is no ``lexical_prior``: the student trains without one.
+        cover distillation).
+    lexical_prior : bool, default=False
+        As in :class:`~as2rank.transformer.TransformerRanker` (the lexical model's logit added to the
+        student's, in training and prediction), but off by default, as in the paper, until the defaults
+        benchmark covers this class.
 
     Attributes
     ----------

@@ -183,6 +183,10 @@ class ContextConcat(LexicalPriorMixin, _ContextRanker):
     contexts : tuple of {{"local", "global"}}, default=("local", "global")
         Context columns read (``local_context``, ``global_context``); the local one comes first in the
         input whatever the order given.
+    lexical_prior : bool, default=False
+        As in :class:`~as2rank.transformer.TransformerRanker` (the logit of a lexical model of the question and
+        candidate, :mod:`as2rank.prior`, added to the network's, in training and prediction), but off by
+        default, as in the paper, until the defaults benchmark covers this class.
 
     Attributes
     ----------
@@ -294,6 +298,8 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
 {_SHARED_PARAMS_DOC}
     contexts : tuple of {{"local", "global"}}, default=("local", "global")
         Contexts attended to (one multi-way attention layer each).
+    lexical_prior : bool, default=False
+        As in :class:`ContextConcat`.
     attention_dim : int, default=16
         Size of the scoring space of the concat, dot and minus ways (their per-row tensors are
         query tokens × context tokens × ``attention_dim``).

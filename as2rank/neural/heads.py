@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..pruning import drop_lowest
+from ..data import ragged_arange
 from .backbone import LayerStack, masked_mean, truncate_layers
 
 __all__ = ["CascadeEncoder", "CrossEncoder", "classifier_dropout", "feed_forward", "head_logits", "pool", "with_prior"]
@@ -118,8 +118,14 @@ class CascadeEncoder(nn.Module):
         logits = torch.stack(logits, dim=1)
         return with_prior(logits, batch)
 
-    def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None):
+    def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None,
+                lengths: np.ndarray | None = None, exact_widths: bool = False):
         """Run the cascade over whole questions, dropping rows between exits.
+
+        What depends on the scores (which rows a drop keeps, where the survivors go) is decided on the batch's
+        device; the shape of every step comes from the host: a drop keeps a known number of rows of each
+        question, and each chunk's width is a bound on its survivors' lengths (:func:`_survivor_widths`). So
+        the only device-to-host transfer is the returned logits, one per batch, whatever the number of exits.
 
         Parameters
         ----------
@@ -133,9 +139,16 @@ class CascadeEncoder(nn.Module):
             Index of the last exit to run.
         chunk_tokens : int, default=None
             Run the layers on chunks of rows of similar length, each at most this many padded tokens
-            (rows × its longest row), instead of on the whole batch padded to its longest row: the rows of
-            a question differ in length, and on the CPU padding and large activations cost most of the
-            time. Drops still act per question, over all its rows. ``None``: one chunk.
+            (rows × its width), instead of on the whole batch padded to its longest row: the rows of a
+            question differ in length, and on the CPU padding and large activations cost most of the time.
+            Drops still act per question, over all its rows. ``None``: one chunk.
+        lengths : ndarray of int, shape (n_rows,), default=None
+            Tokens of each row (its attention mask's sum), as the host's encoding knows them; ``None``
+            reads them from the mask.
+        exact_widths : bool, default=False
+            After each drop, read which rows survived and cut their chunks to their real lengths rather
+            than to the bound: one read per drop, which costs nothing where the batch already lives in host
+            memory (the CPU), and saves the padding that the bound leaves.
 
         Returns
         -------
@@ -148,74 +161,87 @@ class CascadeEncoder(nn.Module):
 
         stack = LayerStack(self.encoder)
         full_mask = batch["attention_mask"]
-        lengths = full_mask.sum(dim=1).cpu().numpy()
+        device = full_mask.device
+        lengths = np.asarray(full_mask.sum(dim=1).cpu() if lengths is None else lengths, dtype=np.int64)
         n = len(lengths)
+        alive, widths = _survivor_widths(codes, lengths, alphas, last_exit)
 
-        def chunks(rows: np.ndarray) -> list:
-            """``rows`` (batch positions) in length-sorted chunks of at most ``chunk_tokens`` padded tokens."""
+        def spans(bound: np.ndarray) -> list:
+            """(first, end, width) of each chunk of the survivors, shortest first, under ``chunk_tokens``."""
             if chunk_tokens is None:
-                return [rows]
-            return [rows[np.sort(p)] for p in token_budget_batches(np.ones(len(rows), dtype=np.int64), lengths[rows], chunk_tokens)]
+                return [(0, len(bound), int(bound[-1]))]
+            parts = token_budget_batches(np.ones(len(bound), dtype=np.int64), bound, chunk_tokens)
+            return [(int(p[0]), int(p[-1]) + 1, int(bound[p[-1]])) for p in parts]
 
-        # One state per chunk: its rows (batch positions), hidden states and mask, cut to its longest row.
+        # ``order``: batch positions of the rows still running, shortest first (chunks are cut along it).
+        order = torch.from_numpy(np.argsort(lengths, kind="stable")).to(device)
+        codes_t = torch.as_tensor(np.asarray(codes), device=device)
         states = []
-        for rows in chunks(np.arange(n)):
-            width = int(lengths[rows].max())
-            index = torch.from_numpy(rows).to(full_mask.device)
-            part = {k: v[index, :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
-            states.append((rows, stack.embed(part), part["attention_mask"]))
-        prior = batch["prior"].cpu().numpy().astype(np.float64) if "prior" in batch else np.zeros(n)
-        alive = np.ones(n, dtype=bool)
-        logits = np.full((n, len(self.exits)), np.nan)
+        for first, end, width in spans(widths[0]):
+            part = {k: v[order[first:end], :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
+            states.append((stack.embed(part), part["attention_mask"]))
+        logits = torch.full((n, len(self.exits)), float("nan"), device=device)
         rows_per_layer = np.zeros(self.exits[last_exit], dtype=np.int64)
         start = 0
         for e in range(last_exit + 1):
             stop = self.exits[e]
-            rows_per_layer[start:stop] = int(alive.sum())
-            scores = np.full(n, np.nan)
-            ran = []
-            for rows, hidden, mask in states:
-                hidden = stack.run(hidden, mask, start, stop)
-                scores[rows] = head_logits(self.classifiers[e], masked_mean(hidden, mask)).squeeze(-1).cpu().numpy() + prior[rows]
-                ran.append((rows, hidden, mask))
-            states = ran
+            rows_per_layer[start:stop] = alive[e].sum()
+            states = [(stack.run(hidden, mask, start, stop), mask) for hidden, mask in states]
             start = stop
-            live = np.flatnonzero(alive)  # batch order: each question's rows in original order
-            logits[live, e] = scores[live]
-            if e == last_exit or alphas[e] == 0:
+            scores = torch.cat([head_logits(self.classifiers[e], masked_mean(h, m)).squeeze(-1) for h, m in states]).float()
+            if "prior" in batch:
+                scores = scores + batch["prior"][order].float()
+            logits[order, e] = scores
+            dropped = alive[e] - alive[e + 1] if e < last_exit else None
+            if dropped is None or not dropped.any():
                 continue
-            keep = drop_lowest(codes[live], scores[live], alphas[e])
-            alive[live[~keep]] = False
-            states = self._repack(ran, alive, lengths, full_mask, chunks)
-        return logits, rows_per_layer
+            keep = _keep_on_device(codes_t[order], order, scores, alive[e], dropped)
+            # Survivors first, each group in its order (shortest first still): a static number of rows.
+            survivors = torch.argsort((~keep).to(torch.uint8), stable=True)[: int(alive[e + 1].sum())]
+            order = order[survivors]
+            bound = lengths[order.numpy()] if exact_widths else widths[e + 1]  # ascending either way
+            # Every running row at one width (the widest survivor's), so that any survivor can be gathered.
+            need = int(bound[-1])
+            hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in states])
+            # Contiguous: the layers' products run much slower on the strided view.
+            states = [(hidden[survivors[first:end], :width].contiguous(), full_mask[order[first:end], :width])
+                      for first, end, width in spans(bound)]
+        return logits.cpu().double().numpy(), rows_per_layer
 
-    @staticmethod
-    def _repack(states, alive, lengths, full_mask, chunks) -> list:
-        """The survivors of every chunk, packed into new full chunks.
 
-        Keeping each chunk with its own survivors would leave, after a few drops, many small chunks (each a
-        round of small matrix products); packing the survivors again keeps every chunk near the token budget.
-        Each new chunk copies its rows straight from the chunks that hold them, at its own width (rows of a
-        chunk may come in any order: scores are scattered back by row).
-        """
-        rows = np.flatnonzero(alive)
-        if len(rows) == 0:
-            return []
-        source = np.empty(len(lengths), dtype=np.int64)  # chunk holding each row, and its position there
-        position = np.empty(len(lengths), dtype=np.int64)
-        for c, (chunk_rows, _, _) in enumerate(states):
-            source[chunk_rows] = c
-            position[chunk_rows] = np.arange(len(chunk_rows))
-        repacked = []
-        for part_rows in chunks(rows):
-            part_rows = part_rows[np.argsort(source[part_rows], kind="stable")]
-            width = int(lengths[part_rows].max())
-            pieces = []
-            for c in np.unique(source[part_rows]):
-                hidden = states[c][1]
-                take = torch.from_numpy(position[part_rows[source[part_rows] == c]]).to(hidden.device)
-                piece = hidden[take, :width]
-                pieces.append(nn.functional.pad(piece, (0, 0, 0, width - piece.shape[1])))
-            mask = full_mask[torch.from_numpy(part_rows).to(full_mask.device), :width]
-            repacked.append((part_rows, torch.cat(pieces) if len(pieces) > 1 else pieces[0], mask))
-        return repacked
+def _survivor_widths(codes: np.ndarray, lengths: np.ndarray, alphas, last_exit: int) -> tuple[list, list]:
+    """The shapes of a cascade, known before it runs.
+
+    Returns
+    -------
+    alive : list of ndarray of int
+        For each exit, the rows of each question (in code order) that reach it: a drop of ratio α keeps
+        ``k − floor(α · k)`` of ``k`` (:func:`~as2rank.pruning.drop_lowest`).
+    widths : list of ndarray of int
+        For each exit, ascending: the longest rows of each question, as many as reach the exit. Whatever
+        rows survive, the i-th shortest survivor is no longer than the i-th entry, so a chunk of the
+        survivors sorted by length is at most as wide as the entry of its last row.
+    """
+    _, question, sizes = np.unique(codes, return_inverse=True, return_counts=True)
+    alive = [sizes]
+    for e in range(last_exit):
+        k = alive[-1]
+        alive.append(k - np.floor(alphas[e] * k + 1e-9).astype(np.int64) if alphas[e] else k)
+    longest_first = np.lexsort((-lengths, question))
+    rank = ragged_arange(sizes)  # rank of each row of ``longest_first`` by length inside its question
+    widths = [np.sort(lengths[longest_first][rank < np.repeat(k, sizes)]) for k in alive]
+    return alive, widths
+
+
+def _keep_on_device(codes: torch.Tensor, rows: torch.Tensor, scores: torch.Tensor, alive: np.ndarray,
+                    dropped: np.ndarray) -> torch.Tensor:
+    """:func:`~as2rank.pruning.drop_lowest` on the device: which of the running ``rows`` (batch positions, one
+    score each) survive dropping ``dropped[q]`` of the ``alive[q]`` rows of each question ``q`` (in code
+    order), the lowest scores first and, among equal scores, the later row."""
+    order = torch.argsort(rows, descending=True)
+    order = order[torch.argsort(scores[order], stable=True)]
+    order = order[torch.argsort(codes[order], stable=True)]  # by question, worst first inside each
+    drop = np.flatnonzero(ragged_arange(alive) < np.repeat(dropped, alive))
+    keep = torch.ones(len(rows), dtype=torch.bool, device=scores.device)
+    keep[order[torch.from_numpy(drop).to(scores.device)]] = False
+    return keep

@@ -1,0 +1,289 @@
+"""CPU prediction speed of ``TransformerRanker`` against the peer's fastest documented CPU path.
+
+    python benchmarks/cpu_inference.py [--pairs 2000] [--rounds 3] [--threads N]
+                                       [--peer-python .venv-peer/bin/python] [--render]
+
+The peer is sentence-transformers' ``CrossEncoder`` on its default torch backend, on ONNX Runtime
+(``backend="onnx"``) and on its dynamic int8 ONNX export for AVX-512 VNNI CPUs. Its ONNX backend needs
+``optimum-onnx``, which pins ``transformers`` < 4.58, so it runs in a second virtual environment given by
+``--peer-python``; build it with torch pinned as in the README, torch first so nothing pulls a CUDA build::
+
+    python -m venv .venv-peer          # the default --peer-python is .venv-peer/bin/python
+    .venv-peer/bin/pip install torch==2.13.0
+    .venv-peer/bin/pip install "sentence-transformers[onnx]"
+
+**Rows.** The peer (``benchmarks/peer_crossencoder.py`` in that environment; batch 32, its default;
+``max_length=128``) at ``torch``, ``onnx`` and ``onnx-int8``, on the packaged all-MiniLM-L6-v2 with an
+untrained head drawn with seed 0 (the checkpoint and its exports are kept in
+``benchmarks/cache/peer-crossencoder/``); ``TransformerRanker`` (the library's defaults) fitted once
+(``epochs=1, random_state=0`` on the first 100 answered questions of ``_common.wikiqa_splits()["train"]``;
+the fit is cached by ``_common.fitted``) and predicting at ``precision`` ``"auto"``, ``"int8"`` and
+``"fp32"``.
+
+**Timing.** The first ``--pairs`` pairs of WikiQA-test. Every round runs every row once, each in a fresh
+subprocess, so that all rows pay the same process conditions: it loads its model, predicts on the first 64
+pairs to warm up (for int8 this builds the quantized copy), then times one ``predict`` call on all the
+pairs, tokenisation included. The order of the rows rotates by one each round. ``--threads`` sets
+``OMP_NUM_THREADS``, torch's intra-op threads and ONNX Runtime's ``intra_op_num_threads`` in every
+subprocess. Reported per row: the median pairs/s over the rounds, the min-max, and the median over the
+rounds of its pairs/s divided by the peer's ONNX-int8 pairs/s of the same round. MAP (first round's scores,
+questions without a correct answer skipped) checks that as2rank's precisions agree; the peer's head is
+untrained, so its MAP says nothing of accuracy.
+
+Writes ``benchmarks/results/cpu_inference.json`` and ``docs/benchmarks/cpu_inference.md``; ``--render``
+re-writes the page from the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import CACHE, DOCS, RESULTS, ROOT, fitted, jsonable, load_average, log, run_header, tagged, wikiqa_splits
+
+HERE = Path(__file__).resolve().parent
+PEER_CACHE = CACHE / "peer-crossencoder"
+PEER_BATCH_SIZE = 32
+MAX_LENGTH = 128
+WARMUP_PAIRS = 64
+#: Row name -> (side, backend or precision).
+ROWS = {
+    "CrossEncoder torch fp32": ("peer", "torch"),
+    "CrossEncoder ONNX fp32": ("peer", "onnx"),
+    "CrossEncoder ONNX int8 (avx512_vnni)": ("peer", "onnx-int8"),
+    "TransformerRanker precision='auto'": ("as2rank", "auto"),
+    "TransformerRanker precision='int8'": ("as2rank", "int8"),
+    "TransformerRanker precision='fp32'": ("as2rank", "fp32"),
+}
+REFERENCE = "CrossEncoder ONNX int8 (avx512_vnni)"
+
+
+def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: int | None,
+                  scores_file: Path | None) -> None:
+    """One timed ``TransformerRanker.predict`` (the subprocess of an as2rank row); prints the peer's JSON line.
+
+    Parameters
+    ----------
+    precision : str
+        The ``precision`` to predict at.
+    model_dir : pathlib.Path
+        A fitted model written by ``save_pretrained``.
+    pairs_file : pathlib.Path
+        JSON records with ``qid``, ``question`` and ``candidate``.
+    threads : int or None
+        ``n_threads`` of the estimator (None: torch's default).
+    scores_file : pathlib.Path or None
+        Where to write the scores (JSON list), if given.
+    """
+    import pandas as pd
+
+    from as2rank.transformer import TransformerRanker
+
+    X = pd.DataFrame(json.loads(pairs_file.read_text()))
+    est = TransformerRanker.from_pretrained(model_dir, precision=precision, n_threads=threads)
+    est.predict(X.head(WARMUP_PAIRS))
+    start = time.perf_counter()
+    scores = est.predict(X)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"backend": precision, "pairs": len(X), "seconds": seconds, "pairs_per_s": len(X) / seconds}))
+    if scores_file is not None:
+        scores_file.write_text(json.dumps([float(s) for s in scores]))
+
+
+def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | None) -> dict:
+    """Run one round of row ``name`` in a subprocess; its JSON line plus the process's wall time and load.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`ROWS`.
+    args : argparse.Namespace
+        The parsed command line (``threads``, ``peer_python``).
+    work : pathlib.Path
+        The run's folder holding ``pairs.json``.
+    model_dir : pathlib.Path
+        The fitted ``TransformerRanker`` (``save_pretrained`` folder).
+    scores_file : pathlib.Path or None
+        Ask the subprocess to write its scores there.
+
+    Returns
+    -------
+    dict
+    """
+    from as2rank.neural.backbone import resolve_model
+
+    side, setting = ROWS[name]
+    if side == "peer":
+        cmd = [args.peer_python, str(HERE / "peer_crossencoder.py"), str(work / "pairs.json"), "--backend", setting,
+               "--model", resolve_model("minilm-l6")[0], "--cache", str(PEER_CACHE),
+               "--batch-size", str(PEER_BATCH_SIZE), "--max-length", str(MAX_LENGTH)]
+    else:
+        cmd = [sys.executable, str(HERE / "cpu_inference.py"), "--as2rank-round", setting,
+               "--model-dir", str(model_dir), "--pairs-file", str(work / "pairs.json")]
+    cmd += (["--threads", str(args.threads)] if args.threads else []) + (["--scores", str(scores_file)] if scores_file else [])
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+    return {**json.loads(line), "process_seconds": time.perf_counter() - start, "load_after": load_average()}
+
+
+def peer_versions(peer_python: str) -> dict:
+    """Versions of the peer environment's packages that matter here."""
+    code = ("import json, importlib.metadata as m; print(json.dumps({p: m.version(p) for p in "
+            "('sentence-transformers', 'transformers', 'torch', 'onnxruntime', 'optimum-onnx')}))")
+    return json.loads(subprocess.run([peer_python, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def summarise(res: dict) -> dict:
+    """Per row: median, min and max pairs/s over the rounds and the median same-round ratio to :data:`REFERENCE`."""
+    ref = [r["pairs_per_s"] for r in res["runs"][REFERENCE]]
+    out = {}
+    for name, runs in res["runs"].items():
+        pps = [r["pairs_per_s"] for r in runs]
+        out[name] = {"median": statistics.median(pps), "min": min(pps), "max": max(pps),
+                     "vs_reference": statistics.median(p / q for p, q in zip(pps, ref))}
+    return out
+
+
+def markdown(res: dict) -> str:
+    """The page: the result table and what it shows first, then the provenance."""
+    s = res["summary"]
+    rows = "\n".join(
+        f"| {name} | {v['median']:.1f} | {v['min']:.1f}–{v['max']:.1f} | {v['vs_reference']:.2f}× | "
+        f"{100 * res['map'][name]:.2f} |" for name, v in s.items())
+    best = max((n for n in s if ROWS[n][0] == "as2rank"), key=lambda n: s[n]["vs_reference"])
+    auto = "TransformerRanker precision='auto'"
+    peer = res["peer"]
+    fit = res["as2rank_fit"]
+    return f"""# CPU prediction: TransformerRanker vs CrossEncoder's ONNX int8 export (WikiQA)
+
+| row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) | MAP |
+| --- | ---: | ---: | ---: | ---: |
+{rows}
+
+On this CPU with {res['threads'] or 'default'} thread(s), {best} predicts {s[best]['vs_reference']:.2f}× as many \
+pairs per second as the peer's fastest documented CPU path (its int8 ONNX export for AVX-512 VNNI), and \
+precision='auto' (the default: {'bfloat16' if res['cpu_bf16'] else 'float32'} on this CPU) \
+{s[auto]['vs_reference']:.2f}×.
+
+## What was measured
+
+- **Pairs**: the first {res['pairs']:,} pairs of WikiQA-test ({res['n_questions']} questions), tokenisation included; \
+{res['rounds']} round(s), each running every row once in a fresh subprocess (load the model, warm up on the first \
+{WARMUP_PAIRS} pairs, then one timed `predict` on all the pairs); the order of the rows rotates by one each round. \
+The ratio column divides a row's pairs/s by the peer's ONNX-int8 pairs/s of the same round, median over the rounds.
+- **Peer** (`benchmarks/peer_crossencoder.py`, in its own virtual environment `{peer['python']}`: \
+sentence-transformers {peer['versions']['sentence-transformers']}, transformers {peer['versions']['transformers']}, \
+torch {peer['versions']['torch']}, onnxruntime {peer['versions']['onnxruntime']}, optimum-onnx \
+{peer['versions']['optimum-onnx']}; `optimum-onnx` pins transformers < 4.58, so it cannot share as2rank's): \
+`CrossEncoder(<packaged all-MiniLM-L6-v2>, num_labels=1, max_length={MAX_LENGTH})`, \
+`predict(pairs, batch_size={PEER_BATCH_SIZE})` (its default), on the `torch` backend, on `backend="onnx"` \
+(fp32 ONNX Runtime) and on the file `export_dynamic_quantized_onnx_model(model, "avx512_vnni", ...)` writes \
+(`model_kwargs={{"file_name": "onnx/model_qint8_avx512_vnni.onnx"}}`). The checkpoint is a bi-encoder, so its \
+classification head is new and untrained (drawn with seed 0, the same weights for the three backends): its \
+scores are nearly equal, so its MAP is near chance and int8 rounding reorders them; it says nothing of accuracy.
+- **as2rank** ({res['as2rank']}): `TransformerRanker(epochs=1, random_state=0)`, the other parameters at their \
+defaults, fitted once on the first {fit['questions']} questions of `_common.wikiqa_splits()["train"]` \
+({fit['pairs']:,} pairs), \
+saved with `save_pretrained` and loaded by each subprocess with `from_pretrained(path, precision=...)`. Its MAP \
+is that of this small fit, a check that the precisions agree, not a result.
+- **Threads**: `--threads` {res['threads']} (`OMP_NUM_THREADS`, `torch.set_num_threads` / `n_threads`, ONNX \
+Runtime's `intra_op_num_threads` in every subprocess; none: each library's default); tokenizers run with \
+their own defaults.
+
+## Provenance
+
+Command: `{res['command']}`. Measured {res['date']} on **{res['machine']}**; as2rank's environment: torch \
+{res['torch']}; int8 kernels: {res['int8']}. Load average at start {res['load_average_start']}, at end \
+{res['load_average_end']}; {res['wall_seconds'] / 60:.1f} min in all. Per-round figures (pairs/s, the \
+subprocess's wall time, the load after it) are in `benchmarks/results/{tagged('cpu_inference.json')}`.
+"""
+
+
+def main(argv=None) -> None:
+    """Parse the command line; run the rounds (or one as2rank subprocess round) and write the results."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", type=int, default=2000, help="first N WikiQA-test pairs (default 2000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="threads of every row (default: the libraries')")
+    parser.add_argument("--peer-python", default=str(ROOT / ".venv-peer" / "bin" / "python"),
+                        help="the Python of the peer's virtual environment")
+    parser.add_argument("--render", action="store_true", help="only re-write the page from the JSON")
+    # The subprocess of an as2rank row (started by run_row).
+    parser.add_argument("--as2rank-round", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--pairs-file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--scores", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.as2rank_round:
+        as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores)
+        return
+    json_path, page = RESULTS / tagged("cpu_inference.json"), DOCS / tagged("cpu_inference.md")
+    if args.render:
+        page.write_text(markdown(json.loads(json_path.read_text())))
+        log(f"re-rendered {page}")
+        return
+
+    import numpy as np
+    import torch
+
+    import as2rank
+    from as2rank.metrics import ranking_report
+    from as2rank.neural import cpu_bf16_supported, int8_supported
+    from as2rank.transformer import TransformerRanker
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    res = {**run_header("cpu_inference.py", argv), "threads": args.threads, "cpu_bf16": cpu_bf16_supported(),
+           "int8": int8_supported(), "as2rank": f"as2rank {as2rank.__version__} from {Path(as2rank.__file__).parent}",
+           "peer": {"python": args.peer_python, "versions": peer_versions(args.peer_python)},
+           "rounds": args.rounds}
+    splits = wikiqa_splits()
+    X_train, y_train = splits["train"]
+    keep = X_train["qid"].isin(X_train["qid"].unique()[:100]).to_numpy()
+    fit_log = []
+    est = fitted(TransformerRanker(epochs=1, random_state=0), X_train[keep], y_train[keep], fit_log=fit_log)
+    res["as2rank_fit"] = {"questions": 100, "pairs": int(keep.sum()), **fit_log[0]}
+    X_test, y_test = splits["test"]
+    X, y = X_test.head(args.pairs), y_test[: args.pairs]
+    res.update(pairs=len(X), n_questions=int(X["qid"].nunique()))
+    names = list(ROWS)
+    res["runs"], scores = {n: [] for n in names}, {}
+    with tempfile.TemporaryDirectory(prefix="as2rank-cpu-inference-") as tmp:
+        work = Path(tmp)
+        (work / "pairs.json").write_text(json.dumps(X[["qid", "question", "candidate"]].to_dict("records")))
+        est.save_pretrained(work / "model")
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                out = work / f"scores-{names.index(name)}.json" if r == 0 else None
+                run = run_row(name, args, work, work / "model", out)
+                res["runs"][name].append({**run, "round": r})
+                log(f"[round {r + 1}/{args.rounds}] {name}: {run['pairs_per_s']:.1f} pairs/s ({run['seconds']:.1f} s "
+                    f"timed, {run['process_seconds']:.1f} s process, load {run['load_after'][0]})")
+                if out is not None:
+                    scores[name] = np.asarray(json.loads(out.read_text()))
+    res["map"] = {n: ranking_report(y, scores[n], X["qid"].to_numpy(), position=X["position"].to_numpy())["map"]
+                  for n in names}
+    res["summary"] = summarise(res)
+    res["load_average_end"] = load_average()
+    res["wall_seconds"] = time.perf_counter() - t_start
+    res = jsonable(res)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(res, indent=2))
+    page.write_text(markdown(res))
+    log(f"wrote {json_path} and {page}")
+
+
+if __name__ == "__main__":
+    main()
