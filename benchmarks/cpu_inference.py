@@ -155,6 +155,23 @@ def summarise(res: dict) -> dict:
     return out
 
 
+def in_repo(path: str) -> str:
+    """``path`` relative to the repository when it lies inside it (pages name no machine's folders)."""
+    try:
+        return str(Path(path).relative_to(ROOT))
+    except ValueError:
+        return path
+
+
+def cpu_flags() -> list:
+    """The CPU's instruction sets that decide the int8 and bfloat16 kernels (from /proc/cpuinfo)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return []
+    return sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
+
+
 def markdown(res: dict) -> str:
     """The page: the result table and what it shows first, then the provenance."""
     s = res["summary"]
@@ -165,6 +182,7 @@ def markdown(res: dict) -> str:
     auto = "TransformerRanker precision='auto'"
     peer = res["peer"]
     fit = res["as2rank_fit"]
+    flags = f" (instruction sets: {', '.join(res['cpu_flags']) or 'none of AVX2, AVX-512, VNNI, AMX'})" if "cpu_flags" in res else ""
     return f"""# CPU prediction: TransformerRanker vs CrossEncoder's ONNX int8 export (WikiQA)
 
 | row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) | MAP |
@@ -182,7 +200,7 @@ precision='auto' (the default: {'bfloat16' if res['cpu_bf16'] else 'float32'} on
 {res['rounds']} round(s), each running every row once in a fresh subprocess (load the model, warm up on the first \
 {WARMUP_PAIRS} pairs, then one timed `predict` on all the pairs); the order of the rows rotates by one each round. \
 The ratio column divides a row's pairs/s by the peer's ONNX-int8 pairs/s of the same round, median over the rounds.
-- **Peer** (`benchmarks/peer_crossencoder.py`, in its own virtual environment `{peer['python']}`: \
+- **Peer** (`benchmarks/peer_crossencoder.py`, in its own virtual environment `{in_repo(peer['python'])}`: \
 sentence-transformers {peer['versions']['sentence-transformers']}, transformers {peer['versions']['transformers']}, \
 torch {peer['versions']['torch']}, onnxruntime {peer['versions']['onnxruntime']}, optimum-onnx \
 {peer['versions']['optimum-onnx']}; `optimum-onnx` pins transformers < 4.58, so it cannot share as2rank's): \
@@ -192,7 +210,7 @@ torch {peer['versions']['torch']}, onnxruntime {peer['versions']['onnxruntime']}
 (`model_kwargs={{"file_name": "onnx/model_qint8_avx512_vnni.onnx"}}`). The checkpoint is a bi-encoder, so its \
 classification head is new and untrained (drawn with seed 0, the same weights for the three backends): its \
 scores are nearly equal, so its MAP is near chance and int8 rounding reorders them; it says nothing of accuracy.
-- **as2rank** ({res['as2rank']}): `TransformerRanker(epochs=1, random_state=0)`, the other parameters at their \
+- **as2rank** ({res['as2rank'].partition(' from ')[0]} from `{in_repo(res['as2rank'].partition(' from ')[2])}`): `TransformerRanker(epochs=1, random_state=0)`, the other parameters at their \
 defaults, fitted once on the first {fit['questions']} questions of `_common.wikiqa_splits()["train"]` \
 ({fit['pairs']:,} pairs), \
 saved with `save_pretrained` and loaded by each subprocess with `from_pretrained(path, precision=...)`. Its MAP \
@@ -203,7 +221,7 @@ their own defaults.
 
 ## Provenance
 
-Command: `{res['command']}`. Measured {res['date']} on **{res['machine']}**; as2rank's environment: torch \
+Command: `{res['command']}`. Measured {res['date']} on **{res['machine']}**{flags}; as2rank's environment: torch \
 {res['torch']}; int8 kernels: {res['int8']}. Load average at start {res['load_average_start']}, at end \
 {res['load_average_end']}; {res['wall_seconds'] / 60:.1f} min in all. Per-round figures (pairs/s, the \
 subprocess's wall time, the load after it) are in `benchmarks/results/{tagged('cpu_inference.json')}`.
@@ -245,7 +263,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    res = {**run_header("cpu_inference.py", argv), "threads": args.threads, "cpu_bf16": cpu_bf16_supported(),
+    res = {**run_header("cpu_inference.py", argv), "cpu_flags": cpu_flags(), "threads": args.threads, "cpu_bf16": cpu_bf16_supported(),
            "int8": int8_supported(), "as2rank": f"as2rank {as2rank.__version__} from {Path(as2rank.__file__).parent}",
            "peer": {"python": args.peer_python, "versions": peer_versions(args.peer_python)},
            "rounds": args.rounds}
