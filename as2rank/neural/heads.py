@@ -124,7 +124,7 @@ class CascadeEncoder(nn.Module):
 
         What depends on the scores (which rows a drop keeps, where the survivors go) is decided on the batch's
         device; the shape of every step comes from the host: a drop keeps a known number of rows of each
-        question, and each chunk's width is a bound on its survivors' lengths (:func:`_survivor_widths`). So
+        question, and each chunk's width is a bound on its survivors' lengths (``_survivor_widths``). So
         the only device-to-host transfer is the returned logits, one per batch, whatever the number of exits.
 
         Parameters
