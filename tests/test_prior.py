@@ -164,11 +164,9 @@ def test_context_rankers_add_the_prior(tmp_path):
 
     X, y = tc.synthetic(n_questions=12)
     X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
-    tok = tc.tokenizer.__wrapped__() if hasattr(tc.tokenizer, "__wrapped__") else None
-    if tok is None:
-        import transformers
+    import transformers
 
-        tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})  # tc's vocabulary
     for cls in (ContextConcat, ContextMWA):
         ranker = tc.small(cls, tok, lexical_prior=True).fit(X, y)
         prior = lexical_prior_logits(ranker.lexical_features_, ranker.lexical_coef_, X)
