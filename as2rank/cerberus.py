@@ -400,13 +400,13 @@ class DistilledRanker(LexicalPriorMixin, _Distillation, _PointwiseScoring, _Tran
     tokenizer, num_layers, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, \
 weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
-        As in :class:`~as2rank.transformer.TransformerRanker`, except the defaults ``epochs=2`` and
-        ``learning_rate=2e-5`` (the TANDA papers' fine-tuning setting; ``docs/benchmarks/defaults.md`` does not
-        cover distillation).
-    lexical_prior : bool, default=False
-        As in :class:`~as2rank.transformer.TransformerRanker` (the lexical model's logit added to the
-        student's, in training and prediction), but off by default, as in the paper, until the defaults
-        benchmark covers this class.
+        As in :class:`~as2rank.transformer.TransformerRanker`, with the same defaults (``epochs=4``,
+        ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark
+        (``docs/benchmarks/defaults-distilled.md``) over training sizes and data sets. The paper's setting
+        is ``epochs=2, learning_rate=2e-5, lexical_prior=False``.
+    lexical_prior : bool, default=True
+        As in :class:`~as2rank.transformer.TransformerRanker`: the lexical model's logit is added to the
+        student's, in training and prediction, so the student learns what the lexical model misses.
 
     Attributes
     ----------
@@ -435,11 +435,11 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         tokenizer=None,
         num_layers=None,
         pooling="auto",
-        lexical_prior=False,
+        lexical_prior=True,
         max_length=128,
-        epochs=2,
+        epochs=4,
         batch_size=32,
-        learning_rate=2e-5,
+        learning_rate=5e-5,
         head_lr_multiplier=10.0,
         weight_decay=0.01,
         warmup=0.1,

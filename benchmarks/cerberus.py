@@ -240,7 +240,8 @@ def run(args):
         insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
         for j, n in enumerate(TEACHERS):
             insample_map[f"{n} seed {s}"] = mean_average_precision(y_train, insample[:, j], X_train["qid"].to_numpy())
-        kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, **b}
+        # The paper's students: no lexical prior (DistilledRanker's default has one).
+        kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, "lexical_prior": False, **b}
         hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in (0, 1, 2)]
         students = {
             "student": TransformerRanker(num_layers=6, lexical_prior=False, **b),
