@@ -38,7 +38,7 @@ from .metrics import get_scorer
 from .params import Interval, SequenceOf, check_param, validate_params
 from .persistence import PersistenceMixin
 
-__all__ = ["EXIT_GAP", "SequentialRanker", "drop_lowest", "simulate_cascade", "tune_alpha"]
+__all__ = ["EXIT_GAP", "SequentialRanker", "drop_lowest", "n_dropped", "simulate_cascade", "tune_alpha"]
 
 #: Score gap between consecutive exits (see the module docstring).
 EXIT_GAP = 1e4
@@ -46,6 +46,12 @@ EXIT_GAP = 1e4
 #: Accepted values of a drop ratio α (``alpha`` of the cascade, the ``grid`` of :func:`tune_alpha`): one value
 #: in [0, 1) for every pruning stage, or one per stage.
 _DROP_RATIOS = [Interval(Real, 0, 1, closed="left"), SequenceOf(Interval(Real, 0, 1, closed="left"))]
+
+
+def n_dropped(counts, alpha: float) -> np.ndarray:
+    """How many rows a drop of ratio ``alpha`` removes from groups of ``counts`` rows: ``floor(alpha · k)``."""
+    # The small epsilon keeps products such as 0.29 * 100 = 28.999999999999996 at their exact floor.
+    return np.floor(alpha * np.asarray(counts) + 1e-9).astype(np.int64)
 
 
 def drop_lowest(codes: np.ndarray, scores: np.ndarray, alpha: float) -> np.ndarray:
@@ -68,8 +74,7 @@ def drop_lowest(codes: np.ndarray, scores: np.ndarray, alpha: float) -> np.ndarr
     n = len(codes)
     order = np.lexsort((-np.arange(n), scores, codes))  # worst first inside each group
     _, counts = np.unique(codes[order], return_counts=True)
-    # The small epsilon keeps products such as 0.29 * 100 = 28.999999999999996 at their exact floor.
-    n_drop = np.floor(alpha * counts + 1e-9).astype(np.int64)
+    n_drop = n_dropped(counts, alpha)
     dropped = ragged_arange(counts) < np.repeat(n_drop, counts)
     keep = np.ones(n, dtype=bool)
     keep[order[dropped]] = False

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from ..data import ragged_arange
+from ..pruning import n_dropped
 from .backbone import LayerStack, masked_mean, truncate_layers
 
 __all__ = ["CascadeEncoder", "CrossEncoder", "classifier_dropout", "feed_forward", "head_logits", "pool", "with_prior"]
@@ -203,7 +204,7 @@ class CascadeEncoder(nn.Module):
             # Every running row at one width (the widest survivor's), so that any survivor can be gathered.
             need = int(bound[-1])
             hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in states])
-            # Contiguous: the layers' products run much slower on the strided view.
+            # Contiguous copies, like the chunks the first exit runs on.
             states = [(hidden[survivors[first:end], :width].contiguous(), full_mask[order[first:end], :width])
                       for first, end, width in spans(bound)]
         return logits.cpu().double().numpy(), rows_per_layer
@@ -216,7 +217,7 @@ def _survivor_widths(codes: np.ndarray, lengths: np.ndarray, alphas, last_exit: 
     -------
     alive : list of ndarray of int
         For each exit, the rows of each question (in code order) that reach it: a drop of ratio α keeps
-        ``k − floor(α · k)`` of ``k`` (:func:`~as2rank.pruning.drop_lowest`).
+        ``k − floor(α · k)`` of ``k`` (:func:`~as2rank.pruning.n_dropped`).
     widths : list of ndarray of int
         For each exit, ascending: the longest rows of each question, as many as reach the exit. Whatever
         rows survive, the i-th shortest survivor is no longer than the i-th entry, so a chunk of the
@@ -226,7 +227,7 @@ def _survivor_widths(codes: np.ndarray, lengths: np.ndarray, alphas, last_exit: 
     alive = [sizes]
     for e in range(last_exit):
         k = alive[-1]
-        alive.append(k - np.floor(alphas[e] * k + 1e-9).astype(np.int64) if alphas[e] else k)
+        alive.append(k - n_dropped(k, alphas[e]))
     longest_first = np.lexsort((-lengths, question))
     rank = ragged_arange(sizes)  # rank of each row of ``longest_first`` by length inside its question
     widths = [np.sort(lengths[longest_first][rank < np.repeat(k, sizes)]) for k in alive]
