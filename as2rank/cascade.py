@@ -226,23 +226,15 @@ reuse_fit, random_state, verbose
 
         return CascadeEncoder(encoder, self.exits_)
 
-    def _training_batch_extra(self, rng, number):
-        if self.exit_sampling == "all":
-            return {}
-        return {"exit": int(rng.integers(len(self.exits_)))}
-
     def _loss(self, module, batch):
         import torch.nn.functional as F
 
-        if "exit" in batch:
-            return F.binary_cross_entropy_with_logits(module(batch, batch["exit"]), batch["labels"])
+        if self.exit_sampling == "uniform":  # one exit per batch, uniformly at random
+            exit_index = min(int(batch["draw"] * len(self.exits_)), len(self.exits_) - 1)
+            return F.binary_cross_entropy_with_logits(module(batch, exit_index), batch["labels"])
         logits = module.all_exits(batch)
         labels = batch["labels"].unsqueeze(1).expand_as(logits)
         return F.binary_cross_entropy_with_logits(logits, labels)
-
-    def _dev_scores(self, module, encoded, index, device):
-        logits, _ = self._run(module, encoded, index, device, [0.0] * (len(self.exits_) - 1), len(self.exits_) - 1)
-        return logits[:, -1]
 
     def _export_attrs(self):
         return {**super()._export_attrs(), "exits_": list(self.exits_)}

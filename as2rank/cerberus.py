@@ -23,7 +23,7 @@ scores become calibrated logits (Platt scaling, optionally cross-fitted with ``t
 
 **Training targets.** The ``_row_targets`` hook computes the teachers' calibrated logits once per ``fit``,
 before training, so every training batch carries its rows' ``teacher_logits`` beside their labels; KD_RR
-picks the teacher of a batch from the batch's number (``_training_batch_extra``).
+picks the teacher of a batch from the batch's number (its ``step``).
 """
 
 from __future__ import annotations
@@ -320,9 +320,6 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         ).mean(dim=0)
         return (losses * torch.as_tensor(self._weights(), dtype=losses.dtype, device=losses.device)).sum()
 
-    def _dev_scores(self, module, encoded, index, device):
-        return self._row_logits(module, encoded, device).mean(axis=1)
-
     def _export_attrs(self):
         return {**super()._export_attrs(), "body_layers_": self.body_layers_, "head_layers_": self.head_layers_,
                 "n_heads_": self.n_heads_, "pooling_": self.pooling_}
@@ -506,18 +503,13 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
 
         return CrossEncoder(encoder, self.pooling_)
 
-    def _training_batch_extra(self, rng, number):
-        """KD_RR: the teacher of batch ``t`` of this ``fit`` is ``t mod k``."""
-        if self.multi_teacher != "round_robin":
-            return {}
-        return {"teacher": number % len(self.teachers)}
-
     def _loss(self, module, batch):
         from .neural.distillation import distillation_loss
 
         logits, teachers, labels = module(batch), batch["teacher_logits"], batch["labels"]
-        if "teacher" in batch:
-            return distillation_loss(logits, teachers[:, batch["teacher"]], labels, self.kd_alpha, self.temperature).mean()
+        if self.multi_teacher == "round_robin":  # KD_RR: batch t learns from teacher t mod k
+            teacher = batch["step"] % teachers.shape[1]
+            return distillation_loss(logits, teachers[:, teacher], labels, self.kd_alpha, self.temperature).mean()
         losses = distillation_loss(logits.unsqueeze(1), teachers, labels.unsqueeze(1), self.kd_alpha, self.temperature)
         return losses.mean(dim=0).sum()
 

@@ -30,9 +30,6 @@ class _PointwiseScoring:
 
         return bce_loss(module, batch)
 
-    def _dev_scores(self, module, encoded, index, device):
-        return self._row_logits(module, encoded, device)
-
     def predict(self, X) -> np.ndarray:
         """One score (the head's logit) per row, higher is better.
 

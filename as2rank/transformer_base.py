@@ -85,20 +85,17 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         raise NotImplementedError
 
     def _loss(self, module, batch):
-        raise NotImplementedError
+        """The training loss of one batch: the one hook the training loop calls.
 
-    def _dev_scores(self, module, encoded, index, device):
-        """Scores used for the dev MAP during training."""
+        ``batch`` holds the batch's token tensors, ``labels``, the per-row ``_row_targets`` and two entries
+        for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
+        ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
+        fit's seeded generator (the same in every process of a distributed fit)."""
         raise NotImplementedError
 
     def _prepare_encoder(self, encoder):
         """Set fitted attributes that depend on the loaded encoder, and cut it to the depth used."""
         raise NotImplementedError
-
-    def _training_batch_extra(self, rng, number: int):
-        """Extra entries of training batch ``number`` (0, 1, ... over the epochs of one ``fit`` or
-        ``partial_fit`` call): the cascade's sampled exit, the round-robin teacher."""
-        return {}
 
     def _row_targets(self, X, y, index) -> dict:
         """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
@@ -381,16 +378,16 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         lengths = encoded["lengths"][train_rows]
         steps = math.ceil(len(train_rows) / self.batch_size)
 
+        # The losses' draws come from their own stream, so they leave the batch order as it is.
+        draws = rng.spawn(1)[0]
+
         def batches(epoch):
             for i, part in enumerate(length_bucket_batches(lengths, self.batch_size, rng)):
-                rows = train_rows[part]
-                # Drawn for the global batch: the same in every process.
-                extra = self._training_batch_extra(rng, epoch * steps + i)
-                rows, real = shard.split(rows, index.codes[rows])
+                # Numbered and drawn for the global batch: the same in every process.
+                step, draw = epoch * steps + i, float(draws.random())
+                rows, real = shard.split(train_rows[part], index.codes[train_rows[part]])
                 batch = batch_tensors(encoded, rows)
-                batch["labels"] = labels[rows]
-                batch.update({k: v[rows] for k, v in targets.items()})
-                batch.update(extra)
+                batch.update({k: v[rows] for k, v in targets.items()}, labels=labels[rows], step=step, draw=draw)
                 yield LocalBatch(batch, len(rows) if real else 0)
 
         evaluate = None
@@ -398,7 +395,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             dev_y, dev_index = dev[1], dev[2]
 
             def evaluate(m):
-                return mean_average_precision(dev_y, self._dev_scores(m, dev_enc, dev_index, device), dev_index)
+                # The dev MAP ranks by the module's output, averaged over its heads where it has several.
+                scores = self._row_logits(m, dev_enc, device)
+                return mean_average_precision(dev_y, scores.mean(axis=1) if scores.ndim == 2 else scores, dev_index)
 
         return train(
             module,

@@ -80,6 +80,11 @@ def test_exit_sampling_all_trains_every_exit_on_every_batch(tokenizer):
         ])
         assert float(est._loss(module, batch)) == pytest.approx(expected, rel=1e-5)
         np.testing.assert_allclose(module.all_exits(batch)[:, 2].numpy(), module(batch, 2).numpy(), atol=1e-6)
+        # The paper's scheme: the batch's uniform draw picks one of the five exits, each a fifth of [0, 1).
+        uniform = est.set_params(exit_sampling="uniform")
+        for draw, e in ((0.0, 0), (0.19, 0), (0.2, 1), (0.5, 2), (0.99, 4)):
+            loss = F.binary_cross_entropy_with_logits(module(batch, e), batch["labels"])
+            assert float(uniform._loss(module, {**batch, "draw": draw})) == pytest.approx(float(loss), rel=1e-6)
     with pytest.raises(ValueError, match="exit_sampling"):
         small(CascadeTransformer, "bert", tokenizer, exit_sampling="round-robin").fit(X, y)
 
