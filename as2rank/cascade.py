@@ -254,28 +254,30 @@ reuse_fit, random_state, verbose
         return [0.0] * len(alphas), self.exits_.index(self.exit_layer)
 
     def _run(self, module, encoded, index, device, alphas, last_exit):
-        import torch
-
-        from .neural import autocast, to_device
+        from .neural import to_device
         from .neural.backbone import batch_tensors, token_budget_batches
+        from .neural.predict import predict_batches
 
         # Groups are budgeted by their real tokens: the chunks inside them are cut by length, so a question
         # costs about its tokens, not its rows × its longest row.
         tokens = np.add.reduceat(encoded["lengths"][index.order], index.starts)
         chunk_tokens = self._batch_tokens(device)
         batches = token_budget_batches(tokens, np.ones_like(tokens), CHUNKS_PER_GROUP * chunk_tokens)
-        logits = np.full((index.n_rows, len(self.exits_)), np.nan)
         rows_per_layer = np.zeros(self.exits_[last_exit], dtype=np.int64)
-        with torch.inference_mode():
-            for groups in self._progress(batches, len(batches), "cascade"):
-                rows, codes = _group_rows(index, groups)
-                with autocast(device, self._compute_dtype(device)):
-                    batch_logits, batch_rows = module.cascade(
-                        to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens,
-                        lengths=encoded["lengths"][rows], exact_widths=self._exact_widths(device),
-                    )
-                logits[rows] = batch_logits
-                rows_per_layer += batch_rows
+
+        def run(groups):
+            rows, codes = _group_rows(index, groups)
+            logits, batch_rows = module.cascade(
+                to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens,
+                lengths=encoded["lengths"][rows], exact_widths=self._exact_widths(device),
+            )
+            rows_per_layer[:] += batch_rows
+            return rows, logits
+
+        logits = predict_batches(batches, run, index.n_rows, device=device, dtype=self._compute_dtype(device),
+                                 progress=self._progress, desc="cascade")
+        if logits.ndim == 1:  # no rows
+            logits = logits.reshape(0, len(self.exits_))
         return logits, rows_per_layer
 
     @staticmethod

@@ -422,6 +422,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         from .neural import resolve_device
         from .neural.backbone import native_pooling, token_budget_batches
         from .neural.heads import pool
+        from .neural.predict import predict_batches
 
         encoder, tokenizer = _sentence_encoder(self.encoder)
         device = resolve_device(self.device)
@@ -430,13 +431,16 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         enc = tokenizer(texts, truncation=True, max_length=max_length, padding="longest", return_tensors="np")
         ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
         lengths = mask.sum(axis=1)
-        out = np.empty((len(texts), encoder.config.hidden_size), dtype=np.float32)
         encoder = encoder.to(device)
-        with torch.inference_mode():
-            for rows in token_budget_batches(np.ones(len(texts), dtype=np.int64), lengths, self.batch_tokens):
-                width = int(lengths[rows].max())
-                batch_mask = torch.from_numpy(mask[rows, :width]).to(device)
-                hidden = encoder(input_ids=torch.from_numpy(ids[rows, :width]).to(device), attention_mask=batch_mask).last_hidden_state
-                out[rows] = pool(hidden, batch_mask, pooling).float().cpu().numpy()
+
+        def run(rows):
+            width = int(lengths[rows].max())
+            batch_mask = torch.from_numpy(mask[rows, :width]).to(device)
+            hidden = encoder(input_ids=torch.from_numpy(ids[rows, :width]).to(device), attention_mask=batch_mask).last_hidden_state
+            return rows, pool(hidden, batch_mask, pooling)
+
+        batches = token_budget_batches(np.ones(len(texts), dtype=np.int64), lengths, self.batch_tokens)
+        out = predict_batches(batches, run, len(texts), device=device, dtype=torch.float32, progress=lambda b, n, d: b,
+                              desc="embed").astype(np.float32)
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 

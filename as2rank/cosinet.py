@@ -320,12 +320,12 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         import torch
 
         from .neural import question_batches, resolve_device, resolve_precision, to_device, torch_threads
+        from .neural.predict import predict_batches
 
         check_is_fitted(self, "module_")
         X = check_X(X)
         index = GroupIndex.from_frame(X)
         device = resolve_device(self.device)
-        scores = np.empty(len(X), dtype=np.float64)
         with torch_threads(self.n_threads):
             encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_)
             table = self.word_vectors_
@@ -335,12 +335,14 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             encoded.relate(table, device)
             module = self.module_.to(device)
             table = table.to(device, resolve_precision(self.precision, device))
-            with torch.inference_mode():
-                for groups_ in question_batches(np.arange(index.n_groups), max(int(self.batch_size), 64)):
-                    batch = encoded.batch(groups_)
-                    out = module(to_device(batch, device), table)
-                    scores[batch["rows"].numpy()] = out.float().cpu().numpy()
-        return scores
+
+            def run(groups_):
+                batch = encoded.batch(groups_)
+                return batch["rows"].numpy(), module(to_device(batch, device), table)
+
+            # The convolution's dtype is the table's; everything else runs in float32 (no autocast).
+            return predict_batches(question_batches(np.arange(index.n_groups), max(int(self.batch_size), 64)), run,
+                                   index.n_rows, device=device, dtype=torch.float32, progress=lambda b, n, d: b)
 
     # ------------------------------------------------------------------ helpers
 

@@ -529,8 +529,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
     def _row_logits(self, module, encoded, device):
         """The module's output for every encoded row (the one batched predict loop of the per-row models:
-        :func:`as2rank.neural.pointwise.predict_logits`)."""
-        from .neural.pointwise import predict_logits
+        :func:`as2rank.neural.predict.predict_logits`)."""
+        from .neural.predict import predict_logits
 
         return predict_logits(
             module,

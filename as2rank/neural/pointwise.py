@@ -1,21 +1,18 @@
 """Pointwise cross-encoders: one encoder cut to depth, one logit per row, binary cross-entropy.
 
 What :class:`~as2rank.transformer.TransformerRanker` and the context rankers of :mod:`as2rank.context`
-share: preparing the backbone (:func:`prepare_encoder`), the training loss (:func:`bce_loss`) and the
-prediction loop over encoded rows (:func:`predict_logits`). Each estimator calls these from its own
-methods.
+share: preparing the backbone (:func:`prepare_encoder`) and the training loss (:func:`bce_loss`); their
+prediction is :func:`as2rank.neural.predict.predict_logits`.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .backbone import batch_tensors, layer_list, native_pooling, token_budget_batches, truncate_layers
-from .devices import autocast, to_device
+from .backbone import layer_list, native_pooling, truncate_layers
 
-__all__ = ["bce_loss", "predict_logits", "prepare_encoder"]
+__all__ = ["bce_loss", "prepare_encoder"]
 
 
 def prepare_encoder(encoder, model, num_layers, pooling) -> tuple:
@@ -68,42 +65,3 @@ def bce_loss(module, batch: dict) -> torch.Tensor:
     """
     return F.binary_cross_entropy_with_logits(module(batch), batch["labels"])
 
-
-def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, progress) -> np.ndarray:
-    """The module's logit(s) for every encoded row, in row order (one per row, or one per head of a
-    multi-head module).
-
-    Rows are packed into batches of at most ``batch_tokens`` padded tokens (sorted by length, see
-    :func:`~as2rank.neural.backbone.token_budget_batches`) and run without gradients under autocast.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        Maps a batch to one logit per row; already on ``device``, in evaluation mode.
-    encoded : dict of ndarray
-        Token arrays of shape (n, width) and ``lengths`` of shape (n,) (as
-        :func:`~as2rank.neural.backbone.encode_pairs` returns them).
-    device : torch.device
-    batch_tokens : int
-        Padded tokens per batch.
-    dtype : torch.dtype
-        Autocast dtype (``torch.float32``: none).
-    progress : callable
-        ``progress(batches, n_batches, description)`` returns an iterable over the batches (a progress bar
-        or the batches themselves).
-
-    Returns
-    -------
-    ndarray of float64 of shape (n,) or (n, n_heads)
-        As the module's output per row.
-    """
-    n = len(encoded["lengths"])
-    scores = None
-    batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], batch_tokens)
-    with torch.inference_mode(), autocast(device, dtype):
-        for rows in progress(batches, len(batches), "predict"):
-            out = module(to_device(batch_tensors(encoded, rows), device)).float().cpu().numpy()
-            if scores is None:
-                scores = np.empty((n, *out.shape[1:]), dtype=np.float64)
-            scores[rows] = out
-    return np.empty(0, dtype=np.float64) if scores is None else scores

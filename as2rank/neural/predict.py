@@ -1,0 +1,89 @@
+"""The one batched prediction loop of the neural estimators (:func:`predict_batches`) and its per-row use by
+the cross-encoders (:func:`predict_logits`).
+
+Every estimator's ``predict`` goes through :func:`predict_batches`: it says how its rows are batched (by
+token budget, by question) and what one batch computes; the loop runs the batches without gradients under
+autocast, behind the progress bar, and gathers the outputs in row order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .backbone import batch_tensors, token_budget_batches
+from .devices import autocast, to_device
+
+__all__ = ["predict_batches", "predict_logits"]
+
+
+def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc: str = "predict") -> np.ndarray:
+    """Run ``run`` on every batch and gather its outputs by row.
+
+    Parameters
+    ----------
+    batches : sequence
+        What ``run`` takes, one item per batch.
+    run : callable
+        ``run(batch)`` returns ``(rows, out)``: the indices of the rows the batch scores and their outputs,
+        a tensor or array of shape (len(rows), ...).
+    n_rows : int
+        Rows in all.
+    device : torch.device
+    dtype : torch.dtype
+        Autocast dtype (``torch.float32``: none).
+    progress : callable
+        ``progress(batches, n_batches, description)`` returns an iterable over the batches (a progress bar
+        or the batches themselves).
+    desc : str, default="predict"
+        The progress bar's description.
+
+    Returns
+    -------
+    ndarray of float64 of shape (n_rows, ...)
+        Each row's output; NaN for rows no batch scored.
+    """
+    scores = None
+    with torch.inference_mode(), autocast(device, dtype):
+        for batch in progress(batches, len(batches), desc):
+            rows, out = run(batch)
+            out = out.float().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+            if scores is None:
+                scores = np.full((n_rows, *out.shape[1:]), np.nan)
+            scores[rows] = out
+    return np.full(n_rows, np.nan) if scores is None else scores
+
+
+def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, progress) -> np.ndarray:
+    """The module's logit(s) for every encoded row, in row order (one per row, or one per head of a
+    multi-head module).
+
+    Rows are packed into batches of at most ``batch_tokens`` padded tokens (sorted by length, see
+    :func:`~as2rank.neural.backbone.token_budget_batches`).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Maps a batch to one logit per row; already on ``device``, in evaluation mode.
+    encoded : dict of ndarray
+        Token arrays of shape (n, width) and ``lengths`` of shape (n,) (as
+        :func:`~as2rank.neural.backbone.encode_pairs` returns them).
+    device : torch.device
+    batch_tokens : int
+        Padded tokens per batch.
+    dtype : torch.dtype
+        Autocast dtype (``torch.float32``: none).
+    progress : callable
+        As in :func:`predict_batches`.
+
+    Returns
+    -------
+    ndarray of float64 of shape (n,) or (n, n_heads)
+        As the module's output per row.
+    """
+    n = len(encoded["lengths"])
+    batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], batch_tokens)
+    return predict_batches(
+        batches, lambda rows: (rows, module(to_device(batch_tensors(encoded, rows), device))), n,
+        device=device, dtype=dtype, progress=progress,
+    )
