@@ -23,7 +23,7 @@ __all__ = ["TransformerRanker"]
 
 class _PointwiseScoring:
     """The loss and scores of a model whose module returns one logit per pair (``TransformerRanker``, the
-    context rankers): pointwise binary cross-entropy, and logits from :func:`as2rank.neural.pointwise.predict_logits`."""
+    context rankers): pointwise binary cross-entropy, and logits from :func:`as2rank.neural.predict.predict_logits`."""
 
     def _loss(self, module, batch):
         from .neural.pointwise import bce_loss

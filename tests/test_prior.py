@@ -38,7 +38,7 @@ def test_prediction_is_network_logit_plus_prior(tokenizer):
     prior = lexical_prior_logits(ranker.lexical_features_, ranker.lexical_coef_, X)
     encoded = ranker._encode(X)
     del encoded["prior"]
-    from as2rank.neural.pointwise import predict_logits
+    from as2rank.neural.predict import predict_logits
 
     network = predict_logits(ranker.model_, encoded, torch.device("cpu"), batch_tokens=256, dtype=torch.float32,
                              progress=lambda b, n, d: b)
@@ -121,7 +121,7 @@ def test_cascade_adds_the_prior_to_every_exit(tokenizer, tmp_path):
 
 def _without_prior(ranker, X):
     """The fitted network's own scores of ``X``: the module run on the encoded rows less their ``prior``."""
-    from as2rank.neural.pointwise import predict_logits
+    from as2rank.neural.predict import predict_logits
 
     encoded = ranker._encode(X)
     assert "prior" in encoded
