@@ -269,6 +269,16 @@ def cells(res, data, estimator):
     return table, picks
 
 
+def cosinet_ref_params(res) -> str:
+    """The training budget of the "Cosinet" reference row as it was fitted (read from its cache keys; the
+    library's Cosinet defaults may have changed since), as constructor arguments."""
+    fitted = {json.dumps({k: json.loads(key)[5].get(k) for k in ("epochs", "batch_size")}, sort_keys=True)
+              for key, r in res["refs"].items() if r["name"] == "Cosinet"}
+    if len(fitted) != 1:
+        return ""
+    return "".join(f"{k}={v!r}, " for k, v in json.loads(fitted.pop()).items())
+
+
 def epoch_of(label) -> tuple:
     """(schedule length, epoch) of a row label "..., epoch e of E"."""
     e, total = label.rsplit("epoch ", 1)[1].split(" of ")
@@ -367,8 +377,10 @@ def markdown(res, estimator) -> str:
              "epochs), not an e-epoch fit; \"best-validation epoch\" is the epoch with the best validation MAP (eN: the epoch "
              "it picked, per seed).", ""]
     default = estimator_class(estimator)()
-    row = (f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None), 'batch_size': default.batch_size if cosinet else None})}"
-           f", epoch {default.epochs} of {default.epochs}")
+    # Cosinet's default budget adapts to the data (epochs="auto"): its row is the reference row "Cosinet".
+    row = "Cosinet" if cosinet else (
+        f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None)})}"
+        f", epoch {default.epochs} of {default.epochs}")
     notes, chosen = [], []
     for data in TITLES:
         if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
@@ -411,7 +423,7 @@ def markdown(res, estimator) -> str:
               + ("Curves: `partial_fit` once per epoch with `total_rows = E × rows`, so the schedule is `fit(epochs=E)`'s. "
                  if hasattr(default, "partial_fit") else f"`{name}` has no `partial_fit`: each cell is a whole `fit(epochs=E)`. ")
               + SETUP.get(estimator, "")
-              + f"Reference rows: `OverlapRankRanker()`, `Cosinet(random_state=seed)` and `{name}("
+              + f"Reference rows: `OverlapRankRanker()`, `Cosinet({cosinet_ref_params(res)}random_state=seed)` and `{name}("
               + ", ".join(f"{k}={param_text(k, v)}" for k, v in before.items()) + ", random_state=seed)` (the defaults before this "
               "benchmark). Metrics: pessimistic ties.", "",
               "## Provenance", ""]
