@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The shared data folder; ``AS2RANK_SHARED_DATA`` points elsewhere (a copy carried to another machine).
 SHARED_DATA = Path(os.environ.get("AS2RANK_SHARED_DATA", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"
+#: Cosinet's training budget of the paper (3 epochs of 8 questions per batch): the pages that measured Cosinet
+#: before its library default became ``epochs="auto", batch_size=4`` (``docs/benchmarks/defaults-cosinet.md``)
+#: pin it, so that they reproduce what they show.
+COSINET_PAPER_BUDGET = {"epochs": 3, "batch_size": 8}
 DOCS = ROOT / "docs" / "benchmarks"
 CACHE = ROOT / "benchmarks" / "cache"
 #: ``AS2RANK_BENCH_TAG`` (e.g. ``h100``) names a run's result files apart from the default machine's.

@@ -36,7 +36,7 @@ import time
 import joblib
 import numpy as np
 import torch
-from _common import CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, run_header, tagged, wikiqa_splits
+from _common import COSINET_PAPER_BUDGET, CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, run_header, tagged, wikiqa_splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -83,7 +83,7 @@ def teacher_specs(seed, epochs, teacher_model):
     layers = 6 if teacher_model == "minilm-l6" else None
     return {
         "TR": TransformerRanker(model=teacher_model, num_layers=layers, lexical_prior=False, **budget(seed, epochs)),
-        "Cosinet": Cosinet(random_state=seed),
+        "Cosinet": Cosinet(random_state=seed, **COSINET_PAPER_BUDGET),
         "Lexical": make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000))),
     }
 

@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 from sklearn.model_selection import GroupShuffleSplit
 
-from _common import load_average, wikiqa_splits
+from _common import COSINET_PAPER_BUDGET, load_average, wikiqa_splits
 
 from as2rank.baselines import OverlapRankRanker
 from as2rank.cosinet import Cosinet
@@ -115,7 +115,7 @@ def run_rows(splits, rows, seeds, dataset):
     for label, params, paper_wikiqa, paper_squad in rows:
         runs, curves = [], []
         for seed in seeds:
-            model = Cosinet(random_state=seed, **params)
+            model = Cosinet(random_state=seed, **{**COSINET_PAPER_BUDGET, **params})
             start = time.perf_counter()
             model.fit(X_train, y_train)
             fit_seconds = time.perf_counter() - start
@@ -157,7 +157,7 @@ def full_train_timing(splits, seed) -> list[dict]:
     X, y = splits["full"]
     out = []
     for label, params in (("listwise + BiRNN (defaults)", {}), ("pointwise, no RNN", {"loss": "pointwise", "rnn": None})):
-        model = Cosinet(random_state=seed, **params)
+        model = Cosinet(random_state=seed, **{**COSINET_PAPER_BUDGET, **params})
         start = time.perf_counter()
         model.fit(X, y)
         out.append({"model": label, "fit_seconds": time.perf_counter() - start, "loop_seconds": model.history_.seconds,

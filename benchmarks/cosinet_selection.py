@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, SHARED_DATA, machine
+from _common import COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, machine
 from sklearn.model_selection import GridSearchCV, GroupKFold, GroupShuffleSplit
 
 from as2rank.cosinet import Cosinet
@@ -35,7 +35,7 @@ BATCH_SIZES = (4, 8, 16, 32)
 
 def grid_search(X, y):
     search = GridSearchCV(
-        Cosinet(random_state=0),
+        Cosinet(random_state=0, **COSINET_PAPER_BUDGET),
         {"rnn": [None, "birnn"], "loss": ["pointwise", "listwise"]},
         cv=GroupKFold(3),
         scoring=get_scorer("map"),
@@ -66,7 +66,7 @@ def batch_size_on_dev(X, y, seeds):
     for bs in BATCH_SIZES:
         maps = []
         for seed in range(seeds):
-            est = Cosinet(batch_size=bs, random_state=seed).fit(X_tr, y_tr)
+            est = Cosinet(**{**COSINET_PAPER_BUDGET, "batch_size": bs}, random_state=seed).fit(X_tr, y_tr)
             maps.append(mean_average_precision(y_dev, est.predict(X_dev), X_dev["qid"], position=X_dev["position"]))
         rows.append({"batch_size": bs, "dev_map": maps})
     return rows

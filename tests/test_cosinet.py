@@ -257,3 +257,17 @@ def test_network_module_has_no_table_in_its_state(kv):
     module scores in several threads at once."""
     net = _make_module(dim=8, n_filters=4, kernel_size=3, rnn="bilstm", rnn_hidden_size=4, dropout=0.0)
     assert not any("table" in k for k in net.state_dict()) and not list(net.buffers())
+
+
+def test_auto_epochs_reach_the_minimum_steps(kv):
+    from as2rank.cosinet import resolve_epochs
+
+    # At least 3 epochs and 200 steps: 22 steps per epoch -> 10 epochs, 67 -> 3, 1 -> 200; an integer stays.
+    assert [resolve_epochs("auto", s) for s in (22, 25, 67, 200, 1)] == [10, 8, 3, 3, 200]
+    assert resolve_epochs(5, 22) == 5
+    X, y = synthetic(24)  # 24 answered questions at batch 4: 6 steps per epoch -> 34 epochs
+    model = tiny(kv, epochs="auto").fit(X, y)
+    assert len(model.history_.epoch_loss) == 34 and model.history_.n_steps == 34 * 6
+    assert Cosinet().epochs == "auto" and Cosinet().batch_size == 4
+    with pytest.raises(ValueError, match="epochs"):
+        tiny(kv, epochs="many").fit(X, y)
