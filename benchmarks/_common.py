@@ -21,6 +21,9 @@ DOCS = ROOT / "docs" / "benchmarks"
 CACHE = ROOT / "benchmarks" / "cache"
 #: ``AS2RANK_BENCH_TAG`` (e.g. ``h100``) names a run's result files apart from the default machine's.
 TAG = os.environ.get("AS2RANK_BENCH_TAG", "")
+#: ``AS2RANK_BENCH_NOTE``: what the run's machine changed that no script can see (e.g. how the weights got
+#: there); recorded in the result file and printed with its provenance.
+NOTE = os.environ.get("AS2RANK_BENCH_NOTE", "")
 
 
 def tagged(name: str) -> str:
@@ -149,6 +152,7 @@ def run_header(script: str, argv) -> dict:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "load_average_start": load_average(),
+        **({"note": NOTE} if NOTE else {}),
     }
 
 

@@ -428,7 +428,8 @@ def markdown(res, estimator) -> str:
               "benchmark). Metrics: pessimistic ties.", "",
               "## Provenance", ""]
     for h in res["runs"]:
-        lines.append(f"- `{h['command']}`: {h['date']} on {h['machine']}; torch {h['torch']} with {h['torch_threads']} CPU threads; load at start {h['load_average_start']}.")
+        lines.append(f"- `{h['command']}`: {h['date']} on {h['machine']}; torch {h['torch']} with {h['torch_threads']} CPU threads; load at start {h['load_average_start']}."
+                     + (f" {h['note']}" if h.get("note") else ""))
     lines += ["", "| data | size | seed | row | train rows | fit seconds (per epoch) | load | date |", "| --- | --- | ---: | --- | ---: | --- | --- | --- |"]
     for c in res["curves"].values():
         lines.append(f"| {c['data']} | {c['size']} | {c['seed']} | {curve_label(c)} | {c['n_train_rows']} | {' '.join(f'{s:.0f}' for s in c['epoch_seconds'])} | {c['load_average']} | {c['date']} |")
