@@ -22,9 +22,12 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
-from .cosinet_encoding import _encode, _table, _to_grid
-from .data import GroupIndex, check_ranking_data, check_X
+from .cosinet_encoding import _encode, _table
+from .data import GroupIndex, check_ranking_data, check_X, holdout_questions
+from .early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
+from .early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
 from .embeddings import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
+from .metrics import mean_average_precision
 from .params import DTYPE_PRECISIONS, Interval, Options, validate_params
 from .persistence import PersistenceMixin
 
@@ -91,6 +94,18 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         Fraction of the training steps over which the learning rate rises (``cut_frac`` of Howard & Ruder).
     max_grad_norm : float, default=None
         Clip the gradient norm; ``None`` does not clip (as in the paper).
+    early_stopping : "auto" or bool, default="auto"
+        Evaluate the validation MAP after each epoch, stop when it has not improved for ``patience``
+        epochs and keep the weights of the best one; ``epochs`` is then a budget. The validation set is
+        ``fit``'s ``eval_set`` or, without one, a held-out share of the answered training questions (whole
+        questions, drawn with ``random_state``; they do not train). ``"auto"``: early stopping when there is
+        a validation set (an ``eval_set``, or ``validation_fraction`` set), none otherwise. ``True``: always
+        (``validation_fraction`` of 0.1 when not set). ``False``: never. See :mod:`as2rank.early_stopping`.
+    validation_fraction : float, default=None
+        Fraction of the answered training questions held out for early stopping when ``fit`` gets no
+        ``eval_set`` (at least one question).
+    patience : int, default=2
+        Epochs without a better validation MAP before training stops (scikit-learn's ``n_iter_no_change``).
     oov : {"hashed", "zero"}, default="hashed"
         Vectors of words the embeddings do not know: a fixed pseudo-random vector per word string (so
         repeated unknown words still match), or zeros.
@@ -128,6 +143,10 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         Number of trainable parameters (the frozen word vectors are not trainable).
     history_ : as2rank.neural.TrainingHistory
         Per-step losses and learning rates, and the training time in seconds.
+    validation_scores_ : ndarray of float
+        Validation MAP of each evaluation (empty without early stopping).
+    best_iteration_ : int
+        The optimizer step whose weights were kept (the last step without early stopping).
 
     Notes
     -----
@@ -167,6 +186,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "warmup": [Interval(Real, 0, 1)],
         "max_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
+        **EARLY_STOPPING_CONSTRAINTS,
         "precision": [Options(DTYPE_PRECISIONS)],
         "n_threads": [Interval(Integral, 1, None), None],
     }
@@ -185,6 +205,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         batch_size=4,
         warmup=0.1,
         max_grad_norm=None,
+        early_stopping="auto",
+        validation_fraction=None,
+        patience=2,
         oov="hashed",
         lowercase=True,
         random_state=None,
@@ -205,6 +228,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         self.batch_size = batch_size
         self.warmup = warmup
         self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
         self.oov = oov
         self.lowercase = lowercase
         self.random_state = random_state
@@ -215,7 +241,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit / predict
 
-    def fit(self, X, y, groups=None):
+    def fit(self, X, y, groups=None, eval_set=None):
         """Train on grouped candidates.
 
         Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its share of
@@ -230,6 +256,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             Relevance labels (0/1, or graded non-negative values for the listwise loss).
         groups : array-like of shape (n_rows,), default=None
             Question ids overriding ``X["qid"]``.
+        eval_set : tuple (X_dev, y_dev), default=None
+            Validation set for early stopping on its MAP (best weights restored); overrides
+            ``validation_fraction``.
 
         Returns
         -------
@@ -239,6 +268,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         from .neural.distributed import setup_training
 
         X, y, index, device, dtype, source = self._validate(X, y, groups)
+        dev = check_eval_set(self, eval_set)
         with torch_threads(self.n_threads):
             setup = setup_training(device)
             encoded = _encode(X, index, self.lowercase, self._conv_padding())
@@ -251,7 +281,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
                 )
             with seeded(self.random_state, setup.device) as rng:
                 self._init_module(source.dim)
-                self.history_ = self._train(encoded, index, y, train_groups, rng, setup, dtype)
+                set_training_summary(self, self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         return self
@@ -309,7 +339,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
                     self._init_module(source.dim)
                 if len(train_groups):
                     history = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
-                    self.history_ = history if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(history)
+                    set_training_summary(self, history if not hasattr(self, "history_") or state.runs == 1
+                                         else self.history_.extend(history))
                 else:
                     state.runs += 1
         # Rows of questions listwise training leaves out still count as passed: the schedule follows the data.
@@ -332,32 +363,16 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         -------
         ndarray of float64, shape (n_rows,)
         """
-        import torch
-
-        from .neural import question_batches, resolve_device, resolve_precision, to_device, torch_threads
-        from .neural.predict import predict_batches
+        from .neural import resolve_device, torch_threads
 
         check_is_fitted(self, "module_")
         X = check_X(X)
         index = GroupIndex.from_frame(X)
         device = resolve_device(self.device)
         with torch_threads(self.n_threads):
-            encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_)
-            table = self.word_vectors_
-            if len(encoded.new_words):
-                table = np.concatenate([table, self._unseen_vectors(list(encoded.new_words))])
-            table = _table(table)
-            encoded.relate(table, device)
-            module = self.module_.to(device)
-            table = table.to(device, resolve_precision(self.precision, device))
-
-            def run(groups_):
-                batch = encoded.batch(groups_)
-                return batch["rows"].numpy(), module(to_device(batch, device), table)
-
-            # The convolution's dtype is the table's; everything else runs in float32 (no autocast).
-            return predict_batches(question_batches(np.arange(index.n_groups), max(int(self.batch_size), 64)), run,
-                                   index.n_rows, device=device, dtype=torch.float32, progress=lambda b, n, d: b)
+            encoded, table = self._scoring_inputs(X, index, device)
+            return self._group_scores(self.module_.to(device), encoded, table, np.arange(index.n_groups), index.n_rows,
+                                      device)
 
     # ------------------------------------------------------------------ helpers
 
@@ -371,6 +386,35 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             raise ValueError("Cosinet needs non-negative relevance labels (0/1 or graded).")
         device = resolve_device(self.device)
         return X, y, index, device, resolve_precision(self.precision, device), load_word_vectors(self.embeddings)
+
+    def _scoring_inputs(self, X, index, device):
+        """``X`` encoded with the fitted vocabulary and the word-vector table on ``device`` (the vectors of words
+        not seen in ``fit`` appended), ready for :meth:`_group_scores`."""
+        from .neural import resolve_precision
+
+        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_)
+        table = self.word_vectors_
+        if len(encoded.new_words):
+            table = np.concatenate([table, self._unseen_vectors(list(encoded.new_words))])
+        table = _table(table)
+        encoded.relate(table, device)
+        return encoded, table.to(device, resolve_precision(self.precision, device))
+
+    def _group_scores(self, module, encoded, table, groups, n_rows, device):
+        """Scores of the rows of the questions ``groups`` (codes of ``encoded``'s index), NaN elsewhere: each
+        question's candidates scored together, in their original order."""
+        import torch
+
+        from .neural import question_batches, to_device
+        from .neural.predict import predict_batches
+
+        def run(groups_):
+            batch = encoded.batch(groups_)
+            return batch["rows"].numpy(), module(to_device(batch, device), table)
+
+        # The convolution's dtype is the table's; everything else runs in float32 (no autocast).
+        return predict_batches(question_batches(groups, max(int(self.batch_size), 64)), run, n_rows, device=device,
+                               dtype=torch.float32, progress=lambda b, n, d: b)
 
     def _add_words(self, words, source, extend):
         """Set ``vocabulary_``, ``word_vectors_`` and ``oov_rate_`` to ``words``, or append ``words`` to them.
@@ -411,23 +455,47 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             "rnn_hidden_size": self._rnn_hidden_size(),
             "dropout": float(self.dropout),
         }
-        self.module_ = _make_module(**self.module_config_)
+        from .neural.cosinet_network import CosinetNetwork
+
+        self.module_ = CosinetNetwork(**self.module_config_)
         self.n_params_ = int(sum(p.numel() for p in self.module_.parameters() if p.requires_grad))
 
-    def _train(self, encoded, index, y, train_groups, rng, setup, dtype, state=None):
-        """Run the training loop over ``train_groups``: ``fit`` (``state=None``) or one ``partial_fit`` pass."""
+    def _train(self, encoded, index, y, train_groups, rng, setup, dtype, state=None, dev=None):
+        """Run the training loop over ``train_groups``: ``fit`` (``state=None``; ``dev``: the checked
+        ``eval_set``) or one ``partial_fit`` pass."""
         from .neural import question_batches, train
+        from .neural.cosinet_network import cosinet_loss
         from .neural.distributed import LocalBatch
 
         device, shard = setup.device, setup.shard
         learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
         batch_size = int(self.batch_size)
-        steps_per_epoch = -(-len(train_groups) // batch_size)
         labels = y.astype(np.float32)
         table = _table(self.word_vectors_)
         encoded.relate(table, device)
         table = table.to(device, dtype)
         listwise = self.loss == "listwise"
+        evaluate = None
+        fraction = holdout_fraction(self)
+        if state is None and dev is None and fraction is not None:
+            held = holdout_questions(index, y, fraction, rng)
+            dev_groups, dev_rows = np.unique(index.codes[held]), np.flatnonzero(held)
+            train_groups = np.setdiff1d(train_groups, dev_groups)
+            if len(train_groups) == 0:
+                raise ValueError("validation_fraction leaves no training question; lower it.")
+            dev_y, dev_index = y[dev_rows], index.take(dev_rows)
+
+            def evaluate(module):
+                scores = self._group_scores(module, encoded, table, dev_groups, index.n_rows, device)
+                return mean_average_precision(dev_y, scores[dev_rows], dev_index)
+        elif state is None and dev is not None:
+            dev_encoded, dev_table = self._scoring_inputs(dev[0], dev[2], device)
+
+            def evaluate(module):
+                scores = self._group_scores(module, dev_encoded, dev_table, np.arange(dev[2].n_groups), dev[2].n_rows,
+                                            device)
+                return mean_average_precision(dev[1], scores, dev[2])
+        steps_per_epoch = -(-len(train_groups) // batch_size)
 
         def batches(epoch):
             for groups_ in question_batches(train_groups, batch_size, rng):
@@ -440,7 +508,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         return train(
             self.module_,
             batches,
-            self._loss_fn(table),
+            cosinet_loss(self.loss, table),
             epochs=resolve_epochs(self.epochs, steps_per_epoch) if state is None else 1,
             steps_per_epoch=steps_per_epoch,
             learning_rate=float(learning_rate),
@@ -448,6 +516,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             schedule="slanted_triangular",
             warmup=float(self.warmup),
             max_grad_norm=self.max_grad_norm,
+            evaluate=evaluate,
+            patience=self.patience if evaluate is not None else None,
             verbose=bool(self.verbose),
             desc=f"Cosinet ({self.loss}, rnn={self.rnn})",
             precision=None,  # the convolution's dtype is the table's; everything else runs in float32
@@ -457,6 +527,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
     def _check_params(self):
         validate_params(self, self._parameter_constraints)
+        check_early_stopping(self)
 
     def _rnn_hidden_size(self):
         if self.rnn is None:
@@ -469,27 +540,6 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     def _conv_padding(self):
         k = int(self.kernel_size)
         return (k - 1) // 2, k // 2
-
-    def _loss_fn(self, table):
-        import torch
-
-        from .neural import listwise_kl_loss
-
-        if self.loss == "pointwise":
-
-            def pointwise(module, batch):
-                scores = module(batch, table)
-                return torch.nn.functional.binary_cross_entropy_with_logits(scores, (batch["labels"] > 0).float())
-
-            return pointwise
-
-        def listwise(module, batch):
-            scores = module(batch, table)
-            grid, mask = _to_grid(scores, batch)
-            labels, _ = _to_grid(batch["labels"], batch)
-            return listwise_kl_loss(grid, labels, mask)
-
-        return listwise
 
     def _unseen_vectors(self, words):
         """Vectors of words not seen in ``fit``, from the (re-resolved) source or the OOV policy."""
@@ -525,7 +575,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
     def _module_from_state(self, name, state_dict):
         """The network rebuilt from its CPU weights (:meth:`from_pretrained`; ``name`` is ``"module_"``)."""
-        module = _make_module(**self.module_config_)
+        from .neural.cosinet_network import CosinetNetwork
+
+        module = CosinetNetwork(**self.module_config_)
         module.load_state_dict(state_dict)
         return module.eval()
 
@@ -544,19 +596,3 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         tags.non_deterministic = self.random_state is None
         return tags
 
-
-def _make_module(**config):
-    """Build the network from its configuration (``module_config_``); imports torch.
-
-    Parameters
-    ----------
-    **config
-        The arguments of :class:`~as2rank.neural.cosinet_network.CosinetNetwork`.
-
-    Returns
-    -------
-    as2rank.neural.cosinet_network.CosinetNetwork
-    """
-    from .neural.cosinet_network import CosinetNetwork
-
-    return CosinetNetwork(**config)

@@ -24,6 +24,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
 from .data import check_ranking_data, holdout_questions
+from .early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
+from .early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
 from .metrics import mean_average_precision
 from .params import (
     TRANSFORMER_PRECISIONS,
@@ -37,9 +39,6 @@ from .params import (
 #: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU, and on other devices (CUDA). On the
 #: CPU small batches keep the activations in cache and pad less (``docs/benchmarks/speed.md`` sweeps it).
 AUTO_BATCH_TOKENS = {"cpu": 2048, "other": 16384}
-
-#: Share of the answered training questions held out by ``early_stopping=True`` without ``validation_fraction``.
-DEFAULT_VALIDATION_FRACTION = 0.1
 
 
 class _TransformerEstimator(RankerMixin, BaseEstimator):
@@ -70,9 +69,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         "weight_decay": [Interval(Real, 0, None)],
         "warmup": [Interval(Real, 0, 1)],
         "max_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
-        "early_stopping": [Options(("auto",)), Boolean()],
-        "validation_fraction": [Interval(Real, 0, 1, closed="neither"), None],
-        "patience": [Interval(Integral, 1, None), None],
+        **EARLY_STOPPING_CONSTRAINTS,
         "eval_every": [Interval(Integral, 1, None), None],
         "freeze_embeddings": [Boolean()],
         "batch_tokens": [Options(("auto",)), Interval(Integral, 1, None)],
@@ -132,8 +129,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         that all the transformer estimators share (``validation_fraction`` needs early stopping); a subclass
         extends it with its own cross-parameter rules."""
         validate_params(self, self._parameter_constraints)
-        if self.validation_fraction is not None and self.early_stopping != "auto" and not self.early_stopping:
-            raise ValueError("validation_fraction holds out questions for early stopping, but early_stopping=False.")
+        check_early_stopping(self)
 
     def _encode(self, X):
         from .neural.backbone import encode_pairs, uses_token_types
@@ -164,19 +160,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         from .neural import int8_supported
 
         return self.precision == "int8" and int8_supported()
-
-    def _holdout_fraction(self):
-        """The fraction of answered questions a ``fit`` without ``eval_set`` holds out for early stopping, or
-        ``None`` for no split: ``validation_fraction`` when set, else 0.1 with ``early_stopping=True``."""
-        if self.validation_fraction is not None:
-            return self.validation_fraction
-        return DEFAULT_VALIDATION_FRACTION if self.early_stopping is True or self.early_stopping is np.True_ else None
-
-    def _set_training_summary(self, history) -> None:
-        """``validation_scores_`` and ``best_iteration_`` from the history of a training run."""
-        self.history_ = history
-        self.validation_scores_ = np.asarray(history.eval_scores, dtype=np.float64)
-        self.best_iteration_ = int(history.best_step if history.best_step is not None else history.n_steps)
 
     def _training_params(self) -> dict:
         params = self.get_params(deep=False)
@@ -211,16 +194,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         X, y, index = check_ranking_data(X, y, groups)
         self._check_params()
         device = resolve_device(self.device)
-        dev = None
-        if eval_set is not None:
-            if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
-                raise ValueError("eval_set must be a pair (X_dev, y_dev).")
-            if self.early_stopping != "auto" and not self.early_stopping:
-                raise ValueError(
-                    "eval_set is the early-stopping set, but early_stopping=False; set early_stopping='auto' or "
-                    "True, or pass no eval_set."
-                )
-            dev = check_ranking_data(*eval_set)
+        dev = check_eval_set(self, eval_set)
         warm = bool(self.warm_start) and hasattr(self, "model_")
         if warm:
             self._check_continuation()
@@ -249,7 +223,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             with seeded(self.random_state, setup.device) as rng:
                 if not warm:
                     self.model_ = self._init_module(X, y, groups, eval_set)
-                self._set_training_summary(self._train(X, y, index, targets, rng, setup, dev=dev))
+                set_training_summary(self, self._train(X, y, index, targets, rng, setup, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         self.fit_cache_hit_ = False
@@ -341,7 +315,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 if not hasattr(self, "model_"):
                     self.model_ = self._init_module(X, y, groups, None)
                 history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
-        self._set_training_summary(history if state.runs == 1 else self.history_.extend(history))
+        set_training_summary(self, history if state.runs == 1 else self.history_.extend(history))
         self.fit_cache_hit_ = False
         self._train_state = state
         return self
@@ -361,7 +335,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         self._int8_model_ = None
         encoded = self._encode(X)
         train_rows = np.arange(len(X))
-        fraction = self._holdout_fraction()
+        fraction = holdout_fraction(self)
         if state is None and dev is None and fraction is not None:
             is_dev = holdout_questions(index, y, fraction, rng)
             if is_dev.all():

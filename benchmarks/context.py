@@ -16,8 +16,8 @@ Contexts: ``ContextExtractor`` with the paper's settings (``local_window=1``, ``
 for the Table 4 analog; the extracted frames are cached in ``benchmarks/cache/``.
 
 Models (the Table 2 rows), one backbone (``minilm-l6``) and, per data set, one training budget for all
-(``budget()``; epochs: ``EPOCHS``):
-No context = ``TransformerRanker(max_length=128)``; Local / Global = ``ContextConcat`` with
+(``budget()``; epochs: ``EPOCHS``), every one the paper's model without the lexical prior
+(``lexical_prior=False``): No context = ``TransformerRanker(max_length=128)``; Local / Global = ``ContextConcat`` with
 ``contexts=("local",)`` / ``("global",)``; Concat = ``ContextConcat()``; Ensemble = ``ContextEnsemble()``
 (whose two member encoders are the Local and Global fits, reused from the in-process fit cache when they were
 trained in the same run); MWA = ``ContextMWA()``; plus MWA over n-gram global context (Table 4). Context
@@ -112,12 +112,12 @@ def make(row: str, epochs: int, seed: int):
     if row == "No context":
         return TransformerRanker(max_length=NO_CONTEXT_LENGTH, lexical_prior=False, **b), None
     if row in ("Local", "Global"):
-        return ContextConcat(contexts=(row.lower(),), **CONTEXT_LENGTHS, **b), "cosine"
+        return ContextConcat(contexts=(row.lower(),), lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
     if row == "Concat":
-        return ContextConcat(**CONTEXT_LENGTHS, **b), "cosine"
+        return ContextConcat(lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
     if row == "Ensemble":
         return ContextEnsemble(**CONTEXT_LENGTHS, **b), "cosine"
-    return ContextMWA(**CONTEXT_LENGTHS, **b), "ngram" if row == "MWA (n-gram)" else "cosine"
+    return ContextMWA(lexical_prior=False, **CONTEXT_LENGTHS, **b), "ngram" if row == "MWA (n-gram)" else "cosine"
 
 
 # ----------------------------------------------------------------------------------------------- data

@@ -15,7 +15,8 @@ from gensim.models import KeyedVectors
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
-from as2rank.cosinet import Cosinet, _encode, _make_module, _table
+from as2rank.cosinet import Cosinet, _encode, _table
+from as2rank.neural.cosinet_network import CosinetNetwork
 from as2rank.data import GroupIndex
 from as2rank.embeddings import load_word_vectors
 from as2rank.metrics import get_scorer
@@ -255,7 +256,7 @@ def test_importing_as2rank_and_cosinet_does_not_import_torch():
 def test_network_module_has_no_table_in_its_state(kv):
     """The word vectors are an argument of forward, never module state: the pickle stays small and one fitted
     module scores in several threads at once."""
-    net = _make_module(dim=8, n_filters=4, kernel_size=3, rnn="bilstm", rnn_hidden_size=4, dropout=0.0)
+    net = CosinetNetwork(dim=8, n_filters=4, kernel_size=3, rnn="bilstm", rnn_hidden_size=4, dropout=0.0)
     assert not any("table" in k for k in net.state_dict()) and not list(net.buffers())
 
 
@@ -271,3 +272,50 @@ def test_auto_epochs_reach_the_minimum_steps(kv):
     assert Cosinet().epochs == "auto" and Cosinet().batch_size == 4
     with pytest.raises(ValueError, match="epochs"):
         tiny(kv, epochs="many").fit(X, y)
+
+
+def test_early_stopping_holds_out_whole_questions_and_restores_the_best_epoch(kv, monkeypatch):
+    import as2rank.cosinet as cosinet_module
+
+    held_masks = []
+    original = cosinet_module.holdout_questions
+
+    def recording(*args):
+        held_masks.append(original(*args))
+        return held_masks[-1]
+
+    monkeypatch.setattr(cosinet_module, "holdout_questions", recording)
+    X, y = synthetic(30)
+    model = tiny(kv, epochs=6, early_stopping=True, validation_fraction=0.2, patience=2).fit(X, y)
+    held = held_masks[-1]
+    per_question = pd.Series(held).groupby(X["qid"].to_numpy()).agg(["min", "max"])
+    assert (per_question["min"] == per_question["max"]).all() and per_question["min"].sum() == 6
+    history = model.history_
+    # The 6 held-out questions do not train: 24 questions at batch 4 are 6 steps an epoch.
+    assert history.n_steps == 6 * len(history.epoch_loss)
+    np.testing.assert_array_equal(model.validation_scores_, history.eval_scores)
+    assert model.best_iteration_ == history.eval_steps[int(np.argmax(history.eval_scores))]
+    # The kept weights are the best evaluation's: their MAP on the held-out questions is the best score.
+    X_held = X[held].reset_index(drop=True)
+    assert model.score(X_held, y[held]) == pytest.approx(max(history.eval_scores), abs=1e-9)
+    # Same seed: same split, same model.
+    again = tiny(kv, epochs=6, early_stopping=True, validation_fraction=0.2, patience=2).fit(X, y)
+    np.testing.assert_array_equal(held_masks[-1], held)
+    np.testing.assert_array_equal(again.validation_scores_, model.validation_scores_)
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
+
+
+def test_early_stopping_on_an_eval_set_and_its_switches(kv):
+    X, y = synthetic(24)
+    X_dev, y_dev = synthetic(8, seed=1)
+    model = tiny(kv, epochs=3).fit(X, y, eval_set=(X_dev, y_dev))
+    assert model.validation_scores_.size == 3  # one evaluation per epoch
+    assert max(model.validation_scores_) == pytest.approx(model.score(X_dev, y_dev), abs=1e-9)
+    plain = tiny(kv, epochs=2).fit(X, y)  # "auto" without a validation set: the whole budget, no split
+    assert plain.validation_scores_.size == 0 and plain.best_iteration_ == plain.history_.n_steps
+    with pytest.raises(ValueError, match="early_stopping=False"):
+        tiny(kv, epochs=1, early_stopping=False).fit(X, y, eval_set=(X_dev, y_dev))
+    with pytest.raises(ValueError, match="early_stopping=False"):
+        tiny(kv, epochs=1, early_stopping=False, validation_fraction=0.2).fit(X, y)
+    with pytest.raises(ValueError, match="no training question"):
+        tiny(kv, epochs=1, validation_fraction=0.99).fit(X, y)

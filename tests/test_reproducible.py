@@ -16,7 +16,8 @@ from sklearn.utils import get_tags
 from as2rank.cascade import CascadeTransformer, SequentialRanker
 from as2rank.cerberus import Cerberus, DistilledRanker, LinearEnsemble
 from as2rank.context import ContextConcat, ContextEnsemble, ContextMWA
-from as2rank.cosinet import Cosinet, _encode, _make_module, _table
+from as2rank.cosinet import Cosinet, _encode, _table
+from as2rank.neural.cosinet_network import CosinetNetwork
 from as2rank.data import GroupIndex
 from as2rank.neural import torch_threads
 from as2rank.transformer import TransformerRanker
@@ -124,7 +125,7 @@ def test_gradients_of_a_shared_question_are_summed_in_a_fixed_order():
     encoded.relate(table, torch.device("cpu"))
     torch.manual_seed(0)
     # 64 filters x 960 candidate-side question words: above the size at which torch parallelises the sum.
-    module = _make_module(dim=8, n_filters=64, kernel_size=3, rnn=None, rnn_hidden_size=None, dropout=0.0)
+    module = CosinetNetwork(dim=8, n_filters=64, kernel_size=3, rnn=None, rnn_hidden_size=None, dropout=0.0)
     batch = encoded.batch(np.array([0]))
 
     def gradients():
