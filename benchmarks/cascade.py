@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, machine, tagged, wikiqa_splits
+from _common import DOCS, RESULTS, acceptance_section, fitted, jsonable, load_average, log, log_checks, machine, tagged, wikiqa_splits
 
 from as2rank.cascade import EXIT_GAP, CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
@@ -608,9 +608,7 @@ def markdown(res) -> str:
     ]
     for r in f2["front"]:
         lines.append(f"| {tuple(r['alpha'])} | {r['relative_cost']:.3f} | {pct(r['p@1'])} |")
-    lines += ["", "## Acceptance checks (as measured; nothing tuned on test)", "", "| check | measured | result |", "| --- | --- | --- |"]
-    for c in res["acceptance"]:
-        lines.append(f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |")
+    lines += acceptance_section(res["acceptance"], "Acceptance checks (as measured; nothing tuned on test)")
     notes = res["notes"] + ([GPU_NOTE] if "GPU" in res["machine"] else [])
     lines += ["", "## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
@@ -726,8 +724,7 @@ def main(argv=None):
                      "n_rows": len(X3)}
     res["throughput"] = throughput_rounds(ct, X3, y3, rounds, n_timing)
     res["acceptance"] = acceptance(res["table2"], rows, res["throughput"], sampling)
-    for c in res["acceptance"]:
-        log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
+    log_checks(res["acceptance"])
     res["notes"] = NOTES
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start

@@ -36,7 +36,7 @@ import time
 import joblib
 import numpy as np
 import torch
-from _common import COSINET_PAPER_BUDGET, CACHE, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, run_header, tagged, wikiqa_splits
+from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, acceptance_section, fitted, load_average, log, log_checks, run_header, tagged, wikiqa_splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -450,9 +450,7 @@ def markdown(res) -> str:
     lines += ["", "Linear ensemble weights (dev-tuned, per seed, in member order):", ""]
     for name, runs in res["ensemble_weights"].items():
         lines.append(f"- {name}: " + "; ".join(f"{np.round(r['weights'], 2).tolist()} (dev MAP {100 * r['dev_map']:.2f})" for r in runs))
-    lines += ["", "## Acceptance checks (as measured)", "", "| check | measured | result |", "| --- | --- | --- |"]
-    for c in res["acceptance"]:
-        lines.append(f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |")
+    lines += acceptance_section(res["acceptance"], "Acceptance checks (as measured)")
     lines += [
         "",
         "## Fits",
@@ -541,8 +539,7 @@ def main(argv=None):
     }
     res.update(run(args))
     res["acceptance"] = acceptance(res)
-    for c in res["acceptance"]:
-        log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
+    log_checks(res["acceptance"])
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - start
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, DOCS, RESULTS, fitted, jsonable, load_average, log, run_header, tagged, wikiqa_splits
+from _common import CACHE, DOCS, RESULTS, acceptance_section, fitted, jsonable, load_average, log, log_checks, run_header, tagged, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
@@ -513,9 +513,7 @@ def markdown(res) -> str:
                      f"{f.get('fit_seconds', float('nan')):.0f} s | {f.get('pairs_per_second') or float('nan'):.1f} | "
                      f"{loss:.3f} | {loss / base:.2f} | {f.get('load_average')} | {'yes' if f.get('cached') else 'no'} |")
     lines += ["", untrained_note(res)]
-    lines += ["", "## Acceptance checks (as measured)", "", "| check | measured | result |", "| --- | --- | --- |"]
-    for c in res["acceptance"]:
-        lines.append(f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |")
+    lines += acceptance_section(res["acceptance"], "Acceptance checks (as measured)")
     lines += ["", "## Notes", ""] + [f"- {n}" for n in NOTES] + [""]
     return "\n".join(lines)
 
@@ -648,8 +646,7 @@ def main(argv=None):
         res["datasets"][name] = run_dataset(name, args, fit_log)
     res["fits"] = fit_log
     res["acceptance"] = acceptance(res)
-    for c in res["acceptance"]:
-        log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
+    log_checks(res["acceptance"])
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - start
     res = jsonable(res)

@@ -65,7 +65,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, NOTE, RESULTS, fitted, jsonable, load_average, log, machine, tagged, wikiqa_splits
+from _common import DOCS, NOTE, RESULTS, acceptance_section, fitted, jsonable, load_average, log, log_checks, machine, tagged, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer
 from as2rank.data import keep_answered
@@ -679,9 +679,7 @@ def markdown(res) -> str:
             cost = f"{r['relative_cost']:.3f}" if r.get("relative_cost") is not None else "–"
             lines.append(f"| {r['name']} | {pct(r['map'])} | {pct(r['p@1'])} | {cost} | "
                          f"{r['median_pairs_per_second']:.1f} | {vs} | {pval(r.get('p_p@1_vs_ct0'))} |")
-    lines += ["", "## Acceptance checks (issue 8), as measured", "", "| check | measured | result |", "| --- | --- | --- |"]
-    for c in res["acceptance"]:
-        lines.append(f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |")
+    lines += acceptance_section(res["acceptance"], "Acceptance checks (issue 8), as measured")
     lines.append("| tests on tiny random models (batch order/size, input order, pickles without the instructions, "
                  "fp32 reproducibility) | `tests/test_precision.py`, not this script | see the test suite |")
     lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]] + [""]
@@ -693,11 +691,9 @@ NOTES = [
     "it with one thread per physical core. Set it with `torch.set_num_threads(n)` in the process (or "
     "`OMP_NUM_THREADS=n` before starting Python); `--threads` of this script does the former. The peer uses the "
     "same pool. Tokenisation (Hugging Face fast tokenizers) runs apart from it.",
-    "The peer's CPU-specific backends (`CrossEncoder(..., backend='onnx')`, ONNX int8 quantization, OpenVINO) "
-    "are documented by sentence-transformers as its fastest CPU options but are not measured: "
-    "`optimum-onnx[onnxruntime]` (0.1.0) requires transformers < 4.58 and `optimum-intel[openvino]` would replace "
-    "torch with a CUDA build and transformers 5.23 with 5.5 (both checked with `pip install --dry-run`); the "
-    "project is on transformers 5.",
+    "The peer's ONNX backends (`CrossEncoder(..., backend='onnx')`, fp32 and int8) cannot share this process "
+    "(their exporter pins another transformers): `benchmarks/cpu_inference.py` measures them in a virtual "
+    "environment of their own on the same pairs (`docs/benchmarks/cpu_inference.md`).",
     "The peer and `TransformerRanker` are not the same network: the peer scores the pretrained pooler output "
     "(first token, dense + tanh) with one new linear layer, all at one learning rate; `TransformerRanker` reads "
     "the mean of the token encodings (the pooling all-MiniLM-L6-v2 was trained with) through a new 2-layer head "
@@ -809,8 +805,7 @@ def main(argv=None):
         X3, y3 = expand_candidates(X3, y3, splits["pool"], k=100)
         res["cascade"] = cascade_table(splits, b, args, models, X3.reset_index(drop=True), y3, peer_bs)
     res["acceptance"] = acceptance(res)
-    for c in res["acceptance"]:
-        log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
+    log_checks(res["acceptance"])
     res["notes"] = NOTES
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
