@@ -1,6 +1,17 @@
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
+
+
+def pytest_configure(config):
+    """Under parallel workers (``pytest -n N``), each worker's torch gets its share of the cores (torch reads
+    ``OMP_NUM_THREADS`` when first imported): N workers at torch's default of one thread per core would
+    oversubscribe them."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 @pytest.fixture(scope="module")
