@@ -61,6 +61,10 @@ def dask_client():
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}), distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50
     ) as cluster, distributed.Client(cluster) as client:
+        # Import dask.dataframe in every worker up front: under load a worker failed to unpickle a task while
+        # the module was still being imported (KeyError: 'dask.dataframe'), dropped out, and the shuffle re-ran
+        # on the other worker, which then loaded the model several times.
+        client.run(__import__, "dask.dataframe")
         yield client
 
 
