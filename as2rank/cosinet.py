@@ -294,7 +294,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         :func:`~as2rank.datasets.load_parquet`. The first call declares ``total_rows``, the rows that all
         calls together will pass (the file's rows times the passes over it): the slanted triangular schedule
         is laid out over them row by row, so a step's rate is the schedule's value at the fraction of the
-        data passed before it. ``epochs`` does not apply (make the passes yourself). The first call starts
+        data passed before it. ``epochs`` and early stopping do not apply (make the passes yourself). The first call starts
         from the fitted weights when the estimator is fitted, else from a fresh network; a later ``fit``
         ends the stream. Questions are shuffled within a chunk only.
 
