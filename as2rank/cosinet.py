@@ -294,9 +294,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         :func:`~as2rank.datasets.load_parquet`. The first call declares ``total_rows``, the rows that all
         calls together will pass (the file's rows times the passes over it): the slanted triangular schedule
         is laid out over them row by row, so a step's rate is the schedule's value at the fraction of the
-        data passed before it. ``epochs`` and early stopping do not apply (make the passes yourself). The first call starts
-        from the fitted weights when the estimator is fitted, else from a fresh network; a later ``fit``
-        ends the stream. Questions are shuffled within a chunk only.
+        data passed before it. ``epochs`` and early stopping do not apply (make the passes yourself). The
+        first call starts from the fitted weights when the estimator is fitted, else from a fresh network; a
+        later ``fit`` ends the stream. Questions are shuffled within a chunk only.
 
         Memory follows the chunk size, plus the vectors of the distinct words seen so far
         (``vocabulary_``/``word_vectors_`` grow with the vocabulary of the stream, not with its rows).
