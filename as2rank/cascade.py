@@ -295,7 +295,8 @@ reuse_fit, random_state, verbose
         index = GroupIndex.from_frame(X)
         device = resolve_device(self.device)
         with torch_threads(self.n_threads):
-            logits, rows_per_layer = self._run(self._module_on(device), self._encode(X), index, device, alphas, last_exit)
+            encoded = self._encode(X)
+            logits, rows_per_layer = self._run(self._module_on(device, encoded), encoded, index, device, alphas, last_exit)
         reached = np.sum(~np.isnan(logits), axis=1) - 1
         survivors = np.bincount(reached, minlength=last_exit + 1)[::-1].cumsum()[::-1]
         report = _report(rows_per_layer, survivors, index.n_rows, index.n_groups)

@@ -49,7 +49,8 @@ class _PointwiseScoring:
         X = check_X(X)
         device = resolve_device(self.device)
         with torch_threads(self.n_threads):
-            return self._row_logits(self._module_on(device), self._encode(X), device)
+            encoded = self._encode(X)
+            return self._row_logits(self._module_on(device, encoded), encoded, device)
 
 
 class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstimator):
@@ -141,8 +142,10 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         ``"auto"``: bfloat16 on CUDA devices that support it, else float16 with loss scaling; on the CPU
         bfloat16 where it is native (AVX512-BF16/AMX), else float32. ``"bf16"`` falls back to float32 with
         a warning where bfloat16 is not native; ``"fp16"`` needs CUDA. ``"int8"`` (CPU only) trains as
-        ``"auto"`` and predicts with an int8 copy of the model (dynamic quantization of the linear layers,
-        built once on first use and never pickled; float32 with a warning on CPUs without int8 kernels).
+        ``"auto"`` and predicts with an int8 copy of the model (dynamic quantization, built once on first use
+        and never pickled; float32 with a warning on CPUs without int8 kernels): on ONNX Runtime when it is
+        installed (``pip install as2rank[onnx]``: the model exported with ``torch.onnx`` and checked against
+        it, its matrix products quantized), else torch's quantized linear layers.
         It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
         speed and accuracy of each.
     n_threads : int, default=None

@@ -490,16 +490,25 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         self.n_layers_ = attrs["n_layers_"]
 
     # ----------------------------------------------------------------- prediction helpers
-    def _module_on(self, device):
-        """The model to predict with on ``device``: the fitted one, or its int8 copy (built once)."""
+    def _module_on(self, device, encoded=None):
+        """The model to predict with on ``device``: the fitted one, or its int8 copy (built once per fitted model
+        and thread count). Given the ``encoded`` rows to predict, a module that declares itself
+        ``onnx_exportable`` gets its int8 copy on ONNX Runtime when that is installed (one graph, or one per
+        cascade segment: :func:`~as2rank.neural.onnx_runtime.int8_copy`), else torch's dynamic quantization."""
         check_is_fitted(self, "model_")
-        if device.type == "cpu" and self._quantized():
-            cached = getattr(self, "_int8_model_", None)
-            if cached is None or cached[0] is not self.model_:
-                cached = (self.model_, _quantize_linear(self.model_))
-                self._int8_model_ = cached
-            return cached[1]
-        return self.model_.to(device).eval()
+        if not (device.type == "cpu" and self._quantized()):
+            return self.model_.to(device).eval()
+        import torch
+
+        from .neural.onnx_runtime import onnx_available
+
+        onnx = encoded is not None and getattr(self.model_, "onnx_exportable", False) and onnx_available()
+        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded or ()) if onnx else ())
+        cached = getattr(self, "_int8_model_", None)
+        if cached is None or cached[0] != key:
+            cached = (key, _onnx_int8(self.model_, encoded) if onnx else _quantize_linear(self.model_))
+            self._int8_model_ = cached
+        return cached[1]
 
     def _row_logits(self, module, encoded, device):
         """The module's output for every encoded row (the one batched predict loop of the per-row models:
@@ -530,6 +539,17 @@ def _is_learnt(name: str) -> bool:
     """Whether the fitted attribute ``name`` is part of what a fit learns (the state that pickles and the fit
     cache carry): the live module, a prediction's cost report and the cache-hit flag are not."""
     return name.endswith("_") and not name.startswith("_") and name not in ("model_", "cost_report_", "fit_cache_hit_")
+
+
+def _onnx_int8(module, encoded):
+    """An int8 copy of ``module`` on ONNX Runtime, exported on a few of the ``encoded`` rows."""
+    import torch
+
+    from .neural.backbone import batch_tensors
+    from .neural.onnx_runtime import int8_copy
+
+    example = batch_tensors(encoded, np.arange(4) % len(encoded["lengths"]))  # >= 2 rows: a dynamic axis
+    return int8_copy(module, example, threads=torch.get_num_threads())
 
 
 def _quantize_linear(module):

@@ -15,10 +15,10 @@ The peer is sentence-transformers' ``CrossEncoder`` on its default torch backend
 **Rows.** The peer (``benchmarks/peer_crossencoder.py`` in that environment; batch 32, its default;
 ``max_length=128``) at ``torch``, ``onnx`` and ``onnx-int8``, on the packaged all-MiniLM-L6-v2 with an
 untrained head drawn with seed 0 (the checkpoint and its exports are kept in
-``benchmarks/cache/peer-crossencoder/``); ``TransformerRanker`` (the library's defaults) fitted once
-(``epochs=1, random_state=0`` on the first 100 answered questions of ``_common.wikiqa_splits()["train"]``;
-the fit is cached by ``_common.fitted``) and predicting at ``precision`` ``"auto"``, ``"int8"`` and
-``"fp32"``.
+``benchmarks/cache/peer-crossencoder/``); ``TransformerRanker`` (the library's defaults, ``random_state=0``)
+fitted once on the first ``--fit-questions`` questions of ``_common.wikiqa_splits()["train"]`` (the fit is
+cached by ``_common.fitted``) and predicting at ``precision`` ``"auto"``, ``"int8"`` (on ONNX Runtime when
+it is installed, as it is for this page, and again with torch's int8 kernels) and ``"fp32"``.
 
 **Timing.** The first ``--pairs`` pairs of WikiQA-test. Every round runs every row once, each in a fresh
 subprocess, so that all rows pay the same process conditions: it loads its model, predicts on the first 64
@@ -60,6 +60,7 @@ ROWS = {
     "CrossEncoder ONNX int8 (avx512_vnni)": ("peer", "onnx-int8"),
     "TransformerRanker precision='auto'": ("as2rank", "auto"),
     "TransformerRanker precision='int8'": ("as2rank", "int8"),
+    "TransformerRanker precision='int8', torch kernels": ("as2rank", "int8-torch"),
     "TransformerRanker precision='fp32'": ("as2rank", "fp32"),
 }
 REFERENCE = "CrossEncoder ONNX int8 (avx512_vnni)"
@@ -84,8 +85,12 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
     """
     import pandas as pd
 
+    from as2rank.neural import onnx_runtime
     from as2rank.transformer import TransformerRanker
 
+    if precision == "int8-torch":  # the int8 path of an environment without ONNX Runtime
+        onnx_runtime.onnx_available = lambda: False
+        precision = "int8"
     X = pd.DataFrame(json.loads(pairs_file.read_text()))
     est = TransformerRanker.from_pretrained(model_dir, precision=precision, n_threads=threads)
     est.predict(X.head(WARMUP_PAIRS))
@@ -155,6 +160,16 @@ def summarise(res: dict) -> dict:
     return out
 
 
+def _version(package: str) -> str | None:
+    """The installed version of ``package``, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
 def in_repo(path: str) -> str:
     """``path`` relative to the repository when it lies inside it (pages name no machine's folders)."""
     try:
@@ -175,9 +190,14 @@ def cpu_flags() -> list:
 def markdown(res: dict) -> str:
     """The page: the result table and what it shows first, then the provenance."""
     s = res["summary"]
+    fp32 = res["map"]["TransformerRanker precision='fp32'"]
+
+    def delta(name):
+        return f"{100 * (res['map'][name] - fp32):+.2f}" if ROWS[name][0] == "as2rank" else ""
+
     rows = "\n".join(
         f"| {name} | {v['median']:.1f} | {v['min']:.1f}–{v['max']:.1f} | {v['vs_reference']:.2f}× | "
-        f"{100 * res['map'][name]:.2f} |" for name, v in s.items())
+        f"{100 * res['map'][name]:.2f} | {delta(name)} |" for name, v in s.items())
     best = max((n for n in s if ROWS[n][0] == "as2rank"), key=lambda n: s[n]["vs_reference"])
     auto = "TransformerRanker precision='auto'"
     peer = res["peer"]
@@ -185,8 +205,8 @@ def markdown(res: dict) -> str:
     flags = f" (instruction sets: {', '.join(res['cpu_flags']) or 'none of AVX2, AVX-512, VNNI, AMX'})" if "cpu_flags" in res else ""
     return f"""# CPU prediction: TransformerRanker vs CrossEncoder's ONNX int8 export (WikiQA)
 
-| row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) | MAP |
-| --- | ---: | ---: | ---: | ---: |
+| row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) | MAP | ΔMAP vs fp32 |
+| --- | ---: | ---: | ---: | ---: | ---: |
 {rows}
 
 On this CPU with {res['threads'] or 'default'} thread(s), {best} predicts {s[best]['vs_reference']:.2f}× as many \
@@ -210,11 +230,13 @@ torch {peer['versions']['torch']}, onnxruntime {peer['versions']['onnxruntime']}
 (`model_kwargs={{"file_name": "onnx/model_qint8_avx512_vnni.onnx"}}`). The checkpoint is a bi-encoder, so its \
 classification head is new and untrained (drawn with seed 0, the same weights for the three backends): its \
 scores are nearly equal, so its MAP is near chance and int8 rounding reorders them; it says nothing of accuracy.
-- **as2rank** ({res['as2rank'].partition(' from ')[0]} from `{in_repo(res['as2rank'].partition(' from ')[2])}`): `TransformerRanker(epochs=1, random_state=0)`, the other parameters at their \
+- **as2rank** ({res['as2rank'].partition(' from ')[0]} from `{in_repo(res['as2rank'].partition(' from ')[2])}`): `TransformerRanker(random_state=0)`, the other parameters at their \
 defaults, fitted once on the first {fit['questions']} questions of `_common.wikiqa_splits()["train"]` \
 ({fit['pairs']:,} pairs), \
-saved with `save_pretrained` and loaded by each subprocess with `from_pretrained(path, precision=...)`. Its MAP \
-is that of this small fit, a check that the precisions agree, not a result.
+saved with `save_pretrained` and loaded by each subprocess with `from_pretrained(path, precision=...)`. \
+`precision='int8'` runs on ONNX Runtime in this environment (onnxruntime {res.get('onnxruntime', '?')}); the \
+"torch kernels" row is the same precision where ONNX Runtime is not installed. The MAP column is over the \
+questions of these pairs that have a correct answer; ΔMAP is each as2rank row's MAP minus fp32's.
 - **Threads**: `--threads` {res['threads']} (`OMP_NUM_THREADS`, `torch.set_num_threads` / `n_threads`, ONNX \
 Runtime's `intra_op_num_threads` in every subprocess; none: each library's default); tokenizers run with \
 their own defaults.
@@ -233,6 +255,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="first N WikiQA-test pairs (default 2000)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fit-questions", type=int, default=300,
+                        help="train TransformerRanker (defaults) on the first N WikiQA-train questions (default 300)")
     parser.add_argument("--threads", type=int, default=None, help="threads of every row (default: the libraries')")
     parser.add_argument("--peer-python", default=str(ROOT / ".venv-peer" / "bin" / "python"),
                         help="the Python of the peer's virtual environment")
@@ -264,15 +288,15 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     res = {**run_header("cpu_inference.py", argv), "cpu_flags": cpu_flags(), "threads": args.threads, "cpu_bf16": cpu_bf16_supported(),
-           "int8": int8_supported(), "as2rank": f"as2rank {as2rank.__version__} from {Path(as2rank.__file__).parent}",
+           "int8": int8_supported(), "onnxruntime": _version("onnxruntime"), "as2rank": f"as2rank {as2rank.__version__} from {Path(as2rank.__file__).parent}",
            "peer": {"python": args.peer_python, "versions": peer_versions(args.peer_python)},
            "rounds": args.rounds}
     splits = wikiqa_splits()
     X_train, y_train = splits["train"]
-    keep = X_train["qid"].isin(X_train["qid"].unique()[:100]).to_numpy()
+    keep = X_train["qid"].isin(X_train["qid"].unique()[: args.fit_questions]).to_numpy()
     fit_log = []
-    est = fitted(TransformerRanker(epochs=1, random_state=0), X_train[keep], y_train[keep], fit_log=fit_log)
-    res["as2rank_fit"] = {"questions": 100, "pairs": int(keep.sum()), **fit_log[0]}
+    est = fitted(TransformerRanker(random_state=0), X_train[keep], y_train[keep], fit_log=fit_log)
+    res["as2rank_fit"] = {"questions": args.fit_questions, "pairs": int(keep.sum()), **fit_log[0]}
     X_test, y_test = splits["test"]
     X, y = X_test.head(args.pairs), y_test[: args.pairs]
     res.update(pairs=len(X), n_questions=int(X["qid"].nunique()))

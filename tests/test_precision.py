@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 
 import as2rank.neural as neural  # noqa: E402
 import as2rank.neural.devices as devices  # noqa: E402
+from as2rank.neural import onnx_runtime  # noqa: E402
 from as2rank.cascade import CascadeTransformer  # noqa: E402
 from as2rank.neural import train  # noqa: E402
 from as2rank.transformer import TransformerRanker  # noqa: E402
@@ -62,8 +63,10 @@ def test_low_precision_scores_close_to_fp32_but_really_applied(fitted, precision
 
 
 @needs_int8
-def test_int8_copy_built_once_and_kept_out_of_pickles(fitted):
+def test_int8_copy_built_once_and_kept_out_of_pickles(fitted, monkeypatch):
     ranker, X = fitted
+    # torch's int8 path (the ONNX Runtime one: tests/test_onnx_runtime.py)
+    monkeypatch.setattr(onnx_runtime, "onnx_available", lambda: False)
     ranker.set_params(precision="int8")
     scores = ranker.predict(X)
     quantized = ranker._int8_model_[1]

@@ -10,7 +10,7 @@ from ..data import ragged_arange
 from ..pruning import n_dropped
 from .backbone import LayerStack, masked_mean, truncate_layers
 
-__all__ = ["CascadeEncoder", "CrossEncoder", "classifier_dropout", "feed_forward", "head_logits", "pool", "with_prior"]
+__all__ = ["CascadeEncoder", "CrossEncoder", "ExitSegment", "classifier_dropout", "feed_forward", "head_logits", "pool", "with_prior"]
 
 
 def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
@@ -54,6 +54,10 @@ class CrossEncoder(nn.Module):
     """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit,
     plus the batch's ``prior`` logits when it has them."""
 
+    #: Its forward has no data-dependent control flow, so one ONNX export of it scores batches of any shape
+    #: (:class:`~as2rank.neural.onnx_runtime.OnnxModule`).
+    onnx_exportable = True
+
     def __init__(self, encoder, pooling: str = "cls"):
         super().__init__()
         self.encoder = encoder
@@ -91,6 +95,10 @@ class CascadeEncoder(nn.Module):
         Increasing 1-based layer numbers ρ(i).
     """
 
+    #: Its exit segments have no data-dependent control flow (the drops happen between them), so one ONNX
+    #: export of each runs any chunk (:class:`~as2rank.neural.onnx_runtime.OnnxCascade`).
+    onnx_exportable = True
+
     def __init__(self, encoder, exits):
         super().__init__()
         self.encoder = truncate_layers(encoder, exits[-1])
@@ -119,8 +127,12 @@ class CascadeEncoder(nn.Module):
         logits = torch.stack(logits, dim=1)
         return with_prior(logits, batch)
 
+    def segments(self) -> list:
+        """The cascade cut at its exits: one :class:`ExitSegment` per exit, run in turn by :meth:`cascade`."""
+        return [ExitSegment(self, e) for e in range(len(self.exits))]
+
     def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None,
-                lengths: np.ndarray | None = None, exact_widths: bool = False):
+                lengths: np.ndarray | None = None, exact_widths: bool = False, segments=None):
         """Run the cascade over whole questions, dropping rows between exits.
 
         What depends on the scores (which rows a drop keeps, where the survivors go) is decided on the batch's
@@ -150,6 +162,9 @@ class CascadeEncoder(nn.Module):
             After each drop, read which rows survived and cut their chunks to their real lengths rather
             than to the bound: one read per drop, which costs nothing where the batch already lives in host
             memory (the CPU), and saves the padding that the bound leaves.
+        segments : list of callable, default=None
+            What computes each exit's step, called like :class:`ExitSegment` (e.g. their ONNX Runtime
+            copies, :class:`~as2rank.neural.onnx_runtime.OnnxModule`); ``None``: :meth:`segments`.
 
         Returns
         -------
@@ -160,7 +175,7 @@ class CascadeEncoder(nn.Module):
         """
         from .backbone import token_budget_batches
 
-        stack = LayerStack(self.encoder)
+        segments = self.segments() if segments is None else segments
         full_mask = batch["attention_mask"]
         device = full_mask.device
         lengths = np.asarray(full_mask.sum(dim=1).cpu() if lengths is None else lengths, dtype=np.int64)
@@ -177,19 +192,21 @@ class CascadeEncoder(nn.Module):
         # ``order``: batch positions of the rows still running, shortest first (chunks are cut along it).
         order = torch.from_numpy(np.argsort(lengths, kind="stable")).to(device)
         codes_t = torch.as_tensor(np.asarray(codes), device=device)
-        states = []
-        for first, end, width in spans(widths[0]):
-            part = {k: v[order[first:end], :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
-            states.append((stack.embed(part), part["attention_mask"]))
+        # Each state is a chunk's input to the next segment: its tokens, then its hidden states.
+        states = [
+            {k: v[order[first:end], :width] for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
+            for first, end, width in spans(widths[0])
+        ]
         logits = torch.full((n, len(self.exits)), float("nan"), device=device)
         rows_per_layer = np.zeros(self.exits[last_exit], dtype=np.int64)
         start = 0
         for e in range(last_exit + 1):
             stop = self.exits[e]
             rows_per_layer[start:stop] = alive[e].sum()
-            states = [(stack.run(hidden, mask, start, stop), mask) for hidden, mask in states]
+            outputs = [segments[e](state) for state in states]
+            states = [{"hidden": h, "attention_mask": state["attention_mask"]} for (h, _), state in zip(outputs, states)]
             start = stop
-            scores = torch.cat([head_logits(self.classifiers[e], masked_mean(h, m)).squeeze(-1) for h, m in states]).float()
+            scores = torch.cat([out[1] for out in outputs]).float()
             if "prior" in batch:
                 scores = scores + batch["prior"][order].float()
             logits[order, e] = scores
@@ -203,11 +220,31 @@ class CascadeEncoder(nn.Module):
             bound = lengths[order.numpy()] if exact_widths else widths[e + 1]  # ascending either way
             # Every running row at one width (the widest survivor's), so that any survivor can be gathered.
             need = int(bound[-1])
-            hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in states])
+            hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in outputs])
             # Contiguous copies, like the chunks the first exit runs on.
-            states = [(hidden[survivors[first:end], :width].contiguous(), full_mask[order[first:end], :width])
+            states = [{"hidden": hidden[survivors[first:end], :width].contiguous(), "attention_mask": full_mask[order[first:end], :width]}
                       for first, end, width in spans(bound)]
         return logits.cpu().double().numpy(), rows_per_layer
+
+
+class ExitSegment(nn.Module):
+    """One step of a :class:`CascadeEncoder`: its blocks from the previous exit up to exit ``e``, then exit
+    ``e``'s classifier. Maps a chunk (its tokens for the first exit, else ``hidden`` states, with its
+    ``attention_mask``) to the chunk's hidden states at exit ``e`` and its logits there (without the prior)."""
+
+    def __init__(self, cascade: CascadeEncoder, e: int):
+        super().__init__()
+        self.encoder = cascade.encoder
+        self.classifier = cascade.classifiers[e]
+        self.start = cascade.exits[e - 1] if e else 0
+        self.stop = cascade.exits[e]
+
+    def forward(self, state: dict) -> tuple:
+        stack = LayerStack(self.encoder)
+        mask = state["attention_mask"]
+        hidden = stack.embed(state) if self.start == 0 else state["hidden"]
+        hidden = stack.run(hidden, mask, self.start, self.stop)
+        return hidden, head_logits(self.classifier, masked_mean(hidden, mask)).squeeze(-1)
 
 
 def _survivor_widths(codes: np.ndarray, lengths: np.ndarray, alphas, last_exit: int) -> tuple[list, list]:

@@ -1,0 +1,108 @@
+"""The ONNX Runtime backend of ``precision="int8"`` (tiny random models): the export agrees with the torch
+module, a disagreeing export is refused, the int8 copy is built once and never pickled, and without the
+optional packages the torch int8 path runs instead."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import as2rank.neural as neural  # noqa: E402
+from as2rank.neural import onnx_runtime  # noqa: E402
+from as2rank.neural.backbone import batch_tensors  # noqa: E402
+from as2rank.transformer import TransformerRanker  # noqa: E402
+from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
+
+needs_onnx = pytest.mark.skipif(not onnx_runtime.onnx_available(), reason="onnxruntime, onnx or onnxscript missing")
+needs_int8 = pytest.mark.skipif(not neural.int8_supported(), reason="CPU without int8 kernels")
+
+
+@pytest.fixture(scope="module")
+def fitted(tokenizer):
+    X, y = synthetic(n_questions=10)
+    ranker = small(TransformerRanker, "bert", tokenizer, lexical_prior=True).fit(X, y)
+    return ranker, X, ranker._encode(X)
+
+
+@needs_onnx
+def test_float32_export_matches_the_module_on_any_shape(fitted):
+    ranker, X, encoded = fitted
+    model = ranker.model_.eval()
+    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+    assert set(graph.names) == {"input_ids", "attention_mask", "token_type_ids", "prior"}
+    rows = np.argsort(encoded["lengths"])
+    # one row, padded rows of several widths, and every row at once
+    for part in (rows[:1], rows[:2], rows[-5:], rows[::3], rows):
+        batch = batch_tensors(encoded, part)
+        with torch.inference_mode():
+            expected = model(batch).numpy()
+        np.testing.assert_allclose(graph(batch).numpy(), expected, atol=1e-5)
+    del batch["prior"]
+    with pytest.raises(ValueError, match="prior"):
+        graph(batch)
+
+
+@needs_onnx
+def test_an_export_that_disagrees_with_the_module_is_refused(fitted, monkeypatch):
+    ranker, X, encoded = fitted
+    export = onnx_runtime._export
+
+    class Shifted(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *tensors):
+            return self.module(*tensors) + 0.01
+
+    monkeypatch.setattr(onnx_runtime, "_export", lambda module, example, path: export(Shifted(module), example, path))
+    with pytest.raises(RuntimeError, match="disagrees"):
+        onnx_runtime.OnnxModule(ranker.model_, batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+
+
+@needs_onnx
+@needs_int8
+def test_int8_runs_on_onnx_runtime_built_once_and_kept_out_of_pickles(fitted):
+    ranker, X, _ = fitted
+    s32 = ranker.set_params(precision="fp32").predict(X)
+    scores = ranker.set_params(precision="int8").predict(X)
+    graph = ranker._int8_model_[1]
+    assert isinstance(graph, onnx_runtime.OnnxModule) and graph.quantize
+    np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
+    assert not np.array_equal(scores, s32)
+    np.testing.assert_array_equal(ranker.predict(X), scores)
+    assert ranker._int8_model_[1] is graph  # exported once, not per call
+    assert getattr(pickle.loads(pickle.dumps(ranker)), "_int8_model_", None) is None
+    ranker.set_params(precision="fp32")
+
+
+@needs_int8
+def test_int8_falls_back_to_torch_without_onnx_runtime(fitted, monkeypatch):
+    ranker, X, _ = fitted
+    monkeypatch.setattr(onnx_runtime, "onnx_available", lambda: False)
+    ranker.set_params(precision="int8").predict(X)
+    quantized = ranker._int8_model_[1]
+    assert any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in quantized.modules())
+    ranker.set_params(precision="fp32")
+    del ranker._int8_model_
+
+
+@needs_onnx
+@needs_int8
+def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
+    # Each segment's float32 graph is checked against the torch segment when it is built (OnnxModule).
+    from as2rank.cascade import CascadeTransformer
+
+    X, y = synthetic(n_questions=10)
+    cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
+    s32 = cascade.predict(X)
+    rows32 = cascade.cost_report_["rows_per_layer"]
+    scores = cascade.set_params(precision="int8").predict(X)
+    graphs = cascade._int8_model_[1]
+    assert isinstance(graphs, onnx_runtime.OnnxCascade) and len(graphs.segments) == 2
+    assert all(isinstance(g, onnx_runtime.OnnxModule) and g.quantize for g in graphs.segments)
+    np.testing.assert_array_equal(cascade.cost_report_["rows_per_layer"], rows32)  # the same drops' sizes
+    np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
