@@ -46,7 +46,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import CACHE, DOCS, RESULTS, ROOT, fitted, jsonable, load_average, log, run_header, tagged, wikiqa_splits
+from _common import (
+    CACHE,
+    DOCS,
+    RESULTS,
+    ROOT,
+    acceptance_section,
+    fitted,
+    jsonable,
+    load_average,
+    log,
+    log_checks,
+    run_header,
+    tagged,
+    wikiqa_splits,
+)
 
 HERE = Path(__file__).resolve().parent
 PEER_CACHE = CACHE / "peer-crossencoder"
@@ -149,6 +163,61 @@ def peer_versions(peer_python: str) -> dict:
     return json.loads(subprocess.run([peer_python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
+#: Precisions of the accuracy table (in-process, untimed), with the int8 engine where it matters.
+ACCURACY_ROWS = {"fp32": "fp32", "auto": "auto", "int8 (ONNX Runtime)": "int8", "int8 (torch kernels)": "int8-torch"}
+
+
+def accuracy(fit_questions: int) -> dict:
+    """MAP at each precision of :data:`ACCURACY_ROWS` on whole test sets, per data set, with the paired test
+    of each row against fp32: WikiQA (the timed model, on all of WikiQA-test) and the bundled SQuAD sample
+    (``TransformerRanker(random_state=0)`` on its training split, on its test split)."""
+    import numpy as np
+
+    from as2rank.metrics import mean_average_precision, paired_significance
+    from as2rank.neural import onnx_runtime
+    from as2rank.suite import load_benchmark_data
+    from as2rank.transformer import TransformerRanker
+
+    splits = wikiqa_splits()
+    X_train, y_train = splits["train"]
+    keep = X_train["qid"].isin(X_train["qid"].unique()[:fit_questions]).to_numpy()
+    sample = load_benchmark_data("sample")
+    data = {
+        f"WikiQA-test ({fit_questions} training questions)": (X_train[keep], y_train[keep], *splits["test"]),
+        "SQuAD sample (its training split)": sample,
+    }
+    available = onnx_runtime.onnx_available
+    out = {}
+    for name, (Xa, ya, Xt, yt) in data.items():
+        est = fitted(TransformerRanker(random_state=0), Xa, ya)
+        position = Xt["position"].to_numpy()
+        per_question = {}
+        for row, precision in ACCURACY_ROWS.items():
+            onnx_runtime.onnx_available = (lambda: False) if precision == "int8-torch" else available
+            scores = est.set_params(precision=precision.replace("-torch", "")).predict(Xt)
+            per_question[row] = mean_average_precision(yt, scores, Xt["qid"], position=position, per_group=True)
+        onnx_runtime.onnx_available = available
+        out[name] = {row: {"map": float(np.nanmean(ap)),
+                           "p_vs_fp32": None if row == "fp32" else paired_significance(ap, per_question["fp32"])}
+                     for row, ap in per_question.items()}
+        out[name]["questions"] = int(per_question["fp32"].notna().sum())
+        log(f"accuracy on {name}: " + ", ".join(f"{r} {100 * v['map']:.2f}" for r, v in out[name].items() if r != "questions"))
+    return out
+
+
+def accuracy_table(acc: dict) -> str:
+    """The accuracy section's Markdown table: MAP per data set and precision, and the change from fp32."""
+    names = list(ACCURACY_ROWS)
+    head = "| data (questions scored) | " + " | ".join(names) + " |\n| --- |" + " ---: |" * len(names)
+    lines = []
+    for data, rows in acc.items():
+        fp32 = rows["fp32"]["map"]
+        cells = [f"{100 * rows[n]['map']:.2f}" + ("" if n == "fp32" else
+                 f" ({100 * (rows[n]['map'] - fp32):+.2f}, p={rows[n]['p_vs_fp32']:.2f})") for n in names]
+        lines.append(f"| {data} ({rows['questions']}) | " + " | ".join(cells) + " |")
+    return head + "\n" + "\n".join(lines)
+
+
 def summarise(res: dict) -> dict:
     """Per row: median, min and max pairs/s over the rounds and the median same-round ratio to :data:`REFERENCE`."""
     ref = [r["pairs_per_s"] for r in res["runs"][REFERENCE]]
@@ -187,6 +256,29 @@ def cpu_flags() -> list:
     return sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
 
 
+def checks(res: dict) -> list:
+    """The CPU criteria of the speed work: default precision ≥ 1.5× and int8 ≥ 2× the peer's ONNX int8 pairs/s
+    (same round, median), with MAP within 0.2 (default) and 1 point (int8) of fp32 on every data set."""
+    s = res["summary"]
+    acc = res.get("accuracy", {})
+
+    def gap(row):
+        return max((abs(v["fp32"]["map"] - v[row]["map"]) for v in acc.values()), default=float("nan"))
+
+    auto, int8 = s["TransformerRanker precision='auto'"], s["TransformerRanker precision='int8'"]
+    return [
+        {"check": "precision='auto' (the default) ≥ 1.5× the peer's ONNX int8", "measured": f"{auto['vs_reference']:.2f}×",
+         "pass": auto["vs_reference"] >= 1.5},
+        {"check": "precision='auto': MAP within 0.2 of fp32 (accuracy table, every data set)",
+         "measured": f"largest gap {100 * gap('auto'):.2f}", "pass": bool(acc) and 100 * gap("auto") <= 0.2},
+        {"check": "precision='int8' ≥ 2× the peer's ONNX int8", "measured": f"{int8['vs_reference']:.2f}×",
+         "pass": int8["vs_reference"] >= 2.0},
+        {"check": "precision='int8': MAP within 1 point of fp32 (accuracy table, every data set)",
+         "measured": f"largest gap {100 * gap('int8 (ONNX Runtime)'):.2f}",
+         "pass": bool(acc) and 100 * gap("int8 (ONNX Runtime)") <= 1.0},
+    ]
+
+
 def markdown(res: dict) -> str:
     """The page: the result table and what it shows first, then the provenance."""
     s = res["summary"]
@@ -202,6 +294,15 @@ def markdown(res: dict) -> str:
     auto = "TransformerRanker precision='auto'"
     peer = res["peer"]
     fit = res["as2rank_fit"]
+    accuracy_part = "" if "accuracy" not in res else f"""
+## Accuracy at each precision
+
+MAP (%) of the same weights predicted at each precision on whole test sets, untimed, in one process; in
+brackets the change from fp32 and the paired randomisation test's p-value against it.
+
+{accuracy_table(res["accuracy"])}
+"""
+    checks_part = "\n".join(acceptance_section(checks(res)))
     flags = f" (instruction sets: {', '.join(res['cpu_flags']) or 'none of AVX2, AVX-512, VNNI, AMX'})" if "cpu_flags" in res else ""
     return f"""# CPU prediction: TransformerRanker vs CrossEncoder's ONNX int8 export (WikiQA)
 
@@ -213,6 +314,8 @@ On this CPU with {res['threads'] or 'default'} thread(s), {best} predicts {s[bes
 pairs per second as the peer's fastest documented CPU path (its int8 ONNX export for AVX-512 VNNI), and \
 precision='auto' (the default: {'bfloat16' if res['cpu_bf16'] else 'float32'} on this CPU) \
 {s[auto]['vs_reference']:.2f}×.
+{accuracy_part}
+{checks_part}
 
 ## What was measured
 
@@ -260,6 +363,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads of every row (default: the libraries')")
     parser.add_argument("--peer-python", default=str(ROOT / ".venv-peer" / "bin" / "python"),
                         help="the Python of the peer's virtual environment")
+    parser.add_argument("--no-accuracy", action="store_true", help="skip the untimed MAP table on whole test sets")
     parser.add_argument("--render", action="store_true", help="only re-write the page from the JSON")
     # The subprocess of an as2rank row (started by run_row).
     parser.add_argument("--as2rank-round", default=None, help=argparse.SUPPRESS)
@@ -318,12 +422,15 @@ def main(argv=None) -> None:
     res["map"] = {n: ranking_report(y, scores[n], X["qid"].to_numpy(), position=X["position"].to_numpy())["map"]
                   for n in names}
     res["summary"] = summarise(res)
+    if not args.no_accuracy:
+        res["accuracy"] = accuracy(args.fit_questions)
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
     res = jsonable(res)
     RESULTS.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(res, indent=2))
     page.write_text(markdown(res))
+    log_checks(checks(res))
     log(f"wrote {json_path} and {page}")
 
 
