@@ -144,8 +144,9 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         a warning where bfloat16 is not native; ``"fp16"`` needs CUDA. ``"int8"`` (CPU only) trains as
         ``"auto"`` and predicts with an int8 copy of the model (dynamic quantization, built once on first use
         and never pickled; float32 with a warning on CPUs without int8 kernels): on ONNX Runtime when it is
-        installed (``pip install as2rank[onnx]``: the model exported with ``torch.onnx`` and checked against
-        it, its matrix products quantized), else torch's quantized linear layers.
+        installed (``pip install as2rank[onnx]``: the model exported with ``torch.onnx`` on the first
+        ``predict`` and checked against it, its matrix products quantized), else torch's quantized linear
+        layers.
         It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
         speed and accuracy of each.
     n_threads : int, default=None

@@ -78,10 +78,17 @@ ROWS = {
     "TransformerRanker precision='fp32'": ("as2rank", "fp32"),
 }
 REFERENCE = "CrossEncoder ONNX int8 (avx512_vnni)"
+#: The cascade's rows, on WikiQA-test questions expanded to ~100 candidates: name -> (side, precision, alpha).
+CASCADE_ROWS = {
+    REFERENCE: ("peer", "onnx-int8", None),
+    "CascadeTransformer α=0, precision='int8'": ("cascade", "int8", 0.0),
+    "CascadeTransformer α=0.3, precision='int8'": ("cascade", "int8", 0.3),
+    "CascadeTransformer α=0.3, precision='auto'": ("cascade", "auto", 0.3),
+}
 
 
 def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: int | None,
-                  scores_file: Path | None) -> None:
+                  scores_file: Path | None, alpha: float | None = None) -> None:
     """One timed ``TransformerRanker.predict`` (the subprocess of an as2rank row); prints the peer's JSON line.
 
     Parameters
@@ -96,9 +103,12 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
         ``n_threads`` of the estimator (None: torch's default).
     scores_file : pathlib.Path or None
         Where to write the scores (JSON list), if given.
+    alpha : float or None
+        A ``CascadeTransformer``'s drop ratio (``model_dir`` then holds a cascade); None: a ``TransformerRanker``.
     """
     import pandas as pd
 
+    from as2rank.cascade import CascadeTransformer
     from as2rank.neural import onnx_runtime
     from as2rank.transformer import TransformerRanker
 
@@ -106,7 +116,10 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
         onnx_runtime.onnx_available = lambda: False
         precision = "int8"
     X = pd.DataFrame(json.loads(pairs_file.read_text()))
-    est = TransformerRanker.from_pretrained(model_dir, precision=precision, n_threads=threads)
+    if alpha is None:
+        est = TransformerRanker.from_pretrained(model_dir, precision=precision, n_threads=threads)
+    else:
+        est = CascadeTransformer.from_pretrained(model_dir, precision=precision, n_threads=threads, alpha=alpha)
     est.predict(X.head(WARMUP_PAIRS))
     start = time.perf_counter()
     scores = est.predict(X)
@@ -116,7 +129,7 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
         scores_file.write_text(json.dumps([float(s) for s in scores]))
 
 
-def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | None) -> dict:
+def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | None, cascade: bool = False) -> dict:
     """Run one round of row ``name`` in a subprocess; its JSON line plus the process's wall time and load.
 
     Parameters
@@ -138,14 +151,16 @@ def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | No
     """
     from as2rank.neural.backbone import resolve_model
 
-    side, setting = ROWS[name]
+    side, setting, alpha = CASCADE_ROWS[name] if cascade else (*ROWS[name], None)
+    pairs = work / ("cascade_pairs.json" if cascade else "pairs.json")
     if side == "peer":
-        cmd = [args.peer_python, str(HERE / "peer_crossencoder.py"), str(work / "pairs.json"), "--backend", setting,
+        cmd = [args.peer_python, str(HERE / "peer_crossencoder.py"), str(pairs), "--backend", setting,
                "--model", resolve_model("minilm-l6")[0], "--cache", str(PEER_CACHE),
                "--batch-size", str(PEER_BATCH_SIZE), "--max-length", str(MAX_LENGTH)]
     else:
         cmd = [sys.executable, str(HERE / "cpu_inference.py"), "--as2rank-round", setting,
-               "--model-dir", str(model_dir), "--pairs-file", str(work / "pairs.json")]
+               "--model-dir", str(model_dir), "--pairs-file", str(pairs)]
+        cmd += [] if alpha is None else ["--alpha", str(alpha)]
     cmd += (["--threads", str(args.threads)] if args.threads else []) + (["--scores", str(scores_file)] if scores_file else [])
     env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
     start = time.perf_counter()
@@ -165,6 +180,43 @@ def peer_versions(peer_python: str) -> dict:
 
 #: Precisions of the accuracy table (in-process, untimed), with the int8 engine where it matters.
 ACCURACY_ROWS = {"fp32": "fp32", "auto": "auto", "int8 (ONNX Runtime)": "int8", "int8 (torch kernels)": "int8-torch"}
+
+
+def cascade_section(args, work: Path, X_train, y_train, splits) -> dict:
+    """The cascade's rounds against the peer's ONNX int8 on the first ``--cascade-questions`` answered
+    WikiQA-test questions expanded to ~100 candidates (BM25 negatives from every WikiQA sentence, as the
+    cascade page's Table 3), then untimed MAP and P@1 of α=0 and α=0.3 at int8 on every expanded question."""
+    import numpy as np
+
+    from as2rank.cascade import CascadeTransformer
+    from as2rank.data import keep_answered
+    from as2rank.datasets import expand_candidates
+    from as2rank.metrics import ranking_report
+
+    fit_log = []
+    est = fitted(CascadeTransformer(random_state=0), X_train, y_train, fit_log=fit_log)
+    X_exp, y_exp = expand_candidates(*keep_answered(*splits["test"]), splits["pool"], k=100)
+    first = X_exp["qid"].isin(X_exp["qid"].unique()[: args.cascade_questions]).to_numpy()
+    X = X_exp[first]
+    (work / "cascade_pairs.json").write_text(json.dumps(X[["qid", "question", "candidate"]].to_dict("records")))
+    est.save_pretrained(work / "cascade")
+    out = {"fit": {"pairs": len(X_train), **fit_log[0]}, "pairs": int(len(X)), "n_questions": args.cascade_questions,
+           "runs": {n: [] for n in CASCADE_ROWS}}
+    names = list(CASCADE_ROWS)
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            run = run_row(name, args, work, work / "cascade", None, cascade=True)
+            out["runs"][name].append({**run, "round": r})
+            log(f"[cascade round {r + 1}/{args.rounds}] {name}: {run['pairs_per_s']:.1f} pairs/s")
+    out["summary"] = summarise(out)
+    out["accuracy"] = {"n_questions": int(X_exp["qid"].nunique()), "pairs": int(len(X_exp))}
+    for alpha in (0.0, 0.3):
+        scores = est.set_params(precision="int8", alpha=alpha).predict(X_exp)
+        report = ranking_report(y_exp, scores, X_exp["qid"].to_numpy(), k=(1,))
+        out["accuracy"][f"alpha={alpha}"] = {"map": report["map"], "p@1": report["p@1"],
+                                            "relative_cost": est.cost_report_["relative_cost"]}
+        log(f"[cascade] int8 α={alpha}: MAP {report['map']:.4f} P@1 {report['p@1']:.4f}")
+    return out
 
 
 def accuracy(fit_questions: int) -> dict:
@@ -266,6 +318,16 @@ def checks(res: dict) -> list:
         return max((abs(v["fp32"]["map"] - v[row]["map"]) for v in acc.values()), default=float("nan"))
 
     auto, int8 = s["TransformerRanker precision='auto'"], s["TransformerRanker precision='int8'"]
+    cascade = []
+    if "cascade" in res:
+        c, a = res["cascade"]["summary"]["CascadeTransformer α=0.3, precision='int8'"], res["cascade"]["accuracy"]
+        drop = 100 * (a["alpha=0.0"]["p@1"] - a["alpha=0.3"]["p@1"])
+        cascade = [
+            {"check": "CascadeTransformer α=0.3 (int8) on ~100 candidates ≥ 2× the peer's ONNX int8",
+             "measured": f"{c['vs_reference']:.2f}×", "pass": c["vs_reference"] >= 2.0},
+            {"check": "α=0.3: P@1 within 1.5 of α=0 (all expanded questions, int8)",
+             "measured": f"{100 * a['alpha=0.3']['p@1']:.2f} vs {100 * a['alpha=0.0']['p@1']:.2f}", "pass": drop <= 1.5},
+        ]
     return [
         {"check": "precision='auto' (the default) ≥ 1.5× the peer's ONNX int8", "measured": f"{auto['vs_reference']:.2f}×",
          "pass": auto["vs_reference"] >= 1.5},
@@ -276,7 +338,34 @@ def checks(res: dict) -> list:
         {"check": "precision='int8': MAP within 1 point of fp32 (accuracy table, every data set)",
          "measured": f"largest gap {100 * gap('int8 (ONNX Runtime)'):.2f}",
          "pass": bool(acc) and 100 * gap("int8 (ONNX Runtime)") <= 1.0},
+        *cascade,
     ]
+
+
+def cascade_markdown(c: dict) -> str:
+    """The cascade section of the page: its timed rows, then MAP and P@1 on every expanded question."""
+    rows = "\n".join(f"| {name} | {v['median']:.1f} | {v['min']:.1f}–{v['max']:.1f} | {v['vs_reference']:.2f}× |"
+                     for name, v in c["summary"].items())
+    a = c["accuracy"]
+    acc = "\n".join(f"| {k.replace('alpha', 'α')} | {100 * v['map']:.2f} | {100 * v['p@1']:.2f} | {v['relative_cost']:.3f} |"
+                    for k, v in a.items() if k.startswith("alpha"))
+    return f"""
+## Cascade on ~100 candidates per question
+
+The first {c['n_questions']} answered WikiQA-test questions expanded to ~100 candidates each (BM25 negatives from \
+every WikiQA sentence, as the cascade page's Table 3; {c['pairs']:,} pairs), timed as above; \
+`CascadeTransformer(random_state=0)` at its defaults (exits 2–6), fitted on the same training questions.
+
+| row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) |
+| --- | ---: | ---: | ---: |
+{rows}
+
+Untimed, int8, on all {a['n_questions']} expanded answered questions ({a['pairs']:,} pairs):
+
+| cascade | MAP | P@1 | relative cost (rows × layers) |
+| --- | ---: | ---: | ---: |
+{acc}
+"""
 
 
 def markdown(res: dict) -> str:
@@ -303,6 +392,7 @@ brackets the change from fp32 and the paired randomisation test's p-value agains
 {accuracy_table(res["accuracy"])}
 """
     checks_part = "\n".join(acceptance_section(checks(res)))
+    cascade_part = "" if "cascade" not in res else cascade_markdown(res["cascade"])
     flags = f" (instruction sets: {', '.join(res['cpu_flags']) or 'none of AVX2, AVX-512, VNNI, AMX'})" if "cpu_flags" in res else ""
     return f"""# CPU prediction: TransformerRanker vs CrossEncoder's ONNX int8 export (WikiQA)
 
@@ -314,6 +404,7 @@ On this CPU with {res['threads'] or 'default'} thread(s), {best} predicts {s[bes
 pairs per second as the peer's fastest documented CPU path (its int8 ONNX export for AVX-512 VNNI), and \
 precision='auto' (the default: {'bfloat16' if res['cpu_bf16'] else 'float32'} on this CPU) \
 {s[auto]['vs_reference']:.2f}×.
+{cascade_part}
 {accuracy_part}
 {checks_part}
 
@@ -363,6 +454,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads of every row (default: the libraries')")
     parser.add_argument("--peer-python", default=str(ROOT / ".venv-peer" / "bin" / "python"),
                         help="the Python of the peer's virtual environment")
+    parser.add_argument("--cascade-questions", type=int, default=20,
+                        help="expanded WikiQA-test questions (~100 candidates each) of the cascade rounds (0: none)")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the untimed MAP table on whole test sets")
     parser.add_argument("--render", action="store_true", help="only re-write the page from the JSON")
     # The subprocess of an as2rank row (started by run_row).
@@ -370,9 +463,10 @@ def main(argv=None) -> None:
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pairs-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--scores", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--alpha", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.as2rank_round:
-        as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores)
+        as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores, args.alpha)
         return
     json_path, page = RESULTS / tagged("cpu_inference.json"), DOCS / tagged("cpu_inference.md")
     if args.render:
@@ -419,6 +513,8 @@ def main(argv=None) -> None:
                     f"timed, {run['process_seconds']:.1f} s process, load {run['load_after'][0]})")
                 if out is not None:
                     scores[name] = np.asarray(json.loads(out.read_text()))
+        if args.cascade_questions:
+            res["cascade"] = cascade_section(args, work, X_train[keep], y_train[keep], splits)
     res["map"] = {n: ranking_report(y, scores[n], X["qid"].to_numpy(), position=X["position"].to_numpy())["map"]
                   for n in names}
     res["summary"] = summarise(res)
