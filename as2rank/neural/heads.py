@@ -10,7 +10,16 @@ from ..data import ragged_arange
 from ..pruning import n_dropped
 from .backbone import LayerStack, masked_mean, truncate_layers
 
-__all__ = ["CascadeEncoder", "CrossEncoder", "ExitSegment", "classifier_dropout", "feed_forward", "head_logits", "pool", "with_prior"]
+__all__ = [
+    "CascadeEncoder",
+    "CrossEncoder",
+    "ExitSegment",
+    "classifier_dropout",
+    "feed_forward",
+    "head_logits",
+    "pool",
+    "with_prior",
+]
 
 
 def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
@@ -128,7 +137,8 @@ class CascadeEncoder(nn.Module):
         return with_prior(logits, batch)
 
     def segments(self) -> list:
-        """The cascade cut at its exits: one :class:`ExitSegment` per exit, run in turn by :meth:`cascade`."""
+        """The cascade cut at its exits: one :class:`ExitSegment` per exit, run in turn by
+        :meth:`CascadeEncoder.cascade`."""
         return [ExitSegment(self, e) for e in range(len(self.exits))]
 
     def cascade(self, batch: dict, codes: np.ndarray, alphas, last_exit: int, chunk_tokens: int | None = None,
@@ -222,8 +232,10 @@ class CascadeEncoder(nn.Module):
             need = int(bound[-1])
             hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in outputs])
             # Contiguous copies, like the chunks the first exit runs on.
-            states = [{"hidden": hidden[survivors[first:end], :width].contiguous(), "attention_mask": full_mask[order[first:end], :width]}
-                      for first, end, width in spans(bound)]
+            states = [
+                {"hidden": hidden[survivors[first:end], :width].contiguous(), "attention_mask": full_mask[order[first:end], :width]}
+                for first, end, width in spans(bound)
+            ]
         return logits.cpu().double().numpy(), rows_per_layer
 
 
@@ -240,6 +252,7 @@ class ExitSegment(nn.Module):
         self.stop = cascade.exits[e]
 
     def forward(self, state: dict) -> tuple:
+        """``(hidden, logits)`` of the chunk ``state`` at this segment's exit."""
         stack = LayerStack(self.encoder)
         mask = state["attention_mask"]
         hidden = stack.embed(state) if self.start == 0 else state["hidden"]

@@ -60,8 +60,8 @@ class OnnxModule:
         batches.
     example : dict of torch.Tensor
         A batch (CPU) of at least two rows whose keys are the inputs every batch will have; tensors of two
-        or more axes are (rows, tokens, ...) arrays that zeros pad along the tokens. The export traces it padded; the check runs the module
-        and the graph on it with one row fewer and more padding.
+        or more axes are (rows, tokens, ...) arrays that zeros pad along the tokens. The export traces it
+        padded; the check runs the module and the graph on it with one row fewer and more padding.
     quantize : bool
         Quantize the graph's matrix products to int8 (dynamic: activations are quantized per batch).
     threads : int
@@ -77,9 +77,9 @@ class OnnxModule:
 
     def __init__(self, module, example: dict, *, quantize: bool, threads: int):
         if not onnx_available():
-            raise ImportError("The ONNX Runtime backend needs onnxruntime, onnx and onnxscript: pip install as2rank[onnx]")
-        import onnxruntime as ort
-
+            raise ImportError(
+                "The ONNX Runtime backend needs onnxruntime, onnx and onnxscript: pip install as2rank[onnx]"
+            )
         self.names = tuple(example)
         self.quantize = quantize
         self.threads = int(threads)
@@ -87,23 +87,23 @@ class OnnxModule:
         with tempfile.TemporaryDirectory() as folder, _quiet():
             graph = Path(folder) / "model.onnx"
             _export(_Positional(module, self.names), _padded(example, 1), graph)
-            self._check(module, ort.InferenceSession(str(graph), self._options(), providers=["CPUExecutionProvider"]), example)
+            self._check(module, self._session(graph), example)
             if quantize:
                 from onnxruntime.quantization import QuantType, quantize_dynamic
 
                 quantized = Path(folder) / "model.int8.onnx"
                 quantize_dynamic(graph, quantized, weight_type=QuantType.QInt8, per_channel=True)
                 graph = quantized
-            self.session = ort.InferenceSession(str(graph), self._options(), providers=["CPUExecutionProvider"])
+            self.session = self._session(graph)
 
-    def _options(self):
+    def _session(self, graph: Path):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        return options
+        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
     def _check(self, module, session, example) -> None:
         """Compare the float32 graph with the module on a batch of another shape than the traced one."""
@@ -114,7 +114,8 @@ class OnnxModule:
         for mine, theirs in zip(got, expected, strict=True):
             theirs = theirs.float().numpy()
             if mine.shape != theirs.shape or not np.allclose(mine, theirs, atol=_EXPORT_TOLERANCE, rtol=0):
-                gap = np.abs(mine - theirs).max() if mine.shape == theirs.shape else f"shape {mine.shape} vs {theirs.shape}"
+                same = mine.shape == theirs.shape
+                gap = np.abs(mine - theirs).max() if same else f"shape {mine.shape} vs {theirs.shape}"
                 raise RuntimeError(
                     f"The ONNX export of the model disagrees with the torch model (largest difference {gap}); "
                     "predict with another precision."
@@ -149,7 +150,7 @@ def int8_copy(module, example: dict, threads: int):
 
 class OnnxCascade:
     """A :class:`~as2rank.neural.heads.CascadeEncoder` whose exit segments run on ONNX Runtime, in int8: its
-    :meth:`cascade` is the module's, with the drops decided as there and each segment's blocks and
+    ``cascade`` is the module's, with the drops decided as there and each segment's blocks and
     classifier computed by its graph.
 
     Parameters
