@@ -147,7 +147,9 @@ def test_fp32_fit_is_bit_for_bit_reproducible(tokenizer):
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
 
-def test_cascade_int8_and_bf16_follow_fp32(tokenizer):
+def test_cascade_int8_and_bf16_follow_fp32(tokenizer, monkeypatch):
+    # torch's int8 kernels (the cascade on ONNX Runtime: tests/test_onnx_runtime.py)
+    monkeypatch.setattr(onnx_runtime, "onnx_available", lambda: False)
     X, y = synthetic()
     cascade = small(CascadeTransformer, "bert", tokenizer).fit(X, y)
     s32 = cascade.predict_exits(X)
