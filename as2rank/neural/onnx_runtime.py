@@ -181,13 +181,14 @@ class OnnxCascade:
 def _quiet():
     """Silence the exporter's and the quantizer's log lines (notes on optional operators, advice to
     pre-process) and warnings for the duration of a build."""
-    logging.disable(logging.WARNING)
+    before = logging.root.manager.disable  # the process's own level, put back afterwards
+    logging.disable(max(before, logging.WARNING))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(before)
 
 
 def _padded(batch: dict, columns: int) -> dict:
