@@ -72,11 +72,15 @@ from as2rank.data import keep_answered
 from as2rank.datasets import expand_candidates
 from as2rank.metrics import mean_average_precision, paired_significance, precision_at_k, ranking_report
 from as2rank.neural import cpu_bf16_supported, int8_supported, resolve_device
+from as2rank.neural.onnx_runtime import onnx_available
 from as2rank.transformer import TransformerRanker
 
 METRICS = ("map", "mrr", "p@1")
 PEER_BATCH_SIZES = (16, 32, 64, 128, 256)
 BATCH_TOKENS = (1024, 2048, 4096, 8192, 16384)
+
+#: What results written before ``precision="int8"`` could run on ONNX Runtime measured (they do not say).
+INT8_ENGINE_BEFORE = "torch's dynamic quantization (measured before the ONNX Runtime engine existed)"
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -547,7 +551,7 @@ def markdown(res) -> str:
         f"intra-op thread(s)** (`torch.get_num_threads()`; `OMP_NUM_THREADS`={res['omp_num_threads']!s}), "
         f"sentence-transformers {res['sentence_transformers']}, transformers {res['transformers']}. "
         f"Native bfloat16 (oneDNN): {res['cpu_bf16']}; int8 kernels: {res['int8']} (CPU capability "
-        f"{res['cpu_capability']}). Load average at start {res['load_average_start']}, at end "
+        f"{res['cpu_capability']}); int8 engine: {res.get('int8_engine', INT8_ENGINE_BEFORE)}. Load average at start {res['load_average_start']}, at end "
         f"{res['load_average_end']}. One process, {res['wall_seconds'] / 60:.1f} min."
         + (f" {res['note']}" if res.get("note") else ""),
         "",
@@ -771,6 +775,7 @@ def main(argv=None):
         **({"note": NOTE} if NOTE else {}),
         "cpu_bf16": cpu_bf16_supported(),
         "int8": int8_supported(),
+        "int8_engine": "ONNX Runtime" if onnx_available() else "torch's dynamic quantization",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "sentence_transformers": sentence_transformers.__version__,
         "transformers": transformers.__version__,
