@@ -203,72 +203,11 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     }
 
     def __init__(
-        self,
-        model="minilm-l6",
-        teachers=None,
-        body_layers=None,
-        head_layers=1,
-        kd_alpha=0.5,
-        temperature=3.0,
-        head_weights=None,
-        teacher_cv=None,
-        tokenizer=None,
-        pooling="auto",
-        lexical_prior=True,
-        max_length=128,
-        epochs=4,
-        batch_size=32,
-        learning_rate=5e-5,
-        head_lr_multiplier=10.0,
-        weight_decay=0.01,
-        warmup=0.1,
-        max_grad_norm=1.0,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        eval_every=None,
-        warm_start=False,
-        freeze_embeddings=False,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        reuse_fit=True,
-        random_state=None,
-        verbose=False,
+        self, model="minilm-l6", teachers=None, body_layers=None, head_layers=1, kd_alpha=0.5,
+        temperature=3.0, head_weights=None, teacher_cv=None, tokenizer=None, pooling="auto",
+        lexical_prior=True, max_length=128,
     ):
-        self.model = model
-        self.teachers = teachers
-        self.body_layers = body_layers
-        self.head_layers = head_layers
-        self.kd_alpha = kd_alpha
-        self.temperature = temperature
-        self.head_weights = head_weights
-        self.teacher_cv = teacher_cv
-        self.tokenizer = tokenizer
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.max_length = max_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
     # ----------------------------------------------------------------- training hooks
     def _check_params(self):
@@ -424,70 +363,11 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     }
 
     def __init__(
-        self,
-        model="minilm-l6",
-        teachers=None,
-        multi_teacher="sum",
-        kd_alpha=0.5,
-        temperature=3.0,
-        teacher_cv=None,
-        tokenizer=None,
-        num_layers=None,
-        pooling="auto",
-        lexical_prior=True,
+        self, model="minilm-l6", teachers=None, multi_teacher="sum", kd_alpha=0.5, temperature=3.0,
+        teacher_cv=None, tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
         max_length=128,
-        epochs=4,
-        batch_size=32,
-        learning_rate=5e-5,
-        head_lr_multiplier=10.0,
-        weight_decay=0.01,
-        warmup=0.1,
-        max_grad_norm=1.0,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        eval_every=None,
-        warm_start=False,
-        freeze_embeddings=False,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        reuse_fit=True,
-        random_state=None,
-        verbose=False,
     ):
-        self.model = model
-        self.teachers = teachers
-        self.multi_teacher = multi_teacher
-        self.kd_alpha = kd_alpha
-        self.temperature = temperature
-        self.teacher_cv = teacher_cv
-        self.tokenizer = tokenizer
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.max_length = max_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
     # ----------------------------------------------------------------- training hooks
     def _check_params(self):

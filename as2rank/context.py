@@ -185,6 +185,16 @@ _PRIOR_DOC = """\
         paper's model."""
 
 
+_FITTED_DOC = """\
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+    n_layers_ : int
+    pooling_ : {"cls", "mean"}
+    history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.TransformerRanker`."""
+
+
 class ContextConcat(LexicalPriorMixin, _ContextRanker):
     __doc__ = f"""Context concatenation (paper §2.2, Figure 2a): one encoder over the question, the candidate and
     the contexts, joined with the tokenizer's separators; the pooled encoding feeds a feed-forward head
@@ -206,13 +216,7 @@ class ContextConcat(LexicalPriorMixin, _ContextRanker):
     ----------
     model_ : torch.nn.Module
         :class:`~as2rank.neural.heads.CrossEncoder`: ``model_.encoder`` and ``model_.head``.
-    tokenizer_ : transformers.PreTrainedTokenizerBase
-    n_layers_ : int
-    pooling_ : {{"cls", "mean"}}
-    history_ : as2rank.neural.TrainingHistory
-    fit_cache_hit_ : bool
-        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
-        :class:`~as2rank.transformer.TransformerRanker`.
+{_FITTED_DOC}
 
     Examples
     --------
@@ -225,64 +229,10 @@ class ContextConcat(LexicalPriorMixin, _ContextRanker):
     _parameter_constraints = {**_ContextRanker._parameter_constraints, **LexicalPriorMixin._parameter_constraints}
 
     def __init__(
-        self,
-        model="minilm-l6",
-        tokenizer=None,
-        contexts=("local", "global"),
-        num_layers=None,
-        pooling="auto",
-        lexical_prior=True,
-        max_length=256,
-        max_pair_length=128,
-        epochs=4,
-        batch_size=32,
-        learning_rate=5e-5,
-        head_lr_multiplier=10.0,
-        weight_decay=0.01,
-        warmup=0.1,
-        max_grad_norm=1.0,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        eval_every=None,
-        warm_start=False,
-        freeze_embeddings=False,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        reuse_fit=True,
-        random_state=None,
-        verbose=False,
+        self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None,
+        pooling="auto", lexical_prior=True, max_length=256, max_pair_length=128,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.contexts = contexts
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.max_length = max_length
-        self.max_pair_length = max_pair_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
     def _build_module(self, encoder):
         from .neural.heads import CrossEncoder
@@ -328,13 +278,7 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
     model_ : torch.nn.Module
         :class:`~as2rank.neural.context.MultiwayContextEncoder`: ``model_.encoder``, ``model_.attention``
         (one layer per context) and ``model_.head``.
-    tokenizer_ : transformers.PreTrainedTokenizerBase
-    n_layers_ : int
-    pooling_ : {{"cls", "mean"}}
-    history_ : as2rank.neural.TrainingHistory
-    fit_cache_hit_ : bool
-        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
-        :class:`~as2rank.transformer.TransformerRanker`.
+{_FITTED_DOC}
 
     Examples
     --------
@@ -354,68 +298,11 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
     }
 
     def __init__(
-        self,
-        model="minilm-l6",
-        tokenizer=None,
-        contexts=("local", "global"),
-        attention_dim=16,
-        summary="pair",
-        num_layers=None,
-        pooling="auto",
-        lexical_prior=True,
-        max_length=256,
+        self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), attention_dim=16,
+        summary="pair", num_layers=None, pooling="auto", lexical_prior=True, max_length=256,
         max_pair_length=128,
-        epochs=4,
-        batch_size=32,
-        learning_rate=5e-5,
-        head_lr_multiplier=10.0,
-        weight_decay=0.01,
-        warmup=0.1,
-        max_grad_norm=1.0,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        eval_every=None,
-        warm_start=False,
-        freeze_embeddings=False,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        reuse_fit=True,
-        random_state=None,
-        verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.contexts = contexts
-        self.attention_dim = attention_dim
-        self.summary = summary
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.max_length = max_length
-        self.max_pair_length = max_pair_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
     def _check_params(self):
         super()._check_params()
@@ -474,64 +361,14 @@ class ContextEnsemble(_ContextRanker):
         **_ContextRanker._parameter_constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
     }
+    # The TANDA papers' budget: the defaults benchmark does not cover this class.
+    _training_defaults = {"epochs": 2, "learning_rate": 2e-5}
 
     def __init__(
-        self,
-        model="minilm-l6",
-        tokenizer=None,
-        unfreeze_layers=3,
-        num_layers=None,
-        pooling="auto",
-        max_length=256,
-        max_pair_length=128,
-        epochs=2,
-        batch_size=32,
-        learning_rate=2e-5,
-        head_lr_multiplier=10.0,
-        weight_decay=0.01,
-        warmup=0.1,
-        max_grad_norm=1.0,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        eval_every=None,
-        warm_start=False,
-        freeze_embeddings=False,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        reuse_fit=True,
-        random_state=None,
-        verbose=False,
+        self, model="minilm-l6", tokenizer=None, unfreeze_layers=3, num_layers=None, pooling="auto",
+        max_length=256, max_pair_length=128,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.unfreeze_layers = unfreeze_layers
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.max_length = max_length
-        self.max_pair_length = max_pair_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
     def _contexts(self):
         return CONTEXTS

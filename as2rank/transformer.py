@@ -202,60 +202,10 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     }
 
     def __init__(
-        self,
-        model="minilm-l6",
-        tokenizer=None,
-        num_layers=None,
-        pooling="auto",
-        lexical_prior=True,
+        self, model="minilm-l6", tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
         max_length=128,
-        epochs=4,
-        batch_size=32,
-        learning_rate=5e-5,
-        head_lr_multiplier=10.0,
-        weight_decay=0.01,
-        warmup=0.1,
-        max_grad_norm=1.0,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        eval_every=None,
-        warm_start=False,
-        freeze_embeddings=False,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        reuse_fit=True,
-        random_state=None,
-        verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.max_length = max_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
     def _prepare_encoder(self, encoder):
         from .neural.pointwise import prepare_encoder

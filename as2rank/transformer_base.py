@@ -15,7 +15,7 @@ import copy
 import math
 import sys
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -24,17 +24,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
 from .data import check_ranking_data, holdout_questions
-from .early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
 from .early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
 from .metrics import mean_average_precision
-from .params import (
-    TRANSFORMER_PRECISIONS,
-    Boolean,
-    Interval,
-    Options,
-    check_param,
-    validate_params,
-)
+from .params import Interval, check_param, validate_params
+from .training_params import TRAINING_CONSTRAINTS, with_training_params
 
 #: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU, and on other devices (CUDA). On the
 #: CPU small batches keep the activations in cache and pad less (``docs/benchmarks/speed.md`` sweeps it).
@@ -47,9 +40,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
     #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
     _inference_params = ("batch_tokens", "verbose", "reuse_fit", "n_threads")
-    #: torch threads of fit and predict (see :func:`as2rank.neural.torch_threads`); a subclass whose
-    #: ``__init__`` does not take ``n_threads`` inherits ``None`` (torch's own setting).
-    n_threads = None
     #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
     _head_modules = ("head",)
     #: Whether the model trains from a stream of chunks (``partial_fit``); models that need the whole training
@@ -60,22 +50,16 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     _unsaved_params = ("model", "tokenizer")
     #: Accepted values of the shared parameters (:func:`as2rank.params.validate_params`); each subclass
     #: extends it with its own parameters.
-    _parameter_constraints = {
-        "max_length": [Interval(Integral, 8, None)],
-        "epochs": [Interval(Integral, 1, None)],
-        "batch_size": [Interval(Integral, 1, None)],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "head_lr_multiplier": [Interval(Real, 0, None, closed="neither")],
-        "weight_decay": [Interval(Real, 0, None)],
-        "warmup": [Interval(Real, 0, 1)],
-        "max_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
-        **EARLY_STOPPING_CONSTRAINTS,
-        "eval_every": [Interval(Integral, 1, None), None],
-        "freeze_embeddings": [Boolean()],
-        "batch_tokens": [Options(("auto",)), Interval(Integral, 1, None)],
-        "precision": [Options(TRANSFORMER_PRECISIONS)],
-        "n_threads": [Interval(Integral, 1, None), None],
-    }
+    _parameter_constraints = {"max_length": [Interval(Integral, 8, None)], **TRAINING_CONSTRAINTS}
+    #: Shared parameters (:data:`~as2rank.training_params.TRAINING_DEFAULTS`) whose default differs here.
+    _training_defaults = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
+        (:func:`~as2rank.training_params.with_training_params`)."""
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = with_training_params(cls.__dict__["__init__"], cls._training_defaults)
 
     # ----------------------------------------------------------------- subclass hooks
     def _build_module(self, encoder):

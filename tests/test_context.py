@@ -21,12 +21,8 @@ from as2rank.neural.context import SEGMENTS, MultiwayAttention, gather_segments,
 from as2rank.neural.segments import encode_segments, share_budget  # noqa: E402
 from as2rank.text import tokenize  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
+from tests.test_transformer import SPECIAL, WORDS, tokenizer  # noqa: E402,F401
 
-WORDS = (
-    "the a of in is was who what when where capital city river wrote built tower france paris hamlet "
-    "book king queen year played first largest"
-).split()
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_LENGTH, MAX_PAIR = 48, 24
 
 
@@ -77,16 +73,6 @@ def synthetic(n_questions=8, seed=0):
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    """A word-level BERT tokenizer over a small vocabulary, built offline.
-
-    The vocabulary goes in as a dict: transformers 5 ignores ``vocab_file=`` here and would leave only the
-    special tokens, mapping every word to [UNK].
-    """
-    return transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
 
 
 def tiny_config():
