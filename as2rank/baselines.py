@@ -82,11 +82,13 @@ class _RuleRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         return self
 
     def predict(self, X) -> np.ndarray:
-        """One score per row, higher is better.
+        """The rule's score of each row, higher is better (no fitted state: ``fit`` only validates).
 
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame with the columns the rule reads (``question``, ``candidate`` and
+            ``position`` where there is one).
 
         Returns
         -------
@@ -222,6 +224,7 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame; the IDF counts each distinct ``candidate`` text once.
         y, groups : ignored
             Validated when given.
 
@@ -244,6 +247,7 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame; the features read ``question``, ``candidate`` and ``position``.
 
         Returns
         -------
@@ -412,11 +416,12 @@ class PointwiseRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         return self
 
     def predict(self, X) -> np.ndarray:
-        """One score per row, higher is better.
+        """The wrapped estimator's score of each row's feature columns, higher is better.
 
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame with the ``features_`` columns.
 
         Returns
         -------

@@ -257,7 +257,7 @@ reuse_fit, random_state, verbose
         Parameters
         ----------
         X : pandas.DataFrame
-            Grouped-candidate frame.
+            Grouped-candidate frame; each question's candidates are pruned together.
 
         Returns
         -------

@@ -277,7 +277,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         Parameters
         ----------
         X : pandas.DataFrame
-            Grouped-candidate frame.
+            Grouped-candidate frame; every row is scored on its own, by all heads in one encoder pass.
 
         Returns
         -------
@@ -296,7 +296,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         Parameters
         ----------
         X : pandas.DataFrame
-            Grouped-candidate frame.
+            Grouped-candidate frame, as for :meth:`predict_heads`.
 
         Returns
         -------

@@ -202,8 +202,8 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         -------
         self
         """
-        X, _, _ = check_ranking_data(X, y, groups, require_y=False)
         self._check_params()
+        X, _, _ = check_ranking_data(X, y, groups, require_y=False)
         self._check_document_columns(X)
         return self
 
@@ -213,6 +213,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame with the document columns that ``fit`` checked.
 
         Returns
         -------

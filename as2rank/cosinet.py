@@ -319,15 +319,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         from .neural.distributed import setup_training
 
         X, y, index, device, dtype, source = self._validate(X, y, groups)
-        state = getattr(self, "_train_state", None)
-        if state is None:
-            if total_rows is None:
-                raise ValueError(
-                    "The first call to partial_fit needs total_rows: the number of rows that all calls together "
-                    "will pass (the rows of the data times the passes over it); the learning-rate schedule is "
-                    "laid out over them."
-                )
-            state = TrainingState(total_rows)
+        # Batches are whole questions: the schedule moves row by row.
+        state = TrainingState.resume(getattr(self, "_train_state", None), total_rows)
         fitted = hasattr(self, "module_")
         with torch_threads(self.n_threads):
             setup = setup_training(device)

@@ -123,6 +123,7 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame with the columns every ranker reads.
 
         Returns
         -------

@@ -301,6 +301,7 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         Parameters
         ----------
         X : pandas.DataFrame
+            Grouped-candidate frame; each question's rows pass the steps together.
 
         Returns
         -------

@@ -153,7 +153,7 @@ def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
     ----------
     estimator : fitted estimator with ``predict``
     X : pandas.DataFrame
-        Grouped-candidate frame.
+        Grouped-candidate frame; every question's rows all in it (a partition of whole questions).
 
     Returns
     -------

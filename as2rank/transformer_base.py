@@ -164,8 +164,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         groups : array-like of shape (n_rows,), default=None
             Question ids overriding ``X["qid"]``.
         eval_set : tuple (X_dev, y_dev), default=None
-            Dev set for early stopping on dev MAP (best weights restored); overrides
-            ``validation_fraction``.
+            Dev set: early stopping watches its MAP and keeps the best weights. It replaces the
+            ``validation_fraction`` hold-out.
 
         Returns
         -------
@@ -282,15 +282,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         X, y, index = check_ranking_data(X, y, groups)
         self._check_params()
         device = resolve_device(self.device)
-        state = getattr(self, "_train_state", None)
-        if state is None:
-            if total_rows is None:
-                raise ValueError(
-                    "The first call to partial_fit needs total_rows: the number of training rows that all calls "
-                    "together will pass (the rows of the data times the passes over it); the learning-rate "
-                    "schedule is laid out over them."
-                )
-            state = TrainingState(total_rows, rows_per_step=int(self.batch_size))
+        state = TrainingState.resume(getattr(self, "_train_state", None), total_rows, int(self.batch_size))
         if hasattr(self, "model_"):
             self._check_continuation()
         with torch_threads(self.n_threads):

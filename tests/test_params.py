@@ -1,10 +1,11 @@
 """The declarative parameter constraints of :mod:`as2rank.params` and the estimators' tables."""
 
+import inspect
 from numbers import Integral, Real
 
 import numpy as np
 import pytest
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import GroupKFold
 
 from as2rank.baselines import WordOverlapRanker
@@ -98,3 +99,48 @@ def test_tables_name_parameters_and_accept_the_defaults(est):
     table = type(est)._parameter_constraints
     assert set(table) <= set(est.get_params(deep=False))
     validate_params(est, table)
+
+
+TRANSFORMER_RANKERS = [TransformerRanker, CascadeTransformer, Cerberus, DistilledRanker, ContextConcat, ContextMWA,
+                       ContextEnsemble]
+
+
+@pytest.mark.parametrize("cls", TRANSFORMER_RANKERS, ids=lambda c: c.__name__)
+def test_shared_training_parameters_follow_each_rankers_own(cls):
+    from as2rank.training_params import TRAINING_DEFAULTS
+
+    names = list(inspect.signature(cls).parameters)
+    assert names[-len(TRAINING_DEFAULTS):] == list(TRAINING_DEFAULTS)
+    assert len(set(names)) == len(names) and "model" == names[0]
+    params = cls().get_params()
+    assert set(params) == set(names)
+    expected = {**TRAINING_DEFAULTS, **cls._training_defaults}
+    assert {k: params[k] for k in TRAINING_DEFAULTS} == expected
+    # Every argument is stored unchanged, own or shared, keyword or positional; clone round-trips them.
+    est = cls("some-model", epochs=7, verbose=True)
+    assert (est.model, est.epochs, est.verbose) == ("some-model", 7, True)
+    assert clone(est).get_params() == est.get_params()
+    with pytest.raises(TypeError, match="epoch"):
+        cls(epoch=3)
+
+
+def test_context_ensemble_keeps_its_own_budget_defaults():
+    assert (ContextEnsemble().epochs, ContextEnsemble().learning_rate) == (2, 2e-5)
+    assert (ContextConcat().epochs, ContextConcat().learning_rate) == (4, 5e-5)
+    assert TransformerRanker("m", None, 3).num_layers == 3
+
+
+def test_with_training_params_refuses_shared_names_and_catch_alls():
+    from as2rank.training_params import with_training_params
+
+    def clash(self, model=None, epochs=3):
+        pass
+
+    def catch_all(self, model=None, **kwargs):
+        pass
+
+    for own in (clash, catch_all):
+        with pytest.raises(TypeError, match="own named parameters"):
+            with_training_params(own)
+    with pytest.raises(ValueError, match="Not shared"):
+        with_training_params(lambda self, model=None: None, {"model": 1})

@@ -117,6 +117,24 @@ def test_auto_precision_follows_the_hardware(fitted, monkeypatch):
     ranker.set_params(precision="fp32")
 
 
+def test_one_resolver_for_both_precision_tables(monkeypatch):
+    """Cosinet's values resolve as the transformers' do, except that it never gets float16 (no loss scaling)."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert devices.autocast_dtype("auto", cuda) == torch.float16
+    assert devices.resolve_precision("auto", cuda) == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert devices.resolve_precision("auto", cuda) == devices.autocast_dtype("auto", cuda) == torch.bfloat16
+    monkeypatch.setattr(devices, "cpu_bf16_supported", lambda: False)
+    for resolve in (devices.autocast_dtype, devices.resolve_precision):
+        assert resolve("auto", cpu) == torch.float32
+        with pytest.warns(RuntimeWarning, match="no native bfloat16"):
+            assert resolve("bf16", cpu) == torch.float32
+    for bad in ("fp16", "int8"):
+        with pytest.raises(ValueError, match="precision must be"):
+            devices.resolve_precision(bad, cpu)
+
+
 def test_precision_errors(tokenizer):
     X, y = synthetic(4)
     with pytest.raises(ValueError, match="needs a CUDA device"):

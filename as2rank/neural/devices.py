@@ -63,7 +63,8 @@ def resolve_device(device="auto") -> torch.device:
     return resolved
 
 
-def autocast_dtype(precision, device: torch.device, *, training: bool = False) -> torch.dtype:
+def autocast_dtype(precision, device: torch.device, *, training: bool = False,
+                   options=TRANSFORMER_PRECISIONS) -> torch.dtype:
     """The autocast dtype of a transformer estimator's ``precision`` on ``device`` (float32: no autocast).
 
     Parameters
@@ -76,6 +77,9 @@ def autocast_dtype(precision, device: torch.device, *, training: bool = False) -
     device : torch.device
     training : bool, default=False
         Whether the dtype is for training (``"int8"`` then means ``"auto"``).
+    options : tuple of str, default=TRANSFORMER_PRECISIONS
+        The values the caller accepts; without ``"fp16"`` (no loss scaling), ``"auto"`` on CUDA without
+        bfloat16 is float32.
 
     Returns
     -------
@@ -86,7 +90,7 @@ def autocast_dtype(precision, device: torch.device, *, training: bool = False) -
     ValueError
         For an unknown value, or one the device cannot run.
     """
-    check_precision(precision, TRANSFORMER_PRECISIONS)
+    check_precision(precision, options)
     cuda = device.type == "cuda"
     if precision == "fp16" and not cuda:
         raise ValueError("precision='fp16' needs a CUDA device; use 'bf16', 'int8' or 'fp32' on the CPU.")
@@ -110,7 +114,7 @@ def autocast_dtype(precision, device: torch.device, *, training: bool = False) -
     bf16 = torch.cuda.is_bf16_supported() if cuda else cpu_bf16_supported()
     if precision == "auto":
         if cuda:
-            return torch.bfloat16 if bf16 else torch.float16
+            return torch.bfloat16 if bf16 else (torch.float16 if "fp16" in options else torch.float32)
         return torch.bfloat16 if bf16 else torch.float32
     if not bf16:  # "bf16" where the hardware lacks it: emulation would be slower than float32
         warnings.warn(
@@ -123,35 +127,10 @@ def autocast_dtype(precision, device: torch.device, *, training: bool = False) -
 
 
 def resolve_precision(precision, device: torch.device) -> torch.dtype:
-    """The dtype of an estimator's low-precision matrix products on ``device``.
-
-    Parameters
-    ----------
-    precision : {"auto", "fp32", "bf16"}
-        ``"auto"`` is bfloat16 where the device computes it natively (CUDA with bf16 support, CPUs with
-        AVX512-BF16/AMX through oneDNN), else float32. Estimators say which products use it and measure
-        the effect on accuracy.
-    device : torch.device
-
-    Returns
-    -------
-    torch.dtype
-
-    Raises
-    ------
-    ValueError
-        For an unknown name.
-    """
-    check_precision(precision, PRECISIONS)
-    if precision == "fp32":
-        return torch.float32
-    if precision == "bf16":
-        return torch.bfloat16
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    if device.type == "cpu" and cpu_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
+    """The dtype of :class:`~as2rank.cosinet.Cosinet`'s low-precision products: :func:`autocast_dtype` over
+    the values of :data:`PRECISIONS`, float32 where the device has no native bfloat16 (Cosinet has no loss
+    scaling for float16)."""
+    return autocast_dtype(precision, device, options=PRECISIONS)
 
 
 def cpu_bf16_supported() -> bool:

@@ -170,6 +170,20 @@ class TrainingState:
         next run rebuilds it from that state.
     """
 
+    @classmethod
+    def resume(cls, state, total_rows, rows_per_step: int = 1) -> TrainingState:
+        """``state`` when a stream is running, else a new state over ``total_rows`` (required then): what a
+        ``partial_fit`` call trains on."""
+        if state is not None:
+            return state
+        if total_rows is None:
+            raise ValueError(
+                "The first call to partial_fit needs total_rows: the number of training rows that all calls "
+                "together will pass (the rows of the data times the passes over it); the learning-rate "
+                "schedule is laid out over them."
+            )
+        return cls(total_rows, rows_per_step)
+
     def __init__(self, total_rows: int, rows_per_step: int = 1):
         if isinstance(total_rows, bool) or not isinstance(total_rows, (int, np.integer)) or total_rows < 1:
             raise ValueError(f"total_rows must be a positive integer, got {total_rows!r}.")
