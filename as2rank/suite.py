@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .metrics import mean_average_precision, paired_significance, ranking_report
+from .evaluation import METRICS, compare, evaluate, per_question
 
 __all__ = ["SuiteEntry", "ENTRIES", "select", "load_benchmark_data", "run_suite", "format_leaderboard"]
 
@@ -269,8 +269,7 @@ def run_suite(
     from .text import tokenize
 
     tokenize(["Load spaCy now,", "so the first lexical model's time does not include it."])
-    position = X_test.get("position")
-    rows, per_question = [], {}
+    rows, per_q = [], {}
     bar = tqdm(entries, desc="as2rank bench", unit="model", disable=not progress)
     for entry in bar:
         bar.set_postfix_str(entry.name)
@@ -286,14 +285,12 @@ def run_suite(
         t1 = time.perf_counter()
         scores = est.predict(X_test)
         t2 = time.perf_counter()
-        report = ranking_report(y_test, scores, X_test["qid"], position=position, k=(1,))
-        per_question[entry.name] = mean_average_precision(
-            y_test, scores, X_test["qid"], position=position, per_group=True
-        )
+        report = evaluate(y_test, scores, X_test)
+        per_q[entry.name] = per_question(y_test, scores, X_test)
         rows.append(
             {
                 "model": entry.name,
-                **{k: report[k] for k in ("map", "mrr", "p@1", "ndcg@10")},
+                **{k: report[k] for k in METRICS},
                 "n_questions": report["n_evaluated"],
                 "fit_s": t1 - t0,
                 "predict_s": t2 - t1,
@@ -301,23 +298,19 @@ def run_suite(
             }
         )
     board = pd.DataFrame(rows)
-    if not per_question:
+    if not per_q:
         return board
 
     def p_against(reference):
-        return [
-            paired_significance(per_question[m], per_question[reference])
-            if m in per_question and m != reference
-            else np.nan
-            for m in board["model"]
-        ]
+        tests = compare(per_q, reference, alpha=alpha)
+        return [tests[m]["p"] if m in tests else np.nan for m in board["model"]]
 
-    if baseline in per_question:
+    if baseline in per_q:
         board["p_value"] = p_against(baseline)
-    best = max(per_question, key=lambda m: board.loc[board["model"] == m, "map"].iloc[0])
+    best = max(per_q, key=lambda m: board.loc[board["model"] == m, "map"].iloc[0])
     board["p_vs_best"] = p_against(best)
     board["tied_with_best"] = [
-        m == best or (m in per_question and p >= alpha) for m, p in zip(board["model"], board["p_vs_best"])
+        m == best or (m in per_q and p >= alpha) for m, p in zip(board["model"], board["p_vs_best"])
     ]
     return board
 

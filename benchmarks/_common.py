@@ -1,5 +1,9 @@
-"""Shared helpers of the benchmark scripts: where the data is, which machine ran them, logging, and the
-cache of fitted models (``benchmarks/cache/``, git-ignored) that lets a re-run retrain nothing unchanged."""
+"""The benchmark harness that every script in ``benchmarks/`` shares: where the data is, which machine ran
+them, logging, the cache of fitted models (``benchmarks/cache/``, git-ignored) that lets a re-run retrain
+nothing unchanged, and the pages: a script saves its results (``benchmarks/results/<name>.json``) and renders
+them through its template (``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``;
+``python benchmarks/render.py`` renders every page again from the saved results. Scoring and significance
+tests come from :mod:`as2rank.evaluation`, which ``as2rank bench`` uses too."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: pin it, so that they reproduce what they show.
 COSINET_PAPER_BUDGET = {"epochs": 3, "batch_size": 8}
 DOCS = ROOT / "docs" / "benchmarks"
+PAGES = ROOT / "benchmarks" / "pages"
 CACHE = ROOT / "benchmarks" / "cache"
 #: ``AS2RANK_BENCH_TAG`` (e.g. ``h100``) names a run's result files apart from the default machine's.
 TAG = os.environ.get("AS2RANK_BENCH_TAG", "")
@@ -224,3 +229,71 @@ def log_checks(checks) -> None:
     for c in checks:
         log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
 
+
+
+# ----------------------------------------------------------------------------------------------- pages
+def pct(value, digits: int = 2) -> str:
+    """A fraction as a percentage with ``digits`` decimals; ``–`` for a missing value."""
+    if value is None or value != value:
+        return "–"
+    return f"{100 * value:.{digits}f}"
+
+
+def pval(p, alpha: float = 0.05) -> str:
+    """A p-value with three decimals, ``*`` when below ``alpha``; ``–`` for a missing one."""
+    if p is None or p != p:
+        return "–"
+    return f"{p:.3f}" + ("*" if p < alpha else "")
+
+
+def num(value, spec: str = ".2f") -> str:
+    """``format(value, spec)``; ``–`` for a missing value."""
+    if value is None or value != value:
+        return "–"
+    return format(value, spec)
+
+
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(PAGES),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(pct=pct, pval=pval, num=num)
+    return env
+
+
+def tagged_as(res: dict, name: str) -> str:
+    """``name`` (an image beside a page) with the tag of the run that made ``res``."""
+    tag = res.get("tag", "")
+    if not tag:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}-{tag}{dot}{ext}"
+
+
+def render_page(res: dict) -> str:
+    """The Markdown page of ``res``: its template (``res["template"]``) rendered with ``res`` as ``res``."""
+    env = _environment()
+    env.globals.update(tagged=lambda name: tagged_as(res, name))
+    return env.get_template(f"{res['template']}.md.j2").render(res=res)
+
+
+def publish(res: dict, name: str, template: str | None = None) -> Path:
+    """Save ``res`` as ``benchmarks/results/<name>.json`` and render it to ``docs/benchmarks/<name>.md``
+    (``name`` with the run's tag, :data:`TAG`), through ``benchmarks/pages/<template>.md.j2`` (default:
+    ``name``). Returns the page's path."""
+    res = jsonable({**res, "template": template or res.get("template") or name, "tag": TAG})
+    stem = tagged(name + ".json")[: -len(".json")]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    page = DOCS / f"{stem}.md"
+    page.write_text(render_page(res))
+    log(f"wrote {page.relative_to(ROOT)}")
+    return page

@@ -2,7 +2,8 @@
 
 Data: WikiQA test (``../shared/data/wikiqa/WikiQA-test.tsv``) and the SQuAD 2.0 dev sample
 (``../shared/data/squad/``, all four articles), evaluated with the clean protocol (questions with at least
-one correct answer). Writes ``benchmarks/results/baselines.json`` and ``docs/benchmarks/baselines.md``.
+one correct answer). Writes ``benchmarks/results/baselines.json`` and ``docs/benchmarks/baselines.md`` (from
+``benchmarks/pages/baselines.md.j2``).
 
     python benchmarks/baselines.py
 """
@@ -10,17 +11,17 @@ one correct answer). Writes ``benchmarks/results/baselines.json`` and ``docs/ben
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import DOCS, RESULTS, SHARED_DATA, machine
+from _common import SHARED_DATA, machine, publish
 
 from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
 from as2rank.data import GroupIndex
 from as2rank.datasets import load_squad_sent, load_wikiqa
-from as2rank.metrics import mean_average_precision, paired_significance, ranking_report
+from as2rank.evaluation import METRICS, compare, evaluate, per_question
+from as2rank.metrics import ranking_report
 from as2rank.text import tokenize
 
 # Paper numbers (Table 2; Tables 3-5 baseline rows). SQuAD: the paper's full dev set, ours a sample.
@@ -80,16 +81,16 @@ def statistics(X, y):
     }
 
 
-def evaluate(X, y):
+def evaluate_baselines(X, y):
     rows, per_q = {}, {}
     for name, model in MODELS.items():
         scores = model.fit(X, y).predict(X)
-        rep = ranking_report(y, scores, X["qid"], position=X["position"], ties="pessimistic")
-        rows[name] = {k: 100 * rep[k] for k in ("map", "mrr", "p@1", "ndcg@10")}
-        rows[name]["n_evaluated"] = rep["n_evaluated"]
-        per_q[name] = mean_average_precision(y, scores, X["qid"], position=X["position"], per_group=True)
+        report = evaluate(y, scores, X)
+        rows[name] = {k: 100 * report[k] for k in METRICS} | {"n_evaluated": report["n_evaluated"]}
+        per_q[name] = per_question(y, scores, X)
+    tests = compare(per_q, "WO+RR")
     for name in MODELS:
-        rows[name]["p_map_vs_WO+RR"] = None if name == "WO+RR" else paired_significance(per_q[name], per_q["WO+RR"])
+        rows[name]["p_map_vs_WO+RR"] = None if name == "WO+RR" else tests[name]["p"]
     return rows
 
 
@@ -104,80 +105,19 @@ def report_timing(X, y):
     return float(np.median(times))
 
 
-def markdown(results) -> str:
-    lines = [
-        "# Baselines: Bonadiman & Moschitti (2020), Tables 2-5",
-        "",
-        f"Measured {results['date']} on {results['machine']} with `python benchmarks/baselines.py`.",
-        "Clean protocol (questions with at least one correct answer), ties ranked pessimistically.",
-        "The SQuAD column of the paper is the full SQuAD 2.0 dev set; ours is the four-article sample in",
-        "`../shared/data/squad/` (a subset, so its figures differ by sampling).",
-        "",
-        "## Table 2: data statistics (test sets)",
-        "",
-        "| statistic | WikiQA (ours) | WikiQA (paper) | SQuAD sample (ours) | SQuAD dev (paper) |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    labels = {
-        "questions": "# questions", "sentences": "# sentences", "answered_pct": "% questions answered",
-        "avg_candidates": "avg. candidates per question", "avg_q_len": "avg. question length (tokens)",
-        "avg_c_len": "avg. candidate length (tokens)", "random_p@1": "P@1 random (expected)",
-        "random_map": "MAP random (expected)",
-    }
-    for key, label in labels.items():
-        cells = []
-        for ds in ("wikiqa", "squad"):
-            ours, paper = results[ds]["stats"][key], PAPER[ds][key]
-            fmt = "{:,.0f}" if key in ("questions", "sentences") else "{:.2f}"
-            cells += [fmt.format(ours), fmt.format(paper)]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    for ds, title, metrics in (
-        ("wikiqa", "## Tables 3-4: WikiQA test, baseline rows", ("map", "mrr", "p@1")),
-        ("squad", "## Table 5: SQuAD-sent, baseline rows", ("p@1", "mrr", "map")),
-    ):
-        lines += ["", title, "", "| model | " + " | ".join(f"{m.upper()} (ours)" for m in metrics) + " | "
-                  + " | ".join(f"{m.upper()} (paper)" for m in metrics) + " | nDCG@10 | p (MAP vs WO+RR) |",
-                  "| --- |" + " ---: |" * (2 * len(metrics) + 2)]
-        for name, row in results[ds]["models"].items():
-            p = row["p_map_vs_WO+RR"]
-            lines.append(
-                f"| {name} | " + " | ".join(f"{row[m]:.2f}" for m in metrics) + " | "
-                + " | ".join(f"{PAPER[ds][name][m]:.2f}" for m in metrics)
-                + f" | {row['ndcg@10']:.2f} | {'—' if p is None else f'{p:.4f}'} |"
-            )
-    lines += [
-        "",
-        "Random rows: ours are the exact expectations over uniformly random orders of the answered questions",
-        "(`expected_random` in the script). The paper does not say how it obtained its lower random figures",
-        "(a single random run, or another protocol), so those two rows are not comparable.",
-        "",
-        "The WO row matches the paper only with pessimistic ties: WO scores are small integers and tie often;",
-        "with ties in original order WO equals WO+RR, and optimistic ties inflate it (see `as2rank evaluate",
-        "--model WO --ties all`).",
-        "",
-        f"`ranking_report` on the whole WikiQA test set ({results['wikiqa']['stats']['sentences']:,} rows): "
-        f"median {1000 * results['ranking_report_seconds']:.1f} ms over 21 runs.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wikiqa", default=SHARED_DATA / "wikiqa" / "WikiQA-test.tsv", type=Path)
     parser.add_argument("--squad", default=SHARED_DATA / "squad" / "squad-v2.0-dev-sample.json", type=Path)
     args = parser.parse_args()
 
-    results = {"date": time.strftime("%Y-%m-%d"), "machine": machine()}
+    results = {"command": "python benchmarks/baselines.py", "date": time.strftime("%Y-%m-%d"), "machine": machine()}
     for name, loader, path in (("wikiqa", load_wikiqa, args.wikiqa), ("squad", load_squad_sent, args.squad)):
         X, y = loader(path)
-        results[name] = {"stats": statistics(X, y), "models": evaluate(X, y), "paper": PAPER[name]}
+        results[name] = {"stats": statistics(X, y), "models": evaluate_baselines(X, y), "paper": PAPER[name]}
         if name == "wikiqa":
             results["ranking_report_seconds"] = report_timing(X, y)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "baselines.json").write_text(json.dumps(results, indent=2))
-    DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / "baselines.md").write_text(markdown(results))
-    print(markdown(results))
+    print(publish(results, "baselines").read_text())
 
 
 if __name__ == "__main__":
