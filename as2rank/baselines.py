@@ -108,8 +108,8 @@ class WordOverlapRanker(_RuleRanker):
     """Word overlap (WO): the number of unique tokens that question and candidate share.
 
     Tokens come from spaCy's English tokenizer, lower-cased (the paper's setting). Many candidates tie
-    on small integer counts, so the metric's tie policy matters: the paper's WikiQA figure (MAP 51.02) is
-    reproduced with ``ties="pessimistic"`` (``docs/benchmarks/baselines.md``). Use :class:`OverlapRankRanker`
+    on small integer counts, so the metric's tie policy matters: the paper's WikiQA figure is reproduced with
+    ``ties="pessimistic"`` (``docs/benchmarks/baselines.md``). Use :class:`OverlapRankRanker`
     to break ties by position.
 
     Parameters

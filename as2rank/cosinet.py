@@ -264,24 +264,21 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         -------
         self
         """
-        from .neural import seeded, torch_threads
-        from .neural.distributed import setup_training
+        from .neural.distributed import training_session
 
         X, y, index, device, dtype, source = self._validate(X, y, groups)
         dev = check_eval_set(self, eval_set)
-        with torch_threads(self.n_threads):
-            setup = setup_training(device)
-            encoded = _encode(X, index, self.lowercase, self._conv_padding())
-            self._add_words(encoded.new_words, source, extend=False)
-            train_groups = self._train_groups(index, y)
-            if len(train_groups) == 0:
-                raise ValueError(
-                    "Listwise training needs questions with at least one positive label; none of the "
-                    f"{index.n_groups} questions has one."
-                )
-            with seeded(self.random_state, setup.device) as rng:
-                self._init_module(source.dim)
-                set_training_summary(self, self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev))
+        encoded = _encode(X, index, self.lowercase, self._conv_padding())
+        self._add_words(encoded.new_words, source, extend=False)
+        train_groups = self._train_groups(index, y)
+        if len(train_groups) == 0:
+            raise ValueError(
+                "Listwise training needs questions with at least one positive label; none of the "
+                f"{index.n_groups} questions has one."
+            )
+        with training_session(self.n_threads, device, self.random_state) as (setup, rng):
+            self._init_module(source.dim)
+            set_training_summary(self, self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         return self
@@ -315,27 +312,25 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         -------
         self
         """
-        from .neural import TrainingState, call_seed, seeded, torch_threads
-        from .neural.distributed import setup_training
+        from .neural import TrainingState
+        from .neural.distributed import training_session
 
         X, y, index, device, dtype, source = self._validate(X, y, groups)
         # Batches are whole questions: the schedule moves row by row.
         state = TrainingState.resume(getattr(self, "_train_state", None), total_rows)
         fitted = hasattr(self, "module_")
-        with torch_threads(self.n_threads):
-            setup = setup_training(device)
-            encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_ if fitted else None)
-            self._add_words(encoded.new_words, source, extend=fitted)
-            train_groups = self._train_groups(index, y)
-            with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
-                if not fitted:
-                    self._init_module(source.dim)
-                if len(train_groups):
-                    history = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
-                    set_training_summary(self, history if not hasattr(self, "history_") or state.runs == 1
-                                         else self.history_.extend(history))
-                else:
-                    state.runs += 1
+        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_ if fitted else None)
+        self._add_words(encoded.new_words, source, extend=fitted)
+        train_groups = self._train_groups(index, y)
+        with training_session(self.n_threads, device, self.random_state, call=state.runs) as (setup, rng):
+            if not fitted:
+                self._init_module(source.dim)
+            if len(train_groups):
+                history = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
+                set_training_summary(self, history if not hasattr(self, "history_") or state.runs == 1
+                                     else self.history_.extend(history))
+            else:
+                state.runs += 1
         # Rows of questions listwise training leaves out still count as passed: the schedule follows the data.
         state.rows_done += int(index.n_rows - index.sizes[train_groups].sum())
         self._train_state = state

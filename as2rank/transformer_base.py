@@ -171,8 +171,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         -------
         self
         """
-        from .neural import resolve_device, seeded, torch_threads
-        from .neural.distributed import setup_training
+        from .neural import resolve_device
+        from .neural.distributed import training_session
         from .neural.fitcache import FIT_CACHE, fit_key, source_digests
 
         X, y, index = check_ranking_data(X, y, groups)
@@ -202,12 +202,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 self._report_cache_hit()
                 return self
 
-        with torch_threads(self.n_threads):
-            setup = setup_training(device, self._compute_dtype(device, training=True))
-            with seeded(self.random_state, setup.device) as rng:
-                if not warm:
-                    self.model_ = self._init_module(X, y, groups, eval_set)
-                set_training_summary(self, self._train(X, y, index, targets, rng, setup, dev=dev))
+        dtype = self._compute_dtype(device, training=True)
+        with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
+            if not warm:
+                self.model_ = self._init_module(X, y, groups, eval_set)
+            set_training_summary(self, self._train(X, y, index, targets, rng, setup, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         self.fit_cache_hit_ = False
@@ -270,14 +269,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         >>> for X, y in load_asnq("asnq/train.tsv", chunksize=200_000):                 # doctest: +SKIP
         ...     model.partial_fit(X, y, total_rows=total)
         """
-        from .neural import (
-            TrainingState,
-            call_seed,
-            resolve_device,
-            seeded,
-            torch_threads,
-        )
-        from .neural.distributed import setup_training
+        from .neural import TrainingState, resolve_device
+        from .neural.distributed import training_session
 
         X, y, index = check_ranking_data(X, y, groups)
         self._check_params()
@@ -285,12 +278,14 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         state = TrainingState.resume(getattr(self, "_train_state", None), total_rows, int(self.batch_size))
         if hasattr(self, "model_"):
             self._check_continuation()
-        with torch_threads(self.n_threads):
-            setup = setup_training(device, self._compute_dtype(device, training=True))
-            with seeded(call_seed(self.random_state, state.runs), setup.device) as rng:
-                if not hasattr(self, "model_"):
-                    self.model_ = self._init_module(X, y, groups, None)
-                history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+        dtype = self._compute_dtype(device, training=True)
+        with training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs) as (
+            setup,
+            rng,
+        ):
+            if not hasattr(self, "model_"):
+                self.model_ = self._init_module(X, y, groups, None)
+            history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
         set_training_summary(self, history if state.runs == 1 else self.history_.extend(history))
         self.fit_cache_hit_ = False
         self._train_state = state

@@ -14,6 +14,7 @@ same code runs with one shard, and Accelerate adds nothing to the loop.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -193,6 +194,23 @@ def setup_training(device: torch.device, precision: torch.dtype | None = None) -
             f"{str(accelerator.device)!r}; use device='auto' under accelerate launch/torchrun."
         )
     return TrainingSetup(accelerator, accelerator.device, Shard(accelerator.process_index, accelerator.num_processes))
+
+
+@contextlib.contextmanager
+def training_session(n_threads, device: torch.device, random_state, *, precision=None, call: int = 0):
+    """The block that every neural ``fit`` and ``partial_fit`` trains in, yielding ``(setup, rng)``.
+
+    torch limited to ``n_threads`` (:func:`~as2rank.neural.torch_threads`), this process's
+    :func:`setup_training` for ``device`` and ``precision``, and torch seeded from ``random_state``
+    (:func:`~as2rank.neural.seeded`; the ``call``-th ``partial_fit`` call's seed,
+    :func:`~as2rank.neural.call_seed`); ``rng`` is the block's NumPy generator.
+    """
+    from .devices import call_seed, seeded, torch_threads
+
+    with torch_threads(n_threads):
+        setup = setup_training(device, precision)
+        with seeded(call_seed(random_state, call), setup.device) as rng:
+            yield setup, rng
 
 
 def is_main_process() -> bool:
