@@ -25,25 +25,26 @@ them and stops.
   timing rounds on a subset, and the issue's acceptance checks, reported as measured.
 
 ``--quick`` runs Table 3 on 100 of the 243 test questions (fixed random subset) and 2 timing rounds on 20.
-Writes ``benchmarks/results/cascade.json`` and ``docs/benchmarks/cascade.md``.
+Writes ``benchmarks/results/cascade.json`` and ``docs/benchmarks/cascade.md`` (from
+``benchmarks/pages/cascade.md.j2``; ``--render``, or ``python benchmarks/render.py cascade``, renders it again).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import inspect
 import time
 
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, RESULTS, acceptance_section, fitted, jsonable, load_average, log, log_checks, machine, tagged, wikiqa_splits
+from _common import DOCS, fitted, load_average, log, log_checks, publish, run_header, tagged, wikiqa_splits
 
 from as2rank.cascade import EXIT_GAP, CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
 from as2rank.datasets import expand_candidates
-from as2rank.metrics import mean_average_precision, paired_significance, precision_at_k, ranking_report
+from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import paired_significance
 from as2rank.transformer import TransformerRanker
 
 DEPTHS = (2, 3, 4, 5, 6)
@@ -52,11 +53,22 @@ DEPTHS = (2, 3, 4, 5, 6)
 SAMPLINGS = ("uniform", "all")
 
 
+#: How the budget of :func:`budget` was chosen, for the page.
+BUDGET_SELECTION = {
+    "date": "2026-11-22",
+    "metric": "dev MAP",
+    "models": "the 6-layer TR and the cascade",
+    "candidates": [{"epochs": 1, "learning_rate": 2e-5}, {"epochs": 1, "learning_rate": 1e-4},
+                   {"epochs": 2, "learning_rate": 1e-4}],
+}
+#: The dev split of ``_common.wikiqa_splits`` (a share of WikiQA-train's questions), for the page.
+DEV_SPLIT = {"test_size": 0.1, "random_state": 0}
+
+
 def budget(epochs: int = 2, learning_rate: float = 1e-4, random_state: int = 0, model: str = "minilm-l6") -> dict:
     """The one training budget shared by every model of the benchmark.
 
-    Two epochs at a peak learning rate of 1e-4 (batch 32): chosen on dev MAP in the first run of this
-    benchmark (2026-11-22) among (1 epoch, 2e-5), (1, 1e-4) and (2, 1e-4) for the 6-layer TR and the cascade.
+    Two epochs at a peak learning rate of 1e-4 (batch 32): chosen as :data:`BUDGET_SELECTION` says.
     """
     # The papers' models: no lexical prior (the library's default since the defaults benchmark).
     return {"model": model, "epochs": epochs, "batch_size": 32, "learning_rate": learning_rate, "max_length": 128,
@@ -80,45 +92,65 @@ def fit_all(splits, train_budget, seeds, fit_log):
 
 
 # ----------------------------------------------------------------------------------------------- paper
-# Table 2 (WikiQA MAP, MRR): the paper's 12-layer RoBERTa-base; its k-layer rows sit beside our k/2-layer ones.
-PAPER_T2 = {
-    "TR": {2: (80.5, 80.9), 3: (82.1, 82.9), 4: (85.7, 86.7), 5: (89.0, 90.0), 6: (89.1, 90.1)},
-    "CT": {2: (60.1, 60.2), 3: (79.8, 80.3), 4: (84.8, 85.4), 5: (89.7, 89.8), 6: (89.9, 91.0)},
-}
-# Table 3: ASNQ (MAP, nDCG@10, P@1, MRR), GPD (MAP, nDCG@10, P@1, MRR), relative cost per batch.
-PAPER_T3 = {
-    ("TR", 2): ((31.5, 30.8, 25.9, 30.8), (38.9, 50.1, 40.8, 54.0), 0.33),
-    ("TR", 3): ((60.2, 58.7, 47.2, 59.2), (51.4, 64.1, 56.1, 67.6), 0.50),
-    ("TR", 4): ((63.9, 62.2, 49.2, 62.4), (56.3, 68.7, 61.2, 70.4), 0.67),
-    ("TR", 5): ((65.3, 64.5, 52.0, 64.1), (57.2, 71.3, 64.9, 72.7), 0.80),
-    ("TR", 6): ((65.5, 65.1, 52.1, 64.7), (58.0, 72.2, 67.5, 76.8), 1.00),
-    ("SR", 0.3): ((65.4, 65.1, 52.1, 64.8), (55.8, 70.2, 66.2, 74.3), 1.53),
-    ("SR", 0.4): ((64.9, 64.2, 51.6, 64.2), (53.8, 69.6, 65.6, 73.0), 1.18),
-    ("SR", 0.5): ((64.6, 63.4, 50.8, 63.5), (52.2, 68.4, 63.0, 72.3), 0.90),
-    ("CT exit", 2): ((22.0, 19.3, 10.2, 18.3), (32.7, 38.9, 35.2, 42.6), 0.33),
-    ("CT exit", 3): ((49.1, 47.2, 32.7, 47.7), (44.8, 56.0, 47.3, 58.5), 0.50),
-    ("CT exit", 4): ((62.8, 61.5, 48.7, 61.9), (53.8, 71.7, 61.2, 69.1), 0.67),
-    ("CT exit", 5): ((65.6, 65.1, 53.0, 65.2), (55.8, 72.0, 63.1, 72.1), 0.80),
-    ("CT", 0.0): ((66.3, 66.1, 53.2, 65.4), (57.8, 71.9, 67.5, 76.9), 1.00),
-    ("CT", 0.3): ((65.3, 65.3, 52.9, 65.3), (55.7, 69.8, 66.2, 75.1), 0.63),
-    ("CT", 0.4): ((64.8, 65.0, 52.5, 64.8), (52.8, 68.6, 65.6, 74.3), 0.55),
-    ("CT", 0.5): ((64.1, 65.0, 52.4, 64.5), (50.2, 66.1, 62.4, 72.9), 0.49),
+def _paper_t3(asnq, gpd, cost):
+    names = ("map", "ndcg@10", "p@1", "mrr")
+    return {"asnq": dict(zip(names, asnq)), "gpd": dict(zip(names, gpd)), "relative_cost": cost}
+
+
+#: The paper's figures beside ours. Its backbone: RoBERTa-base after a TANDA transfer step on ASNQ.
+#: Table 2 (WikiQA MAP, MRR) by exit, its exits 4, 6, 8, 10, 12 of 12 layers beside ours (``default_exits``: the
+#: same proportions of 6). Table 3 (ASNQ and GPD: MAP, nDCG@10, P@1, MRR; relative cost per batch) keyed by the
+#: row of our Table 3 each sits beside (its 2n-layer rows beside our n-layer ones).
+PAPER = {
+    "backbone": {"name": "RoBERTa-base", "num_layers": 12},
+    "candidates_per_question": 100,
+    "table2": [
+        {"layers": 4, "TR": {"map": 80.5, "mrr": 80.9}, "CT": {"map": 60.1, "mrr": 60.2}},
+        {"layers": 6, "TR": {"map": 82.1, "mrr": 82.9}, "CT": {"map": 79.8, "mrr": 80.3}},
+        {"layers": 8, "TR": {"map": 85.7, "mrr": 86.7}, "CT": {"map": 84.8, "mrr": 85.4}},
+        {"layers": 10, "TR": {"map": 89.0, "mrr": 90.0}, "CT": {"map": 89.7, "mrr": 89.8}},
+        {"layers": 12, "TR": {"map": 89.1, "mrr": 90.1}, "CT": {"map": 89.9, "mrr": 91.0}},
+    ],
+    "table3": {
+        "TR 2 layers": _paper_t3((31.5, 30.8, 25.9, 30.8), (38.9, 50.1, 40.8, 54.0), 0.33),
+        "TR 3 layers": _paper_t3((60.2, 58.7, 47.2, 59.2), (51.4, 64.1, 56.1, 67.6), 0.50),
+        "TR 4 layers": _paper_t3((63.9, 62.2, 49.2, 62.4), (56.3, 68.7, 61.2, 70.4), 0.67),
+        "TR 5 layers": _paper_t3((65.3, 64.5, 52.0, 64.1), (57.2, 71.3, 64.9, 72.7), 0.80),
+        "TR 6 layers": _paper_t3((65.5, 65.1, 52.1, 64.7), (58.0, 72.2, 67.5, 76.8), 1.00),
+        "SR α=0.3": _paper_t3((65.4, 65.1, 52.1, 64.8), (55.8, 70.2, 66.2, 74.3), 1.53),
+        "SR α=0.4": _paper_t3((64.9, 64.2, 51.6, 64.2), (53.8, 69.6, 65.6, 73.0), 1.18),
+        "SR α=0.5": _paper_t3((64.6, 63.4, 50.8, 63.5), (52.2, 68.4, 63.0, 72.3), 0.90),
+        "CT exit 2 (α=0)": _paper_t3((22.0, 19.3, 10.2, 18.3), (32.7, 38.9, 35.2, 42.6), 0.33),
+        "CT exit 3 (α=0)": _paper_t3((49.1, 47.2, 32.7, 47.7), (44.8, 56.0, 47.3, 58.5), 0.50),
+        "CT exit 4 (α=0)": _paper_t3((62.8, 61.5, 48.7, 61.9), (53.8, 71.7, 61.2, 69.1), 0.67),
+        "CT exit 5 (α=0)": _paper_t3((65.6, 65.1, 53.0, 65.2), (55.8, 72.0, 63.1, 72.1), 0.80),
+        "CT α=0": _paper_t3((66.3, 66.1, 53.2, 65.4), (57.8, 71.9, 67.5, 76.9), 1.00),
+        "CT α=0.3": _paper_t3((65.3, 65.3, 52.9, 65.3), (55.7, 69.8, 66.2, 75.1), 0.63),
+        "CT α=0.4": _paper_t3((64.8, 65.0, 52.5, 64.8), (52.8, 68.6, 65.6, 74.3), 0.55),
+        "CT α=0.5": _paper_t3((64.1, 65.0, 52.4, 64.5), (50.2, 66.1, 62.4, 72.9), 0.49),
+    },
 }
 ALPHAS = (0.3, 0.4, 0.5)
 GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 COST_BUDGET = 0.5
-METRICS = ("map", "ndcg@10", "p@1", "mrr")
+#: Candidates per question of Table 3 and Figure 2 (``expand_candidates(k=...)``).
+K_CANDIDATES = 100
+#: The thresholds of the acceptance checks: ``alpha`` is the drop ratio checked (and timed in the interleaved
+#: rounds), the others are fractions (MAP, P@1), relative costs and speed-ups.
+CRITERIA = {"alpha": 0.3, "max_map_drop": 0.01, "max_relative_cost": 0.65, "min_speedup": 1.4, "max_p1_drop": 0.015,
+            "max_cost_vs_sr": 0.55}
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def evaluate(y, scores, X) -> dict:
-    rep = ranking_report(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), k=(1,), ndcg_k=(10,))
-    return {m: float(rep[m]) for m in METRICS} | {"n_evaluated": rep["n_evaluated"]}
+def significance() -> dict:
+    """The test behind every p of the page (``compare``'s paired randomisation test) with its defaults."""
+    return {"n_resamples": inspect.signature(paired_significance).parameters["n_resamples"].default,
+            "alpha": inspect.signature(compare).parameters["alpha"].default}
 
 
-def per_question(y, scores, X, metric="map") -> pd.Series:
-    fn = {"map": mean_average_precision, "p@1": precision_at_k}[metric]
-    return fn(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), per_group=True)
+def dev_map(y, scores, X) -> float:
+    """Dev MAP as the selection of the exit sampling reads it (without the position column)."""
+    return evaluate(y, scores, X, metrics=("map",), use_position=False)["map"]
 
 
 def timed(fn, X):
@@ -174,7 +206,7 @@ def table2(models, trs, seeds, X_test, y_test, X_dev, y_dev):
     final, per_q = [], {}
     for kind, label in FINAL_ROWS:
         runs = [evaluate(y, logits[(kind, s)][:, -1], X) for s in seeds]
-        dev = [mean_average_precision(yd, dev_logits[(kind, s)][:, -1], Xd["qid"].to_numpy()) for s in seeds]
+        dev = [dev_map(yd, dev_logits[(kind, s)][:, -1], Xd) for s in seeds]
         per_q[kind] = pd.concat([per_question(y, logits[(kind, s)][:, -1], X) for s in seeds], axis=1).mean(axis=1)
         row = {"kind": kind, "label": label, "dev_map": dev, "runs": runs}
         for m in ("map", "mrr", "p@1"):
@@ -183,23 +215,27 @@ def table2(models, trs, seeds, X_test, y_test, X_dev, y_dev):
         if kind.startswith("CT"):
             row["exit_map"] = [float(np.mean([evaluate(y, logits[(kind, s)][:, e], X)["map"] for s in seeds]))
                                for e in range(len(DEPTHS))]
-            row["exit_dev_map"] = [float(np.mean([mean_average_precision(yd, dev_logits[(kind, s)][:, e], Xd["qid"].to_numpy())
-                                                  for s in seeds])) for e in range(len(DEPTHS))]
+            row["exit_dev_map"] = [float(np.mean([dev_map(yd, dev_logits[(kind, s)][:, e], Xd) for s in seeds]))
+                                   for e in range(len(DEPTHS))]
         final.append(row)
         log(f"[table 2] {label}: MAP {row['map']:.4f} ± {row['map_std']:.4f}, dev MAP {np.mean(dev):.4f}")
+    tests = compare(per_q, "TR")
     for row in final:
         if row["kind"] != "TR":
-            row["p_map_vs_tr"] = paired_significance(per_q[row["kind"]], per_q["TR"])
+            row["p_map_vs_tr"] = tests[row["kind"]]["p"]
 
     by_depth, seed0 = [], seeds[0]
     for e, n in enumerate(DEPTHS):
         tr_scores = trs[n].predict(X)
         row = {"layers": n, "TR": evaluate(y, tr_scores, X)}
-        tr_q = per_question(y, tr_scores, X)
+        per_depth = {"TR": per_question(y, tr_scores, X)}
         for sampling in SAMPLINGS:
             ct_scores = logits[(f"CT {sampling}", seed0)][:, e]
             row[f"CT {sampling}"] = evaluate(y, ct_scores, X)
-            row[f"p CT {sampling}"] = paired_significance(per_question(y, ct_scores, X), tr_q)
+            per_depth[f"CT {sampling}"] = per_question(y, ct_scores, X)
+        tests = compare(per_depth, "TR")
+        for sampling in SAMPLINGS:
+            row[f"p CT {sampling}"] = tests[f"CT {sampling}"]["p"]
         by_depth.append(row)
         log(f"[table 2] {n} layers: TR MAP {row['TR']['map']:.4f}, CT uniform {row['CT uniform']['map']:.4f}, "
             f"CT all {row['CT all']['map']:.4f}")
@@ -214,13 +250,14 @@ def table2(models, trs, seeds, X_test, y_test, X_dev, y_dev):
         "seeds": list(seeds),
         "exit_layer_check_max_abs_diff": check,
         "n_questions": int(X["qid"].nunique()),
+        "n_test_questions": int(X_test["qid"].nunique()),
         "n_rows": len(X),
         "n_dev_questions": int(Xd["qid"].nunique()),
     }
 
 
 # ----------------------------------------------------------------------------------------------- Table 3
-def expanded(X, y, pool, k=100):
+def expanded(X, y, pool, k=K_CANDIDATES):
     X, y = keep_answered(X, y)
     X_exp, y_exp = expand_candidates(X, y, pool, k=k)
     return X_exp, y_exp
@@ -247,14 +284,13 @@ def token_cost(scores, lengths, exits) -> float:
 
 
 def table3(ct, trs, X, y, tuned_alpha):
-    rows, per_q, scores_of = [], {}, {}
+    rows, per_q = [], {}
 
     def add(label, kind, param, scores, cost, timing=None, extra=None):
         row = {"label": label, "model": kind, "param": param, **evaluate(y, scores, X), "relative_cost": cost,
                "timing": timing, **(extra or {})}
         rows.append(row)
         per_q[label] = {m: per_question(y, scores, X, m) for m in ("map", "p@1")}
-        scores_of[label] = scores
         t = "" if timing is None else f", {timing['ms_per_question']:.0f} ms/question, {timing['pairs_per_second']:.1f} pairs/s"
         log(f"[table 3] {label}: MAP {row['map']:.4f} nDCG@10 {row['ndcg@10']:.4f} P@1 {row['p@1']:.4f} "
             f"MRR {row['mrr']:.4f} cost {cost:.3f}{t}")
@@ -277,7 +313,7 @@ def table3(ct, trs, X, y, tuned_alpha):
     index = GroupIndex.from_frame(X)
     for e, n in enumerate(ct.exits_[:-1]):
         add(f"CT exit {n} (α=0)", "CT exit", n, logits[:, e], n / ct.n_layers_)
-    scores0, report0 = simulate_cascade(logits, index, 0.0, ct.exits_)
+    scores0, _ = simulate_cascade(logits, index, 0.0, ct.exits_)
     add("CT α=0", "CT", 0.0, scores0, ct.cost_report_["relative_cost"], timing)
     sim_diffs = {}
     lengths = ct._encode(X)["lengths"]
@@ -293,25 +329,29 @@ def table3(ct, trs, X, y, tuned_alpha):
              "token_cost": token_cost(scores, lengths, ct.exits_)})
     ct.set_params(alpha=0.0)
     base = "TR 6 layers"
+    vs_tr6 = compare({label: q["map"] for label, q in per_q.items()}, base)
+    vs_ct0 = compare({r["label"]: per_q[r["label"]]["p@1"] for r in rows if r["model"] in ("CT", "SR")}, "CT α=0")
     for row in rows:
         if row["label"] != base:
-            row["p_map_vs_tr6"] = paired_significance(per_q[row["label"]]["map"], per_q[base]["map"])
+            row["p_map_vs_tr6"] = vs_tr6[row["label"]]["p"]
         if row["model"] in ("CT", "SR") and row["label"] != "CT α=0":
-            row["p_p@1_vs_ct0"] = paired_significance(per_q[row["label"]]["p@1"], per_q["CT α=0"]["p@1"])
+            row["p_p@1_vs_ct0"] = vs_ct0[row["label"]]["p"]
     return rows, sim_diffs
 
 
 def throughput_rounds(ct, X, y, rounds, n_questions):
-    """Interleaved timings of the cascade at α=0 and α=0.3 on a subset (the machine is shared and noisy)."""
+    """Interleaved timings of the cascade at α=0 and the checked α (0.3) on a subset (the machine is shared
+    and noisy)."""
     Xs, _ = subset_questions(X, y, n_questions, seed=1)
+    a = CRITERIA["alpha"]
     out = []
     for r in range(rounds):
         rec = {}
-        for alpha in (0.0, 0.3):
+        for alpha in (0.0, a):
             ct.set_params(alpha=alpha)
             _, rec[alpha] = timed(ct.predict, Xs)
-        out.append({"alpha_0": rec[0.0], "alpha_0.3": rec[0.3], "speedup": rec[0.0]["seconds"] / rec[0.3]["seconds"]})
-        log(f"[throughput] round {r}: α=0 {rec[0.0]['seconds']:.1f}s, α=0.3 {rec[0.3]['seconds']:.1f}s, "
+        out.append({"alpha_0": rec[0.0], f"alpha_{a}": rec[a], "speedup": rec[0.0]["seconds"] / rec[a]["seconds"]})
+        log(f"[throughput] round {r}: α=0 {rec[0.0]['seconds']:.1f}s, α={a} {rec[a]['seconds']:.1f}s, "
             f"speed-up {out[-1]['speedup']:.2f}")
     ct.set_params(alpha=0.0)
     return {"n_questions": n_questions, "n_rows": len(Xs), "rounds": out,
@@ -344,6 +384,8 @@ def figure2(ct, X_dev, y_dev):
         "uniform": {str(a): r[["relative_cost", "p@1"]].to_dict() for a, r in uniform.items()},
         "front": [{"alpha": list(r["alpha"]), "relative_cost": r["relative_cost"], "p@1": r["p@1"]} for _, r in front.iterrows()],
         "n_combinations": len(table),
+        "grid": list(GRID),
+        "max_relative_cost": COST_BUDGET,
         "seconds": seconds,
         "n_questions": int(X_dev["qid"].nunique()),
         "n_rows": len(X_dev),
@@ -386,263 +428,49 @@ def plot_figure2(fig2, path):
 
 # ----------------------------------------------------------------------------------------------- checks
 def acceptance(t2, t3, thr, sampling) -> list:
+    """The issue's acceptance checks, as measured (thresholds: :data:`CRITERIA`)."""
+    c = CRITERIA
     by = {r["label"]: r for r in t3}
     final = {r["kind"]: r for r in t2["final"]}
     tr6 = final["TR"]
-    c0, c3 = by["CT α=0"], by["CT α=0.3"]
+    c0, c3 = by["CT α=0"], by[f"CT α={c['alpha']}"]
     speed_full = c3["timing"]["pairs_per_second"] / c0["timing"]["pairs_per_second"]
     n_seeds = len(t2["seeds"])
+    k = f"~{K_CANDIDATES} candidates"
     checks = [
-        (f"WikiQA test: CT α=0 final exit MAP within 1 point of (or above) the 6-layer TR (mean of {n_seeds} seeds), "
-         f"exit_sampling='{s}'" + (" (the default)" if s == CascadeTransformer().exit_sampling else "")
+        (f"WikiQA test: CT α=0 final exit MAP within {100 * c['max_map_drop']:g} point of (or above) the 6-layer TR "
+         f"(mean of {n_seeds} seeds), exit_sampling='{s}'"
+         + (" (the default)" if s == CascadeTransformer().exit_sampling else "")
          + (", used below" if s == sampling else ""),
          f"CT {100 * final[f'CT {s}']['map']:.2f} vs TR {100 * tr6['map']:.2f} "
          f"(Δ {100 * (final[f'CT {s}']['map'] - tr6['map']):+.2f}, p={final[f'CT {s}']['p_map_vs_tr']:.3f})",
-         final[f"CT {s}"]["map"] >= tr6["map"] - 0.01)
+         final[f"CT {s}"]["map"] >= tr6["map"] - c["max_map_drop"])
         for s in (sampling, *[x for x in SAMPLINGS if x != sampling])
     ] + [
-        ("~100 candidates, α=0.3: relative cost ≤ 0.65", f"{c3['relative_cost']:.3f}", c3["relative_cost"] <= 0.65),
-        ("~100 candidates, α=0.3: throughput ≥ 1.4× α=0 (full-set predict calls of this run)",
+        (f"{k}, α={c['alpha']}: relative cost ≤ {c['max_relative_cost']}", f"{c3['relative_cost']:.3f}",
+         c3["relative_cost"] <= c["max_relative_cost"]),
+        (f"{k}, α={c['alpha']}: throughput ≥ {c['min_speedup']}× α=0 (full-set predict calls of this run)",
          f"{c3['timing']['pairs_per_second']:.1f} / {c0['timing']['pairs_per_second']:.1f} pairs/s = {speed_full:.2f}×"
          + (f" (cost in tokens {c3['token_cost']:.3f}: {1 / c3['token_cost']:.2f}× if time followed the tokens "
             "through the layers, before tokenisation and embeddings)" if "token_cost" in c3 else ""),
-         speed_full >= 1.4),
+         speed_full >= c["min_speedup"]),
     ]
     if thr is not None:
         checks.append((
             f"(same, median of {len(thr['rounds'])} interleaved rounds on {thr['n_questions']} questions)",
             ", ".join(f"{r['speedup']:.2f}×" for r in thr["rounds"]) + f" → median {thr['median_speedup']:.2f}×",
-            thr["median_speedup"] >= 1.4,
+            thr["median_speedup"] >= c["min_speedup"],
         ))
-    checks.append(("~100 candidates, α=0.3: P@1 at most 1.5 points below α=0",
+    checks.append((f"{k}, α={c['alpha']}: P@1 at most {100 * c['max_p1_drop']:g} points below α=0",
                    f"{100 * c3['p@1']:.2f} vs {100 * c0['p@1']:.2f} (Δ {100 * (c3['p@1'] - c0['p@1']):+.2f}, "
                    f"p={c3['p_p@1_vs_ct0']:.3f}); for scale, CT α=0 vs TR 6 on this set: {100 * c0['p@1']:.2f} vs "
-                   f"{100 * by['TR 6 layers']['p@1']:.2f}", c3["p@1"] >= c0["p@1"] - 0.015))
+                   f"{100 * by['TR 6 layers']['p@1']:.2f}", c3["p@1"] >= c0["p@1"] - c["max_p1_drop"]))
     for alpha in ALPHAS:
         ct, sr = by[f"CT α={alpha}"], by[f"SR α={alpha}"]
         ratio = ct["relative_cost"] / sr["relative_cost"]
-        checks.append((f"~100 candidates, α={alpha}: CT cost ≤ 0.55× SR cost",
-                       f"{ct['relative_cost']:.3f} / {sr['relative_cost']:.3f} = {ratio:.3f}", ratio <= 0.55))
-    return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
-
-
-# ----------------------------------------------------------------------------------------------- report
-def pct(v):
-    return "–" if v is None else f"{100 * v:.2f}"
-
-
-def pval(p):
-    if p is None:
-        return "–"
-    return f"{p:.3f}" + ("*" if p < 0.05 else "")
-
-
-def markdown(res) -> str:
-    b = res["budget"]
-    q = res["quick"]
-    lines = [
-        "# Cascade Transformer benchmark (Soldaini & Moschitti 2020, Tables 2–3 and Figure 2)",
-        "",
-        f"Measured {res['date']} on {res['machine']}{'' if 'GPU' in res['machine'] else ', no GPU'}; torch "
-        f"{res['torch']} with {res['torch_threads']} CPU thread(s); `precision='auto'` ({res['precision']} autocast "
-        f"here) for training and prediction. Load average at start {res['load_average_start']}, at end "
-        f"{res['load_average_end']}: wall times are noisy (the CPU machine is shared with other jobs); compare them "
-        "as ratios inside this run.",
-        f"Command: `{res['command']}`" + (" (**quick mode**: " + q + ")" if q else "") + ".",
-        f"Total wall time of this run: {res['wall_seconds'] / 60:.1f} min (model fits read from `benchmarks/cache/` "
-        "where cached; the fit times below are those of the run that trained them).",
-        "",
-        "Backbone: `minilm-l6` (the packaged all-MiniLM-L6-v2: 6 layers, hidden 384) for every model; the paper "
-        "used RoBERTa-base (12 layers) after a TANDA transfer step on ASNQ, which we do not have: every model here is "
-        "fine-tuned on WikiQA only. Our *n*-layer rows sit beside the paper's *2n*-layer rows (cascade exits 2, 3, 4, "
-        "5, 6 of 6 ↔ the paper's 4, 6, 8, 10, 12 of 12).",
-        f"One training budget for every model: `epochs={b['epochs']}, batch_size={b['batch_size']}, "
-        f"learning_rate={b['learning_rate']}, max_length={b['max_length']}`, seeds {res['seeds']} (`random_state`), the "
-        "other parameters at their defaults (AdamW, weight decay 0.01, 10% linear warm-up then linear decay, gradient "
-        "clipping 1.0, score heads at 10× the learning rate, no early stopping). This budget was chosen on dev MAP in "
-        "the first run of this benchmark (2026-11-22, among 1 epoch at 2e-5, 1 at 1e-4 and 2 at 1e-4 for the 6-layer TR "
-        "and the cascade). Training data: the answered questions of WikiQA-train minus a 10% dev split "
-        f"of its questions (`GroupShuffleSplit(test_size=0.1, random_state=0)`): {res['n_train_questions']} questions, "
-        f"{res['n_train_rows']} pairs. Dev MAP: the dev split's {res['table2']['n_dev_questions']} answered questions, "
-        "their original candidates.",
-        "",
-        "Fits (times of the run that trained them, with the load average then: the machine is shared, so fit times "
-        "measured under different loads are not comparable):",
-        "",
-        "| model | params | fit time | training pairs/s | load average after the fit |",
-        "| --- | --- | ---: | ---: | --- |",
-    ]
-    for f in res["fits"]:
-        p = f.get("params", {})
-        desc = ", ".join(f"{k}={p[k]!r}" for k in ("num_layers", "pooling", "exit_sampling", "random_state") if k in p)
-        lines.append(f"| {f['model']} | {desc} | {f.get('fit_seconds', float('nan')):.0f} s | "
-                     f"{f.get('pairs_per_second') or float('nan'):.1f} | {f.get('load_average', [])} |")
-    t2 = res["table2"]
-    seeds = t2["seeds"]
-    lines += [
-        "",
-        f"## Table 2 analog: WikiQA test ({t2['n_questions']} answered questions, {t2['n_rows']} pairs, clean protocol)",
-        "",
-        f"### Final models, {len(seeds)} seeds",
-        "",
-        "Mean ± std over the seeds. p: paired randomisation test (9,999 sign flips) of per-question AP (averaged "
-        "over the seeds) against the first row; * = p < 0.05. Exit MAPs: the cascade's classifier after layer 2, 3, "
-        "4, 5, 6 at α=0, mean over the seeds (dev MAP in brackets).",
-        "",
-        "| model | MAP | MRR | P@1 | p (AP) | dev MAP | exit MAPs 2 / 3 / 4 / 5 / 6 (dev) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for r in t2["final"]:
-        exits = "–"
-        if "exit_map" in r:
-            exits = " / ".join(f"{pct(m)} ({pct(d)})" for m, d in zip(r["exit_map"], r["exit_dev_map"]))
-        lines.append(
-            f"| {r['label']} | {pct(r['map'])} ± {pct(r['map_std'])} | {pct(r['mrr'])} ± {pct(r['mrr_std'])} | "
-            f"{pct(r['p@1'])} ± {pct(r['p@1_std'])} | {pval(r.get('p_map_vs_tr'))} | {pct(np.mean(r['dev_map']))} | {exits} |"
-        )
-    lines += [
-        "",
-        f"### Each depth (seed {seeds[0]})",
-        "",
-        "TR *n*: `TransformerRanker(num_layers=n)` trained on its own. CT exit *n*: each cascade scored by its "
-        "classifier after layer *n* at α=0 (`predict_exits`; `exit_layer=n` gives the same scores, max |Δ| "
-        f"{t2['exit_layer_check_max_abs_diff']:.1e}). p: per-question AP of the CT exit vs TR *n*.",
-        "",
-        "| layers | TR MAP / MRR / P@1 | CT uniform MAP / MRR / P@1 | p | CT all MAP / MRR / P@1 | p | paper: layers | "
-        "paper TANDA MAP / MRR | paper CT MAP / MRR |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in t2["by_depth"]:
-        n = r["layers"]
-        cells = [" / ".join(pct(r[k][m]) for m in ("map", "mrr", "p@1")) for k in ("TR", "CT uniform", "CT all")]
-        pt, pc = PAPER_T2["TR"][n], PAPER_T2["CT"][n]
-        lines.append(f"| {n} | {cells[0]} | {cells[1]} | {pval(r['p CT uniform'])} | {cells[2]} | {pval(r['p CT all'])} | "
-                     f"{2 * n} | {pt[0]} / {pt[1]} | {pc[0]} / {pc[1]} |")
-    lines += [
-        "",
-        f"Table 3, Figure 2 and the timings below use the cascade with `exit_sampling='{res['sampling']}'` "
-        + ("(the scheme with the best mean dev MAP above) " if res.get("sampling_chosen_by") == "dev MAP" else "")
-        + f"(seed {seeds[0]}) and the TRs of each depth (seed {seeds[0]}).",
-    ]
-    t3 = res["table3"]
-    lines += [
-        "",
-        f"## Table 3 analog: WikiQA test expanded to ~100 candidates ({t3['n_questions']} questions, {t3['n_rows']} pairs)",
-        "",
-        "Each answered WikiQA-test question gets BM25-retrieved negatives from the pool of all "
-        f"{res['pool_size']:,} distinct WikiQA train+test sentences up to 100 candidates "
-        "(`expand_candidates(X, y, pool, k=100)`); the original candidates keep their labels, added ones are "
-        "negatives (a retrieved sentence that happens to answer the question counts as wrong). "
-        "SR α: `SequentialRanker` over the TRs of 2, 3, 4, 5, 6 layers with `keep=1-α`. CT α: the cascade with the same "
-        "α after each of its 4 pruning exits. CT exit *n* (α=0): the partial classifier alone (no time: these "
-        "scores come from the one α=0 pass). Relative cost per batch: `cost_report_['relative_cost']` (SR: relative "
-        "to its 6-layer step, so above 1). Time: wall time of `predict` on the whole set in this run (tokenisation "
-        "included), per question and in pairs/s; the CT α=0 time is that of `predict_exits`, which is `predict` at "
-        "α=0 (the same call, all rows through every layer and exit) returning all exits' logits. "
-        "p: paired randomisation tests per question (AP vs TR 6; P@1 vs CT α=0); * = p < 0.05.",
-        "",
-        "| model | MAP | nDCG@10 | P@1 | MRR | rel. cost | ms / question | pairs/s | p MAP vs TR 6 | p P@1 vs CT α=0 | "
-        "paper ASNQ MAP / P@1 | paper GPD MAP / P@1 | paper cost |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in t3["rows"]:
-        key = (r["model"], r["param"] if not isinstance(r["param"], list) else None)
-        paper = PAPER_T3.get(key)
-        t = r["timing"]
-        ms = "–" if t is None else f"{t['ms_per_question']:.0f}"
-        pps = "–" if t is None else f"{t['pairs_per_second']:.1f}"
-        lines.append(
-            f"| {r['label']} | {pct(r['map'])} | {pct(r['ndcg@10'])} | {pct(r['p@1'])} | {pct(r['mrr'])} | "
-            f"{r['relative_cost']:.3f} | {ms} | {pps} | {pval(r.get('p_map_vs_tr6'))} | "
-            f"{pval(r.get('p_p@1_vs_ct0'))} | "
-            + (f"{paper[0][0]} / {paper[0][2]} | {paper[1][0]} / {paper[1][2]} | {paper[2]:.2f} |" if paper else "– | – | – |")
-        )
-    lines += ["", "Rows per layer / survivors after each exit (CT) or rows scored by each step (SR), summed over the set:", ""]
-    for r in t3["rows"]:
-        if r.get("survivors") is not None:
-            extra = f"; rows per layer {r['rows_per_layer']}" if r.get("rows_per_layer") is not None else ""
-            lines.append(f"- {r['label']}: {r['survivors']}{extra}")
-    lines.append("")
-    if "simulate_agreement" in t3:
-        compared = ("(rows that stopped at another exit; largest score difference among the others): "
-                    + ", ".join(f"{k}: {v['rows_other_exit']} of {v['n_rows']}, {v['max_abs_diff_same_exit']:.1e}"
-                                for k, v in t3["simulate_agreement"].items()))
-    else:  # results written before the agreement was split by exit
-        compared = ("(largest score difference, where a row that stopped at another exit differs by a multiple of "
-                    f"EXIT_GAP = {EXIT_GAP:.0e}): "
-                    + ", ".join(f"{k}: {v:.1e}" for k, v in t3["simulate_max_abs_diff"].items()))
-    lines.append(
-        "`predict` against `simulate_cascade` on the α=0 exit logits " + compared
-        + f". Under {res['precision']} autocast a logit depends slightly on the padding of its batch, and "
-        "`predict` (length-sorted chunks of survivors) batches rows differently from `predict_exits`, so a row on "
-        "a question's drop boundary can go either way; in float32 both agree to rounding (tested).")
-    thr = res.get("throughput")
-    if thr:
-        lines += [
-            "",
-            f"Interleaved timing of the cascade on {thr['n_questions']} of these questions ({thr['n_rows']} pairs), "
-            "α=0 then α=0.3 in each round, to see the speed-up apart from the load swings of the full-set calls: "
-            + "; ".join(f"{r['alpha_0']['seconds']:.1f} s vs {r['alpha_0.3']['seconds']:.1f} s ({r['speedup']:.2f}×)" for r in thr["rounds"])
-            + f"; median {thr['median_speedup']:.2f}×.",
-        ]
-    f2 = res["figure2"]
-    lines += [
-        "",
-        f"## Figure 2 analog: per-exit α on the dev split ({f2['n_questions']} answered questions, {f2['n_rows']} pairs)",
-        "",
-        "The dev split (10% of WikiQA-train questions, never trained on), answered questions, expanded to ~100 "
-        f"candidates the same way. `tune_alpha` runs the encoder once and simulates every one of the "
-        f"{f2['n_combinations']:,} combinations of α ∈ {{{', '.join(str(g) for g in GRID)}}} at the 4 pruning exits "
-        f"({f2['seconds']:.0f} s in all). Best dev P@1 under a relative cost ≤ {COST_BUDGET} (ties to the cheaper): "
-        f"**α = {tuple(f2['best_alpha'])}**, dev P@1 {pct(f2['best']['p@1'])} at cost {f2['best']['relative_cost']:.3f}; "
-        "it is evaluated once on test in Table 3 (row *dev-tuned*). Uniform α on dev: "
-        + ", ".join(f"α={a}: P@1 {pct(v['p@1'])} at cost {v['relative_cost']:.3f}" for a, v in f2["uniform"].items())
-        + ".",
-        "",
-        f"![relative cost vs P@1]({tagged('cascade_alpha.png')})",
-        "",
-        "Pareto front (dev):",
-        "",
-        "| α per pruning exit | relative cost | dev P@1 |",
-        "| --- | ---: | ---: |",
-    ]
-    for r in f2["front"]:
-        lines.append(f"| {tuple(r['alpha'])} | {r['relative_cost']:.3f} | {pct(r['p@1'])} |")
-    lines += acceptance_section(res["acceptance"], "Acceptance checks (as measured; nothing tuned on test)")
-    notes = res["notes"] + ([GPU_NOTE] if "GPU" in res["machine"] else [])
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    return "\n".join(lines)
-
-
-GPU_NOTE = (
-    "On this GPU the drops saved no time (interleaved rounds) and the first full-set calls with drops were several "
-    "times slower than α=0: each pruning exit copies the scores to the host to choose the drops and re-slices the "
-    "hidden states of every length-sorted chunk, and for a 6-layer MiniLM on a GPU those synchronisations and "
-    "small kernels, not the arithmetic of the dropped rows, set the pace (not profiled here). The cost column "
-    "counts rows per layer, which the drops do reduce; the speed-up holds on the CPU (`cascade.md`)."
-)
-
-NOTES = [
-    "Table 2 scores only the answered test questions (the metrics skip the others under the clean protocol, and "
-    "every model scores a row independently of the others, so this is the same as scoring all 633).",
-    "SR reuses the fitted TRs of the monolithic rows as its steps (`steps_` set to them): `SequentialRanker.fit` "
-    "would fit clones of the same estimators on the same data with the same seed, i.e. the same models.",
-    "Cascade batches hold whole questions (the paper's design: the drop is per question), so each question pads to "
-    "its longest candidate, while `TransformerRanker.predict` sorts all rows by length and barely pads: on CPU this "
-    "makes the cascade at α=0 slower per pair than the 6-layer TR although both run 6 layers over every row. The "
-    "relative cost counts rows per layer, not padded tokens.",
-    "The α=0.3 P@1 check compares the cascade with itself: it says how much the drops cost, not how good the "
-    "cascade is; read it with the CT α=0 vs TR 6 rows. When the early exits rank like the last one, drops lose "
-    "nothing whatever the cascade's accuracy.",
-    "The depth rows (TR of 2-5 layers, and every row of Table 3) are one seed (`random_state=0`): differences "
-    "between neighbouring depths of a point or two are within seed noise (see the p-values and the ± of the "
-    "final models over seeds).",
-    "α only acts at inference, so every CT row of Table 3 and Figure 2 comes from the one fitted cascade; nothing "
-    "was selected on test (the uniform α values are the paper's, the per-exit α is chosen on dev).",
-    "The paper trains after a TANDA transfer step on ASNQ with RoBERTa-base and evaluates Table 3 on ASNQ/GPD "
-    "(~100+ retrieved candidates per question); our Table 3 is WikiQA test with BM25 negatives from WikiQA itself, "
-    "so only the shape (cost vs accuracy, CT vs SR vs monolithic) is comparable, not the numbers.",
-]
+        checks.append((f"{k}, α={alpha}: CT cost ≤ {c['max_cost_vs_sr']}× SR cost",
+                       f"{ct['relative_cost']:.3f} / {sr['relative_cost']:.3f} = {ratio:.3f}", ratio <= c["max_cost_vs_sr"]))
+    return [{"check": text, "measured": m, "pass": bool(ok)} for text, m, ok in checks]
 
 
 def main(argv=None):
@@ -662,28 +490,25 @@ def main(argv=None):
                         help="only re-write docs/benchmarks/cascade.md from benchmarks/results/cascade.json")
     args = parser.parse_args(argv)
     if args.render:
-        res = json.loads((RESULTS / tagged("cascade.json")).read_text())
-        res["acceptance"] = acceptance(res["table2"], res["table3"]["rows"], res.get("throughput"), res["sampling"])
-        res["notes"] = NOTES
-        (RESULTS / tagged("cascade.json")).write_text(json.dumps(res, indent=2))
-        (DOCS / tagged("cascade.md")).write_text(markdown(res))
-        log(f"re-rendered {DOCS / tagged('cascade.md')}")
+        from render import main as render
+
+        render([tagged("cascade.json")[: -len(".json")]])
         return
     if args.threads:
         torch.set_num_threads(args.threads)
     from as2rank.neural import resolve_device
 
     t_start = time.perf_counter()
-    command = ("python benchmarks/cascade.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     res = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": machine(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        **run_header("cascade.py", argv),
         "precision": str(TransformerRanker()._compute_dtype(resolve_device("auto"))).replace("torch.", ""),
-        "load_average_start": load_average(),
         "quick": "",
+        "paper": PAPER,
+        "criteria": CRITERIA,
+        "significance": significance(),
+        "budget_selection": BUDGET_SELECTION,
+        "dev_split": DEV_SPLIT,
+        "candidates_per_question": K_CANDIDATES,
     }
     splits = wikiqa_splits()
     X_train, y_train = splits["train"]
@@ -696,6 +521,8 @@ def main(argv=None):
     if args.train_only:
         log("models fitted and cached")
         return
+    res["backbone"] = {"model": args.model, "num_layers": int(models[("CT uniform", res["seeds"][0])].n_layers_),
+                       "hidden_size": int(trs[max(DEPTHS)].model_.encoder.config.hidden_size)}
 
     res["table2"] = table2(models, trs, res["seeds"], *splits["test"], *splits["dev"])
     # The cascade of Table 3 and Figure 2: the exit sampling asked for, else the one with the best dev MAP.
@@ -725,13 +552,10 @@ def main(argv=None):
     res["throughput"] = throughput_rounds(ct, X3, y3, rounds, n_timing)
     res["acceptance"] = acceptance(res["table2"], rows, res["throughput"], sampling)
     log_checks(res["acceptance"])
-    res["notes"] = NOTES
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / tagged("cascade.json")).write_text(json.dumps(jsonable(res), indent=2, default=str))
-    (DOCS / tagged("cascade.md")).write_text(markdown(json.loads(json.dumps(jsonable(res), default=str))))
-    log(f"wrote {RESULTS / tagged('cascade.json')} and {DOCS / tagged('cascade.md')} ({res['wall_seconds'] / 60:.1f} min)")
+    publish(res, "cascade")
+    log(f"done in {res['wall_seconds'] / 60:.1f} min")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Context for answer sentence selection on WikiQA and the SQuAD sample: the shape of Tables 2-4 of Han,
 Soldaini & Moschitti (2021).
 
-    python benchmarks/context.py [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad] [--threads N] [--render]
+    python benchmarks/context.py [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad] [--threads N]
 
 Data. WikiQA: documents are the summary paragraphs (all sentences of a DocumentID, which are exactly the
 candidates of its question); training on the answered questions of WikiQA-train minus the dev split of
@@ -34,25 +34,26 @@ tokens per pair (both inputs for the ensemble) explain the dynamic figures.
 
 ``--quick``: 1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128
 rows: an end-to-end check, not a result. Writes ``benchmarks/results/context.json`` and
-``docs/benchmarks/context.md`` (``--render`` rewrites the Markdown from the JSON, first adding to the JSON the
-fields added since its run, from the same splits).
+``docs/benchmarks/context.md`` (from ``benchmarks/pages/context.md.j2``; ``python benchmarks/render.py context``
+renders the page again from the JSON).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import inspect
 import time
 
 import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, DOCS, RESULTS, acceptance_section, fitted, jsonable, load_average, log, log_checks, run_header, tagged, wikiqa_splits
+from _common import CACHE, fitted, load_average, log, log_checks, publish, run_header, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
-from as2rank.metrics import mean_average_precision, paired_significance, precision_at_k, ranking_report
+from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import paired_significance
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.backbone import batch_tensors
 from as2rank.neural.fitcache import FIT_CACHE
@@ -69,21 +70,41 @@ NO_CONTEXT_LENGTH = 128
 #: of both it and the no-context model levels off from the third epoch, and 6 epochs gained nothing on dev.
 EPOCHS = {"wikiqa": 2, "squad": 4}
 LATENCY_BATCH = 128
+#: The metrics of every run (``as2rank.evaluation.evaluate``'s ``metrics``), in the order the page prints them.
 METRICS = ("p@1", "map", "mrr")
+#: Significance level of the p-values' stars and of the acceptance check; the sign flips of the paired
+#: randomisation test that ``as2rank.evaluation.compare`` runs (``paired_significance``'s default).
+ALPHA = 0.05
+N_RESAMPLES = inspect.signature(paired_significance).parameters["n_resamples"].default
+#: A fit whose final training loss is at least this share of the base-rate loss (``base_rate_loss``) learned
+#: next to nothing: the pages list such fits.
+NEAR_BASE_RATE = 0.9
+#: The backbone every row fine-tunes (the library's default ``model``).
+BACKBONE = {"model": "minilm-l6", "name": "all-MiniLM-L6-v2", "layers": 6, "hidden": 384, "pooling": "mean"}
 
-# Table 2 (ASNQ test, RoBERTa-base): P@1, MAP, MRR, latency per sample as printed (fixed batch of 128, one GPU).
-PAPER_T2 = {
-    "No context": (0.596, 0.685, 0.706, 5.49),
-    "Local": (0.653, 0.732, 0.752, 5.62),
-    "Global": (0.622, 0.698, 0.722, 5.67),
-    "Concat": (0.631, 0.726, 0.743, 5.76),
-    "Ensemble": (0.668, 0.743, 0.765, 7.41),
-    "MWA": (0.661, 0.742, 0.758, 5.82),
+#: Han, Soldaini & Moschitti (2021). Table 2 (ASNQ test, RoBERTa-base): P@1, MAP, MRR, and latency per sample
+#: as printed (ms, fixed batch of 128, one V100); Table 4 (ASNQ test, MWA): global context by n-gram overlap
+#: vs cosine similarity; footnote 3: global sentences selected on average with h=5 (ASNQ).
+PAPER = {
+    "model": "RoBERTa-base",
+    "data": "ASNQ",
+    "questions": 59914,
+    "gpu": "V100",
+    "batch": 128,
+    "table2": {
+        "No context": {"p@1": 0.596, "map": 0.685, "mrr": 0.706, "ms_per_sample": 5.49},
+        "Local": {"p@1": 0.653, "map": 0.732, "mrr": 0.752, "ms_per_sample": 5.62},
+        "Global": {"p@1": 0.622, "map": 0.698, "mrr": 0.722, "ms_per_sample": 5.67},
+        "Concat": {"p@1": 0.631, "map": 0.726, "mrr": 0.743, "ms_per_sample": 5.76},
+        "Ensemble": {"p@1": 0.668, "map": 0.743, "mrr": 0.765, "ms_per_sample": 7.41},
+        "MWA": {"p@1": 0.661, "map": 0.742, "mrr": 0.758, "ms_per_sample": 5.82},
+    },
+    "table4": {
+        "MWA (n-gram)": {"p@1": 0.638, "map": 0.725, "mrr": 0.746},
+        "MWA": {"p@1": 0.661, "map": 0.742, "mrr": 0.758},
+    },
+    "global_sentences": {"ngram": 3.02, "cosine": 2.85},
 }
-# Table 4 (ASNQ test, MWA): global context by n-gram overlap vs cosine similarity.
-PAPER_T4 = {"MWA (n-gram)": (0.638, 0.725, 0.746), "MWA": (0.661, 0.742, 0.758)}
-# Footnote 3: global sentences selected on average with h=5 (ASNQ).
-PAPER_GLOBAL_SENTENCES = {"ngram": 3.02, "cosine": 2.85}
 
 #: Rows of the tables in fit order: the ensemble comes right after Local and Global, so that its member
 #: encoders are those fits (in-process fit cache) rather than trained again.
@@ -97,13 +118,6 @@ def budget(epochs: int, seed: int) -> dict:
 
 def epochs_for(name: str, args) -> int:
     return args.epochs or EPOCHS[name]
-
-
-def epochs_text(epochs) -> str:
-    """A budget's epochs as the page prints them (one number, or one per data set)."""
-    if isinstance(epochs, int):
-        return str(epochs)
-    return ", ".join(f"{n} on {name}" for name, n in epochs.items()) if len(set(epochs.values())) > 1 else str(next(iter(epochs.values())))
 
 
 def make(row: str, epochs: int, seed: int):
@@ -177,11 +191,6 @@ def base_rate_loss(y) -> float:
     return float(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
 
 
-def near_base_rate(loss: float, base_rate: float) -> bool:
-    """Whether a fit's final training loss ended within 10% of the base-rate loss: it learned next to nothing."""
-    return loss >= 0.9 * base_rate
-
-
 def context_holds_answer(Xc, y, rows) -> dict:
     """For each of ``rows`` (wrong candidates), whether its local / global context contains a right candidate
     of the same question verbatim: ``{"local": bool array, "global": bool array}``."""
@@ -211,7 +220,7 @@ def wrong_picks(Xc, y, scores) -> dict:
     """The questions a model gets wrong at rank 1, and how many of its wrong picks have a right answer of the
     question in their local / global context (ties broken as the metrics break them: pessimistically).
 
-    See :func:`wrong_picks_note` for how to read it."""
+    The macro ``wrong_picks_note`` of ``benchmarks/pages/_context.md.j2`` says how to read it."""
     index = GroupIndex(Xc["qid"].to_numpy(), Xc["position"].to_numpy())
     picks = index.sort(np.asarray(scores, dtype=np.float64), np.asarray(y))[index.starts]
     wrong = picks[np.asarray(y)[picks] == 0]
@@ -219,17 +228,7 @@ def wrong_picks(Xc, y, scores) -> dict:
     return {"questions": len(picks), "wrong": len(wrong), "local": int(hits["local"].sum()), "global": int(hits["global"].sum())}
 
 
-# ----------------------------------------------------------------------------------------------- evaluation
-def per_question(y, scores, X, metric):
-    fn = {"map": mean_average_precision, "p@1": precision_at_k}[metric]
-    return fn(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), per_group=True)
-
-
-def evaluate(y, scores, X) -> dict:
-    rep = ranking_report(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), k=(1,), ndcg_k=())
-    return {m: float(rep[m]) for m in METRICS}
-
-
+# ----------------------------------------------------------------------------------------------- latency
 def mean_tokens(est, X) -> float:
     """Mean input tokens per pair (all inputs of the model: both for the ensemble)."""
     encoded = est._encode(X)
@@ -338,7 +337,7 @@ def run_dataset(name, args, fit_log) -> dict:
             fit_log[-1].update(data=name, row=row, seed=seed)
             scores = model.predict(X_test)
             picks = wrong_picks(frames[("test", method or "cosine")], y_test, scores)
-            runs.append({"seed": seed, **evaluate(y_test, scores, X_test), "wrong_picks": picks})
+            runs.append({"seed": seed, **evaluate(y_test, scores, X_test, metrics=METRICS), "wrong_picks": picks})
             for m in ("map", "p@1"):
                 per_q[row][m].append(per_question(y_test, scores, X_test, m))
             if seed == args.seeds[0]:
@@ -350,10 +349,10 @@ def run_dataset(name, args, fit_log) -> dict:
             **{f"{m}_std": float(np.std([r[m] for r in runs])) for m in METRICS},
             "tokens_per_pair": mean_tokens(seed0[row][0], seed0[row][1]),
         }
-    base = {m: pd.concat(per_q["No context"][m], axis=1).mean(axis=1) for m in ("map", "p@1")}
-    for row in ROWS[1:]:
-        for m in ("map", "p@1"):
-            res["rows"][row][f"p_{m}"] = paired_significance(pd.concat(per_q[row][m], axis=1).mean(axis=1), base[m])
+    for m in ("map", "p@1"):
+        tests = compare({row: pd.concat(per_q[row][m], axis=1).mean(axis=1) for row in ROWS}, "No context")
+        for row in ROWS[1:]:
+            res["rows"][row][f"p_{m}"] = tests[row]["p"]
     log(f"[{name}] in-process fit cache hits so far: {FIT_CACHE.hits} (ensemble members served by this run's Local/Global fits)")
     models = {row: model for row, (model, _) in seed0.items()}
     frames_test = {row: X for row, (_, X) in seed0.items()}
@@ -363,15 +362,21 @@ def run_dataset(name, args, fit_log) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- checks
+#: The latency bound of MWA over Concat in the acceptance checks.
+MWA_OVER_CONCAT = 1.2
+
+
 def acceptance(res) -> list:
+    paper = {row: v["ms_per_sample"] for row, v in PAPER["table2"].items()}
+    gain = PAPER["table2"]["MWA"]["p@1"] - PAPER["table2"]["No context"]["p@1"]
     checks = []
     if "wikiqa" in res["datasets"]:
         rows = res["datasets"]["wikiqa"]["rows"]
         mwa, base = rows["MWA"], rows["No context"]
         delta = mwa["p@1"] - base["p@1"]
         checks.append((
-            "WikiQA: MWA P@1 above the no-context TransformerRanker (same backbone and budget; paper: +6.5 on ASNQ); "
-            "significant only if p < 0.05",
+            f"WikiQA: MWA P@1 above the no-context TransformerRanker (same backbone and budget; paper: {100 * gain:+.1f} "
+            f"on {PAPER['data']}); significant only if p < {ALPHA}",
             f"{100 * mwa['p@1']:.2f} vs {100 * base['p@1']:.2f} (Δ {100 * delta:+.2f}, p={mwa['p_p@1']:.3f})",
             delta > 0,
         ))
@@ -379,234 +384,12 @@ def acceptance(res) -> list:
         for mode in ("fixed", "dynamic"):
             lat = {row: v["ms_per_sample"] for row, v in data["latency"][mode].items()}
             ratio = lat["MWA"] / lat["Concat"]
-            checks.append((f"{name}, {mode} padding: MWA latency ≤ 1.2× Concat (paper 1.01×)", f"{ratio:.2f}×", ratio <= 1.2))
+            checks.append((f"{name}, {mode} padding: MWA latency ≤ {MWA_OVER_CONCAT}× Concat (paper "
+                           f"{paper['MWA'] / paper['Concat']:.2f}×)", f"{ratio:.2f}×", ratio <= MWA_OVER_CONCAT))
             ratio = lat["MWA"] / lat["Ensemble"]
-            checks.append((f"{name}, {mode} padding: MWA latency below Ensemble (paper 0.79×)", f"{ratio:.2f}×", ratio < 1))
+            checks.append((f"{name}, {mode} padding: MWA latency below Ensemble (paper {paper['MWA'] / paper['Ensemble']:.2f}×)",
+                           f"{ratio:.2f}×", ratio < 1))
     return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
-
-
-# ----------------------------------------------------------------------------------------------- report
-def pct(v):
-    return f"{100 * v:.2f}"
-
-
-def pval(p):
-    return "–" if p is None else f"{p:.3f}" + ("*" if p < 0.05 else "")
-
-
-def markdown(res) -> str:
-    b = res["budget"]
-    lines = [
-        "# Context for answer sentence selection (Han, Soldaini & Moschitti 2021, Tables 2–4)",
-        "",
-        f"Measured {res['date']} on {res['machine']}; torch {res['torch']} with {res['torch_threads']} CPU thread(s), "
-        f"precision `auto`. Load average at start {res['load_average_start']}, at end {res['load_average_end']}: the "
-        "machine is shared, so times are noisy; compare them as ratios inside one table.",
-        f"Command: `{res['command']}`" + (" (**quick mode**: " + res["quick"] + ")" if res["quick"] else "") + ".",
-        f"Wall time of this run: {res['wall_seconds'] / 60:.1f} min (fits read from `benchmarks/cache/` where cached).",
-        "",
-        "Backbone `minilm-l6` (all-MiniLM-L6-v2, 6 layers, hidden 384, mean pooling) for every model; the paper used "
-        "RoBERTa-base on ASNQ (and an in-house set) on GPUs. One training budget for every model: "
-        f"`epochs={epochs_text(b['epochs'])}, batch_size={b['batch_size']}, learning_rate={b['learning_rate']}`, seeds "
-        f"{res['seeds']}, early stopping on the dev split (best epoch restored), other parameters at their defaults. "
-        f"No context: `TransformerRanker(max_length={NO_CONTEXT_LENGTH})`; context models: `max_length=256`, of which "
-        "128 are reserved for the question and candidate. Global context for Table 2: cosine (Eq. 2) with the "
-        "MiniLM sentence encoder (the paper's Table 2 uses its cosine context too: its MWA row equals Table 4's "
-        "cosine row); `local_window=1`, `max_global_sentences=5`, `max_global_tokens=128`." + mwa_summary_note(res["fits"]),
-        "",
-        "p: paired randomisation test (9,999 sign flips) of per-question P@1 and AP, each averaged over the seeds, "
-        "against the no-context row; * = p < 0.05. Latency: forward passes of `predict` alone (tokenisation and "
-        "batch building excluded), batches of 128 test rows, seed-0 models, median of interleaved rounds, in ms per "
-        "sample; **dynamic** = rows sorted by length, each batch padded to its longest row (the context tokens "
-        "show); **fixed** = every model, the no-context one included, padded to 256 tokens (the paper's setting). "
-        "×: relative to the no-context row of the same column. ops / forward: top-level torch operators one forward "
-        "pass of a batch issues (about one kernel launch each on a GPU, where this 6-layer model at batch 128 is "
-        "bound more by launches than by arithmetic, so latency there follows this count more than the tokens).",
-        "",
-    ]
-    for name, data in res["datasets"].items():
-        n = data["n"]
-        title = {"wikiqa": "WikiQA", "squad": "SQuAD 2.0 sample (paragraphs)"}[name]
-        lat = data["latency"]
-        base_lat = {mode: lat[mode]["No context"]["ms_per_sample"] for mode in ("dynamic", "fixed")}
-        ops = lat.get("ops_per_forward", {})
-        lines += [
-            f"## {title}: Table 2 analog",
-            "",
-            f"Train {n['train']['questions']} questions / {n['train']['rows']} pairs, dev {n['dev']['questions']} / "
-            f"{n['dev']['rows']}, test {n['test']['questions']} / {n['test']['rows']} (answered questions). Latency on "
-            f"{data['latency_rows']} test rows.",
-            "",
-            "| model | P@1 | MAP | MRR | p P@1 | p AP | tokens / pair | latency dynamic (ms) | × | latency fixed (ms) | × | "
-            "ops / forward | paper (ASNQ) P@1 / MAP / MRR | paper latency × |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        for row in ROWS:
-            r = data["rows"][row]
-            paper = PAPER_T2.get(row) or PAPER_T4.get(row)
-            cells = [f"{pct(r[m])} ± {pct(r[m + '_std'])}" for m in METRICS]
-            dyn, fix = lat["dynamic"][row]["ms_per_sample"], lat["fixed"][row]["ms_per_sample"]
-            paper_cells = " / ".join(f"{100 * v:.1f}" for v in paper[:3]) if paper else "–"
-            paper_lat = f"{paper[3] / PAPER_T2['No context'][3]:.2f}" if paper and len(paper) > 3 else "–"
-            lines.append(
-                f"| {row} | {' | '.join(cells)} | {pval(r.get('p_p@1'))} | {pval(r.get('p_map'))} | "
-                f"{r['tokens_per_pair']:.0f} | {dyn:.2f} | {dyn / base_lat['dynamic']:.2f} | {fix:.2f} | "
-                f"{fix / base_lat['fixed']:.2f} | {ops.get(row, '–')} | {paper_cells} | {paper_lat} |"
-            )
-        rows = data["rows"]
-        lines += [
-            "",
-            f"### {title}: Table 4 analog (MWA, global context by n-gram overlap vs cosine similarity)",
-            "",
-            "| global context | P@1 | MAP | MRR | global sentences (test) | global tokens (test) | paper (ASNQ) P@1 / MAP / "
-            "MRR | paper global sentences |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        for method, row in (("ngram", "MWA (n-gram)"), ("cosine", "MWA")):
-            r, ext = rows[row], data["extraction"][f"test/{method}"]
-            paper = PAPER_T4[row]
-            lines.append(
-                f"| {'n-gram (Eq. 1)' if method == 'ngram' else 'cosine (Eq. 2)'} | "
-                + " | ".join(f"{pct(r[m])} ± {pct(r[m + '_std'])}" for m in METRICS)
-                + f" | {ext['mean_global_sentences']:.2f} | {ext['mean_global_tokens']:.1f} | "
-                + " / ".join(f"{100 * v:.1f}" for v in paper)
-                + f" | {PAPER_GLOBAL_SENTENCES[method]} |"
-            )
-        lines += [
-            "",
-            "Average global sentences selected (h=5, ≤128 spaCy tokens), per split: "
-            + "; ".join(f"{k}: {v['mean_global_sentences']:.2f}" for k, v in data["extraction"].items())
-            + ". Average local sentences: "
-            + "; ".join(f"{k}: {v['mean_local_sentences']:.2f}" for k, v in data["extraction"].items() if k.endswith("cosine"))
-            + ".",
-            "",
-        ]
-        if all("wrong_picks" in r for row in rows.values() for r in row["runs"]):
-            lines += wrong_picks_table(data)
-        if "answer_in_context" in data:
-            lines += [
-                "Wrong test candidates whose context holds a right answer of the same question verbatim: "
-                + "; ".join(f"{m} global context: local {100 * a['local']:.1f}%, global {100 * a['global']:.1f}%, "
-                            f"either {100 * a['either']:.1f}% (of {a['wrong_candidates']})"
-                            for m, a in data["answer_in_context"].items())
-                + ".",
-                "",
-            ]
-    lines += [
-        "## Fits",
-        "",
-        "Times of the run that trained each model (read from `benchmarks/cache/` since when marked cached), with the "
-        "load average then; the ensemble's time is its joint stage when its members came from the fit cache.",
-        "",
-        "Final loss: the mean binary cross-entropy of the last training epoch; base rate: the loss of the constant "
-        "prediction of the share of right answers in the training split ("
-        + ", ".join(f"{name} {d['base_rate_loss']:.3f}" for name, d in res["datasets"].items()) + "), i.e. of a model "
-        "that learned nothing else.",
-        "",
-        "| data | row | seed | class | fit time | training pairs/s | final loss | × base rate | load average after | cached |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |",
-    ]
-    for f in res["fits"]:
-        base = res["datasets"][f["data"]]["base_rate_loss"]
-        loss = f.get("final_epoch_loss", float("nan"))
-        lines.append(f"| {f.get('data')} | {f.get('row')} | {f.get('seed')} | {f.get('model')} | "
-                     f"{f.get('fit_seconds', float('nan')):.0f} s | {f.get('pairs_per_second') or float('nan'):.1f} | "
-                     f"{loss:.3f} | {loss / base:.2f} | {f.get('load_average')} | {'yes' if f.get('cached') else 'no'} |")
-    lines += ["", untrained_note(res)]
-    lines += acceptance_section(res["acceptance"], "Acceptance checks (as measured)")
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in NOTES] + [""]
-    return "\n".join(lines)
-
-
-def mwa_summary_note(fits) -> str:
-    """Which ``ContextMWA(summary=...)`` the MWA rows of a run are, from its fit records (a fit recorded
-    before the option existed is ``"sequence"``, the only model there was): a sentence with a leading space,
-    or "" for a run without MWA."""
-    summaries = sorted({f.get("summary") or f.get("params", {}).get("summary", "sequence") for f in fits
-                        if f.get("model") == "ContextMWA" or str(f.get("row", "")).startswith("MWA")})
-    if not summaries:
-        return ""
-    what = {"pair": "the question and candidate tokens' mean encoding", "sequence": "the pooled whole sequence, context tokens included"}
-    return " MWA rows: " + "; ".join(f'`ContextMWA(summary="{s}")` (beside the attended views, its classifier reads {what[s]})' for s in summaries) + (
-        ", measured before `pair` became the default ([the comparison](context_summary.md))." if summaries == ["sequence"] else "."
-    )
-
-
-def wrong_picks_note(base, over_seeds: bool = False) -> str:
-    """How to read :func:`wrong_picks` figures, with ``base``, the shares among all wrong test candidates
-    (:func:`answer_in_context`)."""
-    return (
-        f"Wrong picks: test questions whose top-ranked candidate is wrong{' (mean over seeds)' if over_seeds else ''}, "
-        "and the share of those picks whose "
-        "local / global context (the contexts the row reads; the cosine ones for the no-context row) holds a right answer of the "
-        f"question verbatim; among all wrong test candidates the shares are {100 * base['local']:.1f}% / "
-        f"{100 * base['global']:.1f}%. Any ranker's wrong picks resemble the answer, so they sit above those "
-        "shares; a context row whose wrong picks hold the answer in their context more often than the "
-        "no-context row's is drawn to the answer's neighbours by the context."
-    )
-
-
-def wrong_picks_table(data) -> list:
-    """Per row: the test questions it ranks a wrong candidate first, and how often that pick's context holds the
-    right answer, beside the share among all wrong candidates (:func:`answer_in_context`)."""
-    lines = [
-        wrong_picks_note(data["answer_in_context"]["cosine"], over_seeds=True),
-        "",
-        "| model | questions wrong at rank 1 | pick's local context holds the answer | pick's global context holds the answer |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for row in ROWS:
-        picks = [r["wrong_picks"] for r in data["rows"][row]["runs"]]
-        wrong = sum(p["wrong"] for p in picks)
-        share = {c: 100 * sum(p[c] for p in picks) / max(wrong, 1) for c in ("local", "global")}
-        lines.append(f"| {row} | {wrong / len(picks):.1f} of {picks[0]['questions']} | {share['local']:.1f}% | {share['global']:.1f}% |")
-    return lines + [""]
-
-
-def untrained_note(res) -> str:
-    """Which rows ended training near the base-rate loss (within 10%), from the fits above."""
-    stalled = {}
-    for f in res["fits"]:
-        if near_base_rate(f.get("final_epoch_loss", 0.0), res["datasets"][f["data"]]["base_rate_loss"]):
-            stalled.setdefault((f["data"], f["row"]), []).append(f["seed"])
-    if not stalled:
-        return "Every fit ended its training well below the base-rate loss."
-    listed = "; ".join(f"{data} {row} (seeds {', '.join(map(str, seeds))})" for (data, row), seeds in stalled.items())
-    return (f"Fits that ended training within 10% of the base-rate loss, i.e. learned next to nothing at this budget: "
-            f"{listed}. Their rows in the tables above measure a failure to train at this budget, not what "
-            "context is worth.")
-
-
-NOTES = [
-    "The paper fine-tunes RoBERTa-base on ASNQ (59,914 questions); WikiQA-train has 873 answered questions and the "
-    "SQuAD sample a few hundred, with a 6-layer MiniLM: differences of a point or two are within seed noise here "
-    "(see the ± and the p-values), and the paper's gains need not transfer at this scale.",
-    "WikiQA documents are short summary paragraphs (about 10 sentences) and every sentence of the paragraph is a "
-    "candidate, so the global context draws on the same few sentences as the candidates; SQuAD paragraphs are "
-    "shorter still (about 5 sentences), where local and global context overlap heavily. Above all, the context of "
-    "a wrong candidate then usually holds the right one (its neighbour, or one of the question's most similar "
-    "sentences; counted under each Table 4 analog): the context says 'the answer is near' for every candidate of the question alike, and the model "
-    "must learn to tell which segment holds it. In ASNQ, where the paper measured its gains, candidates come from "
-    "whole Wikipedia pages and most have no answer anywhere near them. Where a fit ended near the base-rate loss "
-    "(see Fits), it did not learn at all, and its row says nothing about context. For MWA on WikiQA, "
-    "`context_budget-wikiqa.md` tests two readings of its deficit and rejects both: its wrong picks hold the answer "
-    "in their local context no more often than the no-context ranker's (it is not drawn to the answer's "
-    "neighbours), and a longer budget lowers its training loss while its dev MAP stays flat and its test P@1 falls "
-    "(it is not under-trained): with inputs five times longer than the pair, it fits the few hundred training "
-    "questions without generalising.",
-    "Global sentences are counted in spaCy tokens (max 128); MiniLM's wordpieces are about 1.2× more, and the "
-    "contexts share 256 − (question + candidate tokens) of the input, so long global contexts lose their last, "
-    "least similar sentence to truncation.",
-    "The ensemble's two encoders are the Local and Global models of the same seed (ContextEnsemble trains "
-    "ContextConcat members with its own parameters, which the in-process fit cache serves when those fits ran "
-    "earlier in the same process), then as many epochs again with the top 3 layers of each encoder and the new "
-    "classifier trainable. Its fixed-length latency is two full encoder passes (the paper's 1.35× suggests its two "
-    "encoders did not both run at full length, or ran concurrently on the GPU).",
-    "Latency is measured on the machine named at the top (on a CPU, cores shared with other jobs), as ratios "
-    "within one run; the paper measured one GPU (a V100) with fixed batches of 128, where context costs ~6% over no context because every input is padded to the "
-    "same length. With dynamic padding the no-context model reads far fewer tokens per pair (see the token column), "
-    "so its latency advantage is much larger.",
-]
 
 
 def main(argv=None):
@@ -616,15 +399,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=None, help="training epochs of every data set (default: EPOCHS; quick: 1)")
     parser.add_argument("--data", nargs="+", choices=("wikiqa", "squad"), default=["wikiqa", "squad"])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--render", action="store_true", help="only rewrite docs/benchmarks/context.md from the JSON (adding fields added since its run)")
     args = parser.parse_args(argv)
-    if args.render:
-        res = json.loads((RESULTS / tagged("context.json")).read_text())
-        for name, data in res["datasets"].items():  # a field added after the run: from the same splits
-            data.setdefault("base_rate_loss", base_rate_loss(load_data(name, bool(res["quick"]))["train"][1]))
-        (RESULTS / tagged("context.json")).write_text(json.dumps(res, indent=2))
-        (DOCS / tagged("context.md")).write_text(markdown(res))
-        return
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     args.epochs = args.epochs or (1 if args.quick else None)
     if args.threads:
@@ -635,6 +410,14 @@ def main(argv=None):
         "quick": "1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128 rows"
         if args.quick else "",
         "seeds": args.seeds,
+        "paper": PAPER,
+        "backbone": BACKBONE,
+        "extractor": {k: v for k, v in ContextExtractor().get_params().items()
+                      if k in ("local_window", "max_global_sentences", "max_global_tokens", "encoder")},
+        "latency_batch": LATENCY_BATCH,
+        "alpha": ALPHA,
+        "n_resamples": N_RESAMPLES,
+        "near_base_rate": NEAR_BASE_RATE,
         "budget": {
             **{k: v for k, v in budget(None, args.seeds[0]).items() if k not in ("random_state", "epochs")},
             "epochs": {name: epochs_for(name, args) for name in args.data},
@@ -649,12 +432,8 @@ def main(argv=None):
     log_checks(res["acceptance"])
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - start
-    res = jsonable(res)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / tagged("context.json")).write_text(json.dumps(res, indent=2))
-    DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / tagged("context.md")).write_text(markdown(res))
-    log(f"wrote {RESULTS / tagged('context.json')} and {DOCS / tagged('context.md')} ({res['wall_seconds'] / 60:.1f} min)")
+    publish(res, "context")
+    log(f"done in {res['wall_seconds'] / 60:.1f} min")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """CPU prediction speed of ``TransformerRanker`` against the peer's fastest documented CPU path.
 
     python benchmarks/cpu_inference.py [--pairs 2000] [--rounds 3] [--threads N]
-                                       [--peer-python .venv-peer/bin/python] [--render]
+                                       [--peer-python .venv-peer/bin/python]
+    python benchmarks/render.py cpu_inference     # the page alone, from its saved results
 
 The peer is sentence-transformers' ``CrossEncoder`` on its default torch backend, on ONNX Runtime
 (``backend="onnx"``) and on its dynamic int8 ONNX export for AVX-512 VNNI CPUs. Its ONNX backend needs
@@ -30,8 +31,8 @@ rounds of its pairs/s divided by the peer's ONNX-int8 pairs/s of the same round.
 questions without a correct answer skipped) checks that as2rank's precisions agree; the peer's head is
 untrained, so its MAP says nothing of accuracy.
 
-Writes ``benchmarks/results/cpu_inference.json`` and ``docs/benchmarks/cpu_inference.md``; ``--render``
-re-writes the page from the JSON.
+Writes ``benchmarks/results/cpu_inference.json`` and ``docs/benchmarks/cpu_inference.md`` (from
+``benchmarks/pages/cpu_inference.md.j2``), with the page's acceptance checks in the results.
 """
 
 from __future__ import annotations
@@ -46,27 +47,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (
-    CACHE,
-    DOCS,
-    RESULTS,
-    ROOT,
-    acceptance_section,
-    fitted,
-    jsonable,
-    load_average,
-    log,
-    log_checks,
-    run_header,
-    tagged,
-    wikiqa_splits,
-)
+from _common import CACHE, ROOT, fitted, load_average, log, log_checks, publish, run_header, wikiqa_splits
 
 HERE = Path(__file__).resolve().parent
 PEER_CACHE = CACHE / "peer-crossencoder"
 PEER_BATCH_SIZE = 32
 MAX_LENGTH = 128
 WARMUP_PAIRS = 64
+#: Candidates per expanded WikiQA-test question of the cascade rows (``expand_candidates(k=...)``).
+CANDIDATES = 100
 #: Row name -> (side, backend or precision).
 ROWS = {
     "CrossEncoder torch fp32": ("peer", "torch"),
@@ -171,10 +160,12 @@ def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | No
     return {**json.loads(line), "process_seconds": time.perf_counter() - start, "load_after": load_average()}
 
 
-def peer_versions(peer_python: str) -> dict:
-    """Versions of the peer environment's packages that matter here."""
-    code = ("import json, importlib.metadata as m; print(json.dumps({p: m.version(p) for p in "
-            "('sentence-transformers', 'transformers', 'torch', 'onnxruntime', 'optimum-onnx')}))")
+def peer_environment(peer_python: str) -> dict:
+    """Versions of the peer environment's packages that matter here (``versions``), and the ``transformers``
+    requirement of its ``optimum-onnx`` (``optimum_onnx_requires``: why it cannot share as2rank's)."""
+    code = ("import json, importlib.metadata as m; print(json.dumps({'versions': {p: m.version(p) for p in "
+            "('sentence-transformers', 'transformers', 'torch', 'onnxruntime', 'optimum-onnx')}, "
+            "'optimum_onnx_requires': next(r for r in m.requires('optimum-onnx') if r.startswith('transformers'))}))")
     return json.loads(subprocess.run([peer_python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
@@ -186,22 +177,20 @@ def cascade_section(args, work: Path, X_train, y_train, splits) -> dict:
     """The cascade's rounds against the peer's ONNX int8 on the first ``--cascade-questions`` answered
     WikiQA-test questions expanded to ~100 candidates (BM25 negatives from every WikiQA sentence, as the
     cascade page's Table 3), then untimed MAP and P@1 of α=0 and α=0.3 at int8 on every expanded question."""
-    import numpy as np
-
     from as2rank.cascade import CascadeTransformer
     from as2rank.data import keep_answered
     from as2rank.datasets import expand_candidates
-    from as2rank.metrics import ranking_report
+    from as2rank.evaluation import evaluate
 
     fit_log = []
     est = fitted(CascadeTransformer(random_state=0), X_train, y_train, fit_log=fit_log)
-    X_exp, y_exp = expand_candidates(*keep_answered(*splits["test"]), splits["pool"], k=100)
+    X_exp, y_exp = expand_candidates(*keep_answered(*splits["test"]), splits["pool"], k=CANDIDATES)
     first = X_exp["qid"].isin(X_exp["qid"].unique()[: args.cascade_questions]).to_numpy()
     X = X_exp[first]
     (work / "cascade_pairs.json").write_text(json.dumps(X[["qid", "question", "candidate"]].to_dict("records")))
     est.save_pretrained(work / "cascade")
-    out = {"fit": {"pairs": len(X_train), **fit_log[0]}, "pairs": int(len(X)), "n_questions": args.cascade_questions,
-           "runs": {n: [] for n in CASCADE_ROWS}}
+    out = {"fit": {"pairs": len(X_train), **fit_log[0]}, "exits": list(est.exits_), "candidates": CANDIDATES,
+           "pairs": int(len(X)), "n_questions": args.cascade_questions, "runs": {n: [] for n in CASCADE_ROWS}}
     names = list(CASCADE_ROWS)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
@@ -212,7 +201,7 @@ def cascade_section(args, work: Path, X_train, y_train, splits) -> dict:
     out["accuracy"] = {"n_questions": int(X_exp["qid"].nunique()), "pairs": int(len(X_exp))}
     for alpha in (0.0, 0.3):
         scores = est.set_params(precision="int8", alpha=alpha).predict(X_exp)
-        report = ranking_report(y_exp, scores, X_exp["qid"].to_numpy(), k=(1,))
+        report = evaluate(y_exp, scores, X_exp, metrics=("map", "p@1"), use_position=False)
         out["accuracy"][f"alpha={alpha}"] = {"map": report["map"], "p@1": report["p@1"],
                                             "relative_cost": est.cost_report_["relative_cost"]}
         log(f"[cascade] int8 α={alpha}: MAP {report['map']:.4f} P@1 {report['p@1']:.4f}")
@@ -225,7 +214,7 @@ def accuracy(fit_questions: int) -> dict:
     (``TransformerRanker(random_state=0)`` on its training split, on its test split)."""
     import numpy as np
 
-    from as2rank.metrics import mean_average_precision, paired_significance
+    from as2rank.evaluation import compare, per_question
     from as2rank.neural import onnx_runtime
     from as2rank.suite import load_benchmark_data
     from as2rank.transformer import TransformerRanker
@@ -242,32 +231,18 @@ def accuracy(fit_questions: int) -> dict:
     out = {}
     for name, (Xa, ya, Xt, yt) in data.items():
         est = fitted(TransformerRanker(random_state=0), Xa, ya)
-        position = Xt["position"].to_numpy()
-        per_question = {}
+        per_q = {}
         for row, precision in ACCURACY_ROWS.items():
             onnx_runtime.onnx_available = (lambda: False) if precision == "int8-torch" else available
             scores = est.set_params(precision=precision.replace("-torch", "")).predict(Xt)
-            per_question[row] = mean_average_precision(yt, scores, Xt["qid"], position=position, per_group=True)
+            per_q[row] = per_question(yt, scores, Xt)
         onnx_runtime.onnx_available = available
-        out[name] = {row: {"map": float(np.nanmean(ap)),
-                           "p_vs_fp32": None if row == "fp32" else paired_significance(ap, per_question["fp32"])}
-                     for row, ap in per_question.items()}
-        out[name]["questions"] = int(per_question["fp32"].notna().sum())
+        tests = compare(per_q, "fp32")
+        out[name] = {row: {"map": float(np.nanmean(ap)), "p_vs_fp32": None if row == "fp32" else tests[row]["p"]}
+                     for row, ap in per_q.items()}
+        out[name]["questions"] = int(per_q["fp32"].notna().sum())
         log(f"accuracy on {name}: " + ", ".join(f"{r} {100 * v['map']:.2f}" for r, v in out[name].items() if r != "questions"))
     return out
-
-
-def accuracy_table(acc: dict) -> str:
-    """The accuracy section's Markdown table: MAP per data set and precision, and the change from fp32."""
-    names = list(ACCURACY_ROWS)
-    head = "| data (questions scored) | " + " | ".join(names) + " |\n| --- |" + " ---: |" * len(names)
-    lines = []
-    for data, rows in acc.items():
-        fp32 = rows["fp32"]["map"]
-        cells = [f"{100 * rows[n]['map']:.2f}" + ("" if n == "fp32" else
-                 f" ({100 * (rows[n]['map'] - fp32):+.2f}, p={rows[n]['p_vs_fp32']:.2f})") for n in names]
-        lines.append(f"| {data} ({rows['questions']}) | " + " | ".join(cells) + " |")
-    return head + "\n" + "\n".join(lines)
 
 
 def summarise(res: dict) -> dict:
@@ -291,7 +266,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def in_repo(path: str) -> str:
+def in_repo(path) -> str:
     """``path`` relative to the repository when it lies inside it (pages name no machine's folders)."""
     try:
         return str(Path(path).relative_to(ROOT))
@@ -342,108 +317,6 @@ def checks(res: dict) -> list:
     ]
 
 
-def cascade_markdown(c: dict) -> str:
-    """The cascade section of the page: its timed rows, then MAP and P@1 on every expanded question."""
-    rows = "\n".join(f"| {name} | {v['median']:.1f} | {v['min']:.1f}–{v['max']:.1f} | {v['vs_reference']:.2f}× |"
-                     for name, v in c["summary"].items())
-    a = c["accuracy"]
-    acc = "\n".join(f"| {k.replace('alpha', 'α')} | {100 * v['map']:.2f} | {100 * v['p@1']:.2f} | {v['relative_cost']:.3f} |"
-                    for k, v in a.items() if k.startswith("alpha"))
-    return f"""
-## Cascade on ~100 candidates per question
-
-The first {c['n_questions']} answered WikiQA-test questions expanded to ~100 candidates each (BM25 negatives from \
-every WikiQA sentence, as the cascade page's Table 3; {c['pairs']:,} pairs), timed as above; \
-`CascadeTransformer(random_state=0)` at its defaults (exits 2–6), fitted on the same training questions.
-
-| row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) |
-| --- | ---: | ---: | ---: |
-{rows}
-
-Untimed, int8, on all {a['n_questions']} expanded answered questions ({a['pairs']:,} pairs):
-
-| cascade | MAP | P@1 | relative cost (rows × layers) |
-| --- | ---: | ---: | ---: |
-{acc}
-"""
-
-
-def markdown(res: dict) -> str:
-    """The page: the result table and what it shows first, then the provenance."""
-    s = res["summary"]
-    fp32 = res["map"]["TransformerRanker precision='fp32'"]
-
-    def delta(name):
-        return f"{100 * (res['map'][name] - fp32):+.2f}" if ROWS[name][0] == "as2rank" else ""
-
-    rows = "\n".join(
-        f"| {name} | {v['median']:.1f} | {v['min']:.1f}–{v['max']:.1f} | {v['vs_reference']:.2f}× | "
-        f"{100 * res['map'][name]:.2f} | {delta(name)} |" for name, v in s.items())
-    best = max((n for n in s if ROWS[n][0] == "as2rank"), key=lambda n: s[n]["vs_reference"])
-    auto = "TransformerRanker precision='auto'"
-    peer = res["peer"]
-    fit = res["as2rank_fit"]
-    accuracy_part = "" if "accuracy" not in res else f"""
-## Accuracy at each precision
-
-MAP (%) of the same weights predicted at each precision on whole test sets, untimed, in one process; in
-brackets the change from fp32 and the paired randomisation test's p-value against it.
-
-{accuracy_table(res["accuracy"])}
-"""
-    checks_part = "\n".join(acceptance_section(checks(res)))
-    cascade_part = "" if "cascade" not in res else cascade_markdown(res["cascade"])
-    flags = f" (instruction sets: {', '.join(res['cpu_flags']) or 'none of AVX2, AVX-512, VNNI, AMX'})" if "cpu_flags" in res else ""
-    return f"""# CPU prediction: TransformerRanker vs CrossEncoder's ONNX int8 export (WikiQA)
-
-| row | pairs/s (median) | min–max | vs peer ONNX int8 (same round, median) | MAP | ΔMAP vs fp32 |
-| --- | ---: | ---: | ---: | ---: | ---: |
-{rows}
-
-On this CPU with {res['threads'] or 'default'} thread(s), {best} predicts {s[best]['vs_reference']:.2f}× as many \
-pairs per second as the peer's fastest documented CPU path (its int8 ONNX export for AVX-512 VNNI), and \
-precision='auto' (the default: {'bfloat16' if res['cpu_bf16'] else 'float32'} on this CPU) \
-{s[auto]['vs_reference']:.2f}×.
-{cascade_part}
-{accuracy_part}
-{checks_part}
-
-## What was measured
-
-- **Pairs**: the first {res['pairs']:,} pairs of WikiQA-test ({res['n_questions']} questions), tokenisation included; \
-{res['rounds']} round(s), each running every row once in a fresh subprocess (load the model, warm up on the first \
-{WARMUP_PAIRS} pairs, then one timed `predict` on all the pairs); the order of the rows rotates by one each round. \
-The ratio column divides a row's pairs/s by the peer's ONNX-int8 pairs/s of the same round, median over the rounds.
-- **Peer** (`benchmarks/peer_crossencoder.py`, in its own virtual environment `{in_repo(peer['python'])}`: \
-sentence-transformers {peer['versions']['sentence-transformers']}, transformers {peer['versions']['transformers']}, \
-torch {peer['versions']['torch']}, onnxruntime {peer['versions']['onnxruntime']}, optimum-onnx \
-{peer['versions']['optimum-onnx']}; `optimum-onnx` pins transformers < 4.58, so it cannot share as2rank's): \
-`CrossEncoder(<packaged all-MiniLM-L6-v2>, num_labels=1, max_length={MAX_LENGTH})`, \
-`predict(pairs, batch_size={PEER_BATCH_SIZE})` (its default), on the `torch` backend, on `backend="onnx"` \
-(fp32 ONNX Runtime) and on the file `export_dynamic_quantized_onnx_model(model, "avx512_vnni", ...)` writes \
-(`model_kwargs={{"file_name": "onnx/model_qint8_avx512_vnni.onnx"}}`). The checkpoint is a bi-encoder, so its \
-classification head is new and untrained (drawn with seed 0, the same weights for the three backends): its \
-scores are nearly equal, so its MAP is near chance and int8 rounding reorders them; it says nothing of accuracy.
-- **as2rank** ({res['as2rank'].partition(' from ')[0]} from `{in_repo(res['as2rank'].partition(' from ')[2])}`): `TransformerRanker(random_state=0)`, the other parameters at their \
-defaults, fitted once on the first {fit['questions']} questions of `_common.wikiqa_splits()["train"]` \
-({fit['pairs']:,} pairs), \
-saved with `save_pretrained` and loaded by each subprocess with `from_pretrained(path, precision=...)`. \
-`precision='int8'` runs on ONNX Runtime in this environment (onnxruntime {res.get('onnxruntime', '?')}); the \
-"torch kernels" row is the same precision where ONNX Runtime is not installed. The MAP column is over the \
-questions of these pairs that have a correct answer; ΔMAP is each as2rank row's MAP minus fp32's.
-- **Threads**: `--threads` {res['threads']} (`OMP_NUM_THREADS`, `torch.set_num_threads` / `n_threads`, ONNX \
-Runtime's `intra_op_num_threads` in every subprocess; none: each library's default); tokenizers run with \
-their own defaults.
-
-## Provenance
-
-Command: `{res['command']}`. Measured {res['date']} on **{res['machine']}**{flags}; as2rank's environment: torch \
-{res['torch']}; int8 kernels: {res['int8']}. Load average at start {res['load_average_start']}, at end \
-{res['load_average_end']}; {res['wall_seconds'] / 60:.1f} min in all. Per-round figures (pairs/s, the \
-subprocess's wall time, the load after it) are in `benchmarks/results/{tagged('cpu_inference.json')}`.
-"""
-
-
 def main(argv=None) -> None:
     """Parse the command line; run the rounds (or one as2rank subprocess round) and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -457,7 +330,6 @@ def main(argv=None) -> None:
     parser.add_argument("--cascade-questions", type=int, default=20,
                         help="expanded WikiQA-test questions (~100 candidates each) of the cascade rounds (0: none)")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the untimed MAP table on whole test sets")
-    parser.add_argument("--render", action="store_true", help="only re-write the page from the JSON")
     # The subprocess of an as2rank row (started by run_row).
     parser.add_argument("--as2rank-round", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
@@ -468,17 +340,11 @@ def main(argv=None) -> None:
     if args.as2rank_round:
         as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores, args.alpha)
         return
-    json_path, page = RESULTS / tagged("cpu_inference.json"), DOCS / tagged("cpu_inference.md")
-    if args.render:
-        page.write_text(markdown(json.loads(json_path.read_text())))
-        log(f"re-rendered {page}")
-        return
-
     import numpy as np
     import torch
 
     import as2rank
-    from as2rank.metrics import ranking_report
+    from as2rank.evaluation import evaluate
     from as2rank.neural import cpu_bf16_supported, int8_supported
     from as2rank.transformer import TransformerRanker
 
@@ -486,9 +352,12 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     res = {**run_header("cpu_inference.py", argv), "cpu_flags": cpu_flags(), "threads": args.threads, "cpu_bf16": cpu_bf16_supported(),
-           "int8": int8_supported(), "onnxruntime": _version("onnxruntime"), "as2rank": f"as2rank {as2rank.__version__} from {Path(as2rank.__file__).parent}",
-           "peer": {"python": args.peer_python, "versions": peer_versions(args.peer_python)},
-           "rounds": args.rounds}
+           "int8": int8_supported(), "onnxruntime": _version("onnxruntime"),
+           "as2rank": f"as2rank {as2rank.__version__} from {in_repo(Path(as2rank.__file__).parent)}",
+           "peer": {"python": in_repo(args.peer_python), **peer_environment(args.peer_python),
+                    "batch_size": PEER_BATCH_SIZE, "max_length": MAX_LENGTH},
+           "rows": {name: side for name, (side, _) in ROWS.items()}, "reference": REFERENCE,
+           "rounds": args.rounds, "warmup_pairs": WARMUP_PAIRS}
     splits = wikiqa_splits()
     X_train, y_train = splits["train"]
     keep = X_train["qid"].isin(X_train["qid"].unique()[: args.fit_questions]).to_numpy()
@@ -515,19 +384,15 @@ def main(argv=None) -> None:
                     scores[name] = np.asarray(json.loads(out.read_text()))
         if args.cascade_questions:
             res["cascade"] = cascade_section(args, work, X_train[keep], y_train[keep], splits)
-    res["map"] = {n: ranking_report(y, scores[n], X["qid"].to_numpy(), position=X["position"].to_numpy())["map"]
-                  for n in names}
+    res["map"] = {n: evaluate(y, scores[n], X, metrics=("map",))["map"] for n in names}
     res["summary"] = summarise(res)
     if not args.no_accuracy:
         res["accuracy"] = accuracy(args.fit_questions)
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
-    res = jsonable(res)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(res, indent=2))
-    page.write_text(markdown(res))
-    log_checks(checks(res))
-    log(f"wrote {json_path} and {page}")
+    res["acceptance"] = checks(res)
+    log_checks(res["acceptance"])
+    log(f"wrote {publish(res, 'cpu_inference')}")
 
 
 if __name__ == "__main__":

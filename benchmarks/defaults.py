@@ -19,8 +19,10 @@ split by paragraph) and WikiQA (train: answered questions of WikiQA-train; test:
 subsets: whole documents, seeded, nested; 10 % of them (at least 10 questions, whole documents) validate.
 
 Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what
-it holds), ``docs/benchmarks/<stem>.md`` and ``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for
-``TransformerRanker``, ``defaults-<estimator>`` otherwise).
+it holds), then the analysis of the page (mean test MAP per cell, the best cell of each column and each cell's
+p-value against it) into it, ``docs/benchmarks/<stem>.md`` (from ``benchmarks/pages/defaults.md.j2``) and
+``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for ``TransformerRanker``, ``defaults-<estimator>``
+otherwise).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import os
 import time
 
 import numpy as np
-from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, run_header, tagged, training_params
+from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, publish, run_header, tagged, training_params
+
+from as2rank.evaluation import compare, evaluate, per_question
 
 TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES")
@@ -39,6 +43,13 @@ REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES")
 #: (``fit(..., eval_set=)``; the library's patience), a candidate default for Cosinet.
 COSINET_ES = {"epochs": 10}
 METRICS = ("map", "mrr", "p@1")
+#: The training sizes of a complete page (``--sizes``' default): a page with fewer columns says it is incomplete.
+SIZES = ("100", "300", "all")
+#: How the data is split: the SQuAD sample's train/test split (``load_benchmark_data``'s seed) and the share of a
+#: training subset's questions (at least ``val_min``, whole documents) that validates.
+PROTOCOL = {"sample_random_state": 0, "val_fraction": 0.1, "val_min": 10}
+#: A cell is "not told apart" from the best cell of its column when its p-value is at least this.
+ALPHA = 0.05
 
 
 def lr_text(lr) -> str:
@@ -58,24 +69,21 @@ ESTIMATORS = {
     "mwa": ("ContextMWA", "defaults-mwa", TANDA),
     "cosinet": ("Cosinet", "defaults-cosinet", {"epochs": 3, "learning_rate": None, "batch_size": 8}),
 }
-#: The suite's ContextExtractor in front of each context ranker (``as2rank.suite``).
-GLOBAL_METHODS = {"concat": "ngram", "mwa": "cosine"}
-
-
-#: What the page's setup says of the estimator's construction beyond the swept parameters.
-SETUP = {
-    "cascade": "Scored at α=0 (no drops). ",
-    "distilled": "Teachers as in the suite's Cerberus row: `Cosinet` and `LexicalFeatures` + logistic regression, "
-                 "3-fold cross-fitted on the training split (`teacher_cv=3`). ",
-    "cerberus": "Teachers as in the suite's Cerberus row: `Cosinet` and `LexicalFeatures` + logistic regression, "
-                "3-fold cross-fitted on the training split (`teacher_cv=3`); one head each. ",
-    "concat": "Behind `ContextExtractor(global_method=\"ngram\")` fitted on the training split, as in the suite. ",
-    "mwa": "Behind `ContextExtractor(global_method=\"cosine\")` fitted on the training split, as in the suite. ",
+#: How each swept estimator is built beyond the swept parameters (the page's setup says so): the cascade's α,
+#: the students' cross-fitted teachers, and the suite's ContextExtractor method in front of each context ranker
+#: (``as2rank.suite``).
+SETTINGS = {
+    "cascade": {"alpha": 0.0},
+    "distilled": {"teacher_cv": 3},
+    "cerberus": {"teacher_cv": 3},
+    "concat": {"global_method": "ngram"},
+    "mwa": {"global_method": "cosine"},
 }
 
 
-def param_text(name, value) -> str:
-    return lr_text(value) if name == "learning_rate" and value is not None else repr(value)
+def global_method(estimator):
+    """The ContextExtractor method in front of ``estimator``, None when it is no context ranker."""
+    return SETTINGS.get(estimator, {}).get("global_method")
 
 
 def previous_label(estimator) -> str:
@@ -85,39 +93,34 @@ def previous_label(estimator) -> str:
     return f"previous default ({text}" + (f", batch {before['batch_size']})" if "batch_size" in before else ")")
 
 
-def files(estimator) -> tuple:
-    """Names of the results file, the page and the figure of ``estimator``."""
-    return tuple(tagged(f"{ESTIMATORS[estimator][1]}.{ext}") for ext in ("json", "md", "png"))
-
-
 def estimator_class(estimator):
     import as2rank
 
     import as2rank.context
 
-    return getattr(as2rank.context if estimator in GLOBAL_METHODS else as2rank, ESTIMATORS[estimator][0])
+    return getattr(as2rank.context if global_method(estimator) else as2rank, ESTIMATORS[estimator][0])
 
 
 def extra_params(estimator, seed) -> dict:
     """Parameters of the swept estimator besides the swept ones: the cascade's α, the students' teachers."""
     if estimator == "cascade":
-        return {"alpha": 0.0}
+        return dict(SETTINGS["cascade"])
     if estimator in ("distilled", "cerberus"):
         from as2rank import Cosinet
         from as2rank.suite import _lexical_lr
 
-        return {"teachers": [Cosinet(random_state=seed), _lexical_lr(seed)], "teacher_cv": 3}
+        return {"teachers": [Cosinet(random_state=seed), _lexical_lr(seed)], **SETTINGS[estimator]}
     return {}
 
 
 def with_contexts(estimator, train, val, test):
     """The three splits with the context columns of the suite's ContextExtractor (fitted on the training
     split) when ``estimator`` is a context ranker, else as they are."""
-    if estimator not in GLOBAL_METHODS:
+    if not global_method(estimator):
         return train, val, test
     from as2rank.context import ContextExtractor
 
-    extractor = ContextExtractor(global_method=GLOBAL_METHODS[estimator]).fit(train[0])
+    extractor = ContextExtractor(global_method=global_method(estimator)).fit(train[0])
     return tuple((extractor.transform(X), y) for X, y in (train, val, test))
 
 
@@ -128,7 +131,7 @@ def load(data):
     if data == "sample":
         from as2rank.suite import load_benchmark_data
 
-        X, y, X_test, y_test = load_benchmark_data("sample", random_state=0)
+        X, y, X_test, y_test = load_benchmark_data("sample", random_state=PROTOCOL["sample_random_state"])
     else:
         import _common
 
@@ -154,18 +157,20 @@ def splits(X, y, size, seed):
     sub = pick_docs(X, n_all if size == "all" else int(size), np.random.default_rng(seed))
     Xs, ys = X[sub], y[sub]
     n = Xs["qid"].nunique()
-    val = pick_docs(Xs, max(10, round(0.1 * n)), np.random.default_rng([seed, 1]))
+    val = pick_docs(Xs, max(PROTOCOL["val_min"], round(PROTOCOL["val_fraction"] * n)), np.random.default_rng([seed, 1]))
     return (Xs[~val], ys[~val]), (Xs[val], ys[val])
 
 
-def scores(model, X, y, per_question=False) -> dict:
-    from as2rank.metrics import mean_average_precision, ranking_report
-
+def scores(model, X, y, with_ap=False) -> dict:
+    """Test metrics of ``model`` on ``(X, y)`` (pessimistic ties, without the frame's ``position``), the
+    prediction time and with ``with_ap`` the average precision of each question (sorted by ``qid``)."""
     start = time.perf_counter()
     s = model.predict(X)
-    out = {m: ranking_report(y, s, X["qid"])[m] for m in METRICS} | {"predict_seconds": time.perf_counter() - start}
-    if per_question:
-        out["ap"] = mean_average_precision(y, s, X["qid"], per_group=True).sort_index().to_numpy()
+    seconds = time.perf_counter() - start
+    report = evaluate(y, s, X, metrics=METRICS, use_position=False)
+    out = {m: report[m] for m in METRICS} | {"predict_seconds": seconds}
+    if with_ap:
+        out["ap"] = per_question(y, s, X, "map", use_position=False).sort_index().to_numpy()
     return out
 
 
@@ -205,7 +210,7 @@ def curve(est, train, val, test, epochs) -> dict:
             est.set_params(epochs=epochs).fit(X, y)
         out["epoch_seconds"].append(time.perf_counter() - start)
         out["val_map"].append(scores(est, Xv, yv)["map"])
-        out["test"].append(scores(est, Xt, yt, per_question=True))
+        out["test"].append(scores(est, Xt, yt, with_ap=True))
         log(f"  epoch {e + 1}: {out['epoch_seconds'][-1]:.0f}s, val MAP {out['val_map'][-1]:.4f}, test MAP {out['test'][-1]['map']:.4f}")
     return out
 
@@ -250,7 +255,7 @@ def run(args, res, save):
                         entry = {**info, "lr": lr, **swept, "epochs": epochs, **curve(est, train, val, test, epochs)}
                     else:
                         est.fit(*train, **({"eval_set": val} if name == "Cosinet ES" else {}))
-                        entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, *test, per_question=True)}
+                        entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, *test, with_ap=True)}
                         log(f"  test MAP {entry['test']['map']:.4f} ({entry['fit_seconds']:.0f}s)")
                     res[kind][k] = {**entry, "wall_seconds": time.perf_counter() - start, "load_average": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
                     save(res)
@@ -275,14 +280,12 @@ def cells(res, data, estimator):
     return table, picks
 
 
-def cosinet_ref_params(res) -> str:
+def cosinet_ref_params(res):
     """The training budget of the "Cosinet" reference row as it was fitted (read from its cache keys; the
-    library's Cosinet defaults may have changed since), as constructor arguments."""
+    library's Cosinet defaults may have changed since), None unless all its fits share one."""
     fitted = {json.dumps({k: json.loads(key)[5].get(k) for k in ("epochs", "batch_size")}, sort_keys=True)
               for key, r in res["refs"].items() if r["name"] == "Cosinet"}
-    if len(fitted) != 1:
-        return ""
-    return "".join(f"{k}={v!r}, " for k, v in json.loads(fitted.pop()).items())
+    return json.loads(fitted.pop()) if len(fitted) == 1 else None
 
 
 def epoch_of(label) -> tuple:
@@ -292,48 +295,97 @@ def epoch_of(label) -> tuple:
 
 
 def analyse(res, data, estimator):
-    """Rows, sizes, MAP per cell (mean over seeds), best cell per size and p-value of each cell against it."""
-    from as2rank.metrics import paired_significance
-
+    """Rows, sizes, MAP per cell (mean over seeds), best cell per size and p-value of each cell against it
+    (NaN for the best cell itself)."""
     table, picks = cells(res, data, estimator)
     rows = list(dict.fromkeys(r for r, _ in table))
     sizes = sorted({s for _, s in table}, key=lambda s: float("inf") if s == "all" else int(s))
     ap = {c: np.nanmean(np.vstack(v), axis=0) for c, v in table.items()}
     mean = {c: float(np.nanmean(v)) for c, v in ap.items()}
     best = {s: max((c for c in mean if c[1] == s), key=mean.get) for s in sizes}
-    p = {c: paired_significance(ap[c], ap[best[c[1]]]) for c in mean}
+    p = {}
+    for s in sizes:
+        p |= {c: t["p"] for c, t in compare({c: ap[c] for c in mean if c[1] == s}, best[s]).items()}
     return rows, sizes, mean, best, p, {c: len(v) for c, v in table.items()}, picks
 
 
-def p_text(p) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
-
-
-def summary(res, data, rows, sizes, mean, best, p, default_row) -> list:
-    """One generated line per size: the best cell, the library default's cell, the best transformer cell, the
-    reference rows, and at the best transformer cell's learning rate the best-validation epoch against epoch 4
-    of 4 and the best epoch."""
+def summary(sizes, rows, mean, best, p, default_row) -> list:
+    """Per size, the cells that the page's summary names: the best cell, the library default's cell, the best
+    swept cell, at the best swept cell's learning rate the best-validation epoch and the schedule's last epoch,
+    and the reference rows; each as {label, map, p against the best cell (None for the best cell)}."""
     out = []
     for s in sizes:
         b = best[s]
-        vs = lambda c: "" if c == b else f" ({p_text(p[c])} vs best)"
-        text = f"- {TITLES[data]}, {s} questions: best {b[0]} ({100 * mean[b]:.1f})"
+        cell = lambda c, **kw: {"label": c[0], "map": mean[c], "p": None if c == b else p[c], **kw}
+        col = {"size": s, "best": cell(b)}
         if (default_row, s) in mean and (default_row, s) != b:
-            text += f"; library default {100 * mean[(default_row, s)]:.1f}{vs((default_row, s))}"
+            col["default"] = cell((default_row, s))
         lr_cells = [c for c in mean if c[1] == s and c[0].startswith("lr ")]
         if lr_cells:
             t = max(lr_cells, key=mean.get)
             if t != b:
-                text += f"; best swept row {t[0]} {100 * mean[t]:.1f}{vs(t)}"
+                col["best_swept"] = cell(t)
             lr = t[0].rsplit(", ", 1)[0]
             epochs = sorted((c for c in lr_cells if c[0].startswith(lr + ", epoch")), key=lambda c: epoch_of(c[0]))
             sel = (f"{lr}, best-validation epoch of {epoch_of(epochs[-1][0])[0]}", s) if epochs else None
-            if sel in mean and epochs:
-                text += (f"; at {lr} the best-validation epoch gives {100 * mean[sel]:.1f}{vs(sel)}, {epochs[-1][0].rsplit(', ', 1)[1]} "
-                         f"{100 * mean[epochs[-1]]:.1f}{vs(epochs[-1])}")
-        text += "".join(f"; {r.split(' (')[0]} {100 * mean[(r, s)]:.1f}{vs((r, s))}" for r in rows if not r.startswith("lr ") and (r, s) in mean and (r, s) != b)
-        out.append(text + ".")
+            if sel in mean:
+                col["selection"] = {"lr": lr, "best_validation": cell(sel),
+                                    "last": cell(epochs[-1], epoch=epochs[-1][0].rsplit(", ", 1)[1])}
+        col["refs"] = [cell((r, s), name=r.split(" (")[0]) for r in rows
+                       if not r.startswith("lr ") and (r, s) in mean and (r, s) != b]
+        out.append(col)
     return out
+
+
+def describe(res, estimator) -> dict:
+    """``res`` with what its page shows beyond the measurements: the estimator's constants, the library's
+    defaults today (its row: "default_row"), and per data set the table of test MAP per cell (mean over seeds),
+    each cell's p-value against the best cell of its column, and the summary of each column; "verdict" counts
+    the columns where the library default is the best cell or not told apart from it."""
+    from as2rank.datasets import load_sample
+
+    name, stem, before = ESTIMATORS[estimator]
+    cosinet = estimator == "cosinet"
+    default = estimator_class(estimator)()
+    # Cosinet's default budget adapts to the data (epochs="auto"): its row is the reference row "Cosinet".
+    default_row = "Cosinet" if cosinet else (
+        f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None)})}"
+        f", epoch {default.epochs} of {default.epochs}")
+    tables, chosen = [], []
+    for data in TITLES:
+        if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
+            continue
+        rows, sizes, mean, best, p, n, picks = analyse(res, data, estimator)
+        info = {r["size"]: r for r in [*res["curves"].values(), *res["refs"].values()] if r["data"] == data}
+        tables.append({
+            "data": data, "title": TITLES[data], "n_test_questions": info[sizes[0]]["n_test_questions"],
+            "seeds_per_cell": sorted(set(n.values())),
+            "columns": [{"size": s, "n_train_questions": info[s]["n_train_questions"],
+                         "n_val_questions": info[s]["n_val_questions"]} for s in sizes],
+            "rows": [{"label": r, "cells": [None if (r, s) not in mean else
+                                            {"map": mean[(r, s)], "picks": picks.get((r, s)), "best": best[s] == (r, s),
+                                             "p": None if best[s] == (r, s) else p[(r, s)]} for s in sizes]}
+                     for r in rows],
+            "summary": summary(sizes, rows, mean, best, p, default_row),
+        })
+        chosen += [(mean.get((default_row, s)), best[s] == (default_row, s) or p.get((default_row, s), 0) >= ALPHA,
+                    mean.get((previous_label(estimator), s))) for s in sizes]
+    done = [c for c in chosen if c[0] is not None]
+    return {
+        **res,
+        "estimator": estimator, "class": name, "stem": stem, "alpha": ALPHA, "protocol": PROTOCOL,
+        "sample_articles": int(load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
+        "before": before, "cosinet_es": COSINET_ES, "cosinet_ref_params": cosinet_ref_params(res),
+        "streamed": hasattr(default, "partial_fit"),
+        "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "batch_size")
+                            if k in before or k == "lexical_prior" and not cosinet},
+        "default_row": default_row,
+        "tables": tables,
+        "verdict": {"columns": len(chosen), "planned_columns": len(SIZES) * len(TITLES), "planned_sizes": SIZES,
+                    "measured": len(done), "default_ok": sum(c[1] for c in done),
+                    "above_previous": sum(c[0] > c[2] for c in done if c[2] is not None)},
+        "curve_labels": [curve_label(c) for c in res["curves"].values()],
+    }
 
 
 def plot(res, path):
@@ -369,97 +421,18 @@ def plot(res, path):
     plt.close(fig)
 
 
-def markdown(res, estimator) -> str:
-    name, _, before = ESTIMATORS[estimator]
-    cosinet = estimator == "cosinet"
-    scored = " at α=0 (`alpha=0`: no drops)" if estimator == "cascade" else ""
-    swept = "batch_size=b" if cosinet else "lexical_prior=..."
-    lines = [f"# {name} defaults chosen by measurement", "",
-             f"Test MAP (%) of `{name}(learning_rate=lr, {swept})`{scored} with every other parameter at its "
-             "default, by training questions (columns)" + ("; \"+ prior\": `lexical_prior=True` (see `as2rank.prior`)" if not cosinet else "")
-             + ". **Bold**: the best cell of its column; `≈`: not told apart from it by a "
-             "paired randomisation test over test questions (p ≥ 0.05; per-question AP, averaged over seeds). "
-             "\"epoch e of E\" is the model after e epochs of an E-epoch schedule (warm-up and decay laid out over E "
-             "epochs), not an e-epoch fit; \"best-validation epoch\" is the epoch with the best validation MAP (eN: the epoch "
-             "it picked, per seed).", ""]
-    default = estimator_class(estimator)()
-    # Cosinet's default budget adapts to the data (epochs="auto"): its row is the reference row "Cosinet".
-    row = "Cosinet" if cosinet else (
-        f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None)})}"
-        f", epoch {default.epochs} of {default.epochs}")
-    notes, chosen = [], []
-    for data in TITLES:
-        if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
-            continue
-        rows, sizes, mean, best, p, n, picks = analyse(res, data, estimator)
-        info = {r["size"]: r for r in [*res["curves"].values(), *res["refs"].values()] if r["data"] == data}
-        lines += [f"## {TITLES[data]}", "", "| row | " + " | ".join(f"{s} ({info[s]['n_train_questions']} train + {info[s]['n_val_questions']} val)" for s in sizes) + " |",
-                  "| --- |" + " ---: |" * len(sizes)]
-        for r in rows:
-            def cell(s):
-                if (r, s) not in mean:
-                    return "–"
-                v = f"{100 * mean[(r, s)]:.2f}" + (f" (e{','.join(map(str, picks[(r, s)]))})" if (r, s) in picks else "")
-                return f"**{v}**" if best[s] == (r, s) else (f"{v} ≈" if p[(r, s)] >= 0.05 else v)
-            lines.append(f"| {r} | " + " | ".join(cell(s) for s in sizes) + " |")
-        seeds = sorted({v for v in n.values()})
-        lines += ["", f"{info[sizes[0]]['n_test_questions']} test questions; seeds per cell: {', '.join(map(str, seeds))}.", ""]
-        notes += summary(res, data, rows, sizes, mean, best, p, row)
-        chosen += [(mean.get((row, s)), best[s] == (row, s) or p.get((row, s), 0) >= 0.05,
-                    mean.get((previous_label(estimator), s))) for s in sizes]
-    done = [c for c in chosen if c[0] is not None]
-    chosen_params = ", ".join(f"`{k}={param_text(k, getattr(default, k))}`" for k in ("learning_rate", "epochs", "lexical_prior", "batch_size")
-                              if k in before or k == "lexical_prior" and not cosinet)
-    if len(chosen) < 3 * len(TITLES):
-        lines[0] = f"# {name} defaults: the measurements so far"
-        notes.insert(0, f"- Incomplete: {len(chosen)} of the {3 * len(TITLES)} columns (training sizes 100, 300 and all of each "
-                        f"data set) are measured; the library's defaults ({chosen_params}) are not chosen from this page until "
-                        "all are.")
-    elif done:
-        notes.insert(0, f"- The library's defaults ({chosen_params}: the "
-                        f"row \"{row}\") are the best cell or not told apart from it in {sum(c[1] for c in done)} of "
-                        f"{len(done)} columns, and above the previous default in {sum(c[0] > c[2] for c in done if c[2] is not None)}.")
-    lines += ["## What it shows", "", *notes, "", f"![test MAP per epoch]({files(estimator)[2]})", "",
-              "## Setup", "",
-              "Data: the bundled SQuAD sample (`load_benchmark_data(\"sample\", random_state=0)`: train/test split by "
-              "paragraph; only 4 articles, so subsets are drawn by paragraph, `doc_id`) and WikiQA (train: the answered "
-              "questions of WikiQA-train; test: the answered questions of WikiQA-test, clean protocol). Training subsets "
-              "are whole documents in a seeded order (the smaller inside the larger); 10 % of a subset's questions (at "
-              "least 10, whole documents) validate and the rest train, for every row, the reference rows included. "
-              + ("Curves: `partial_fit` once per epoch with `total_rows = E × rows`, so the schedule is `fit(epochs=E)`'s. "
-                 if hasattr(default, "partial_fit") else f"`{name}` has no `partial_fit`: each cell is a whole `fit(epochs=E)`. ")
-              + SETUP.get(estimator, "")
-              + f"Reference rows: `OverlapRankRanker()`, `Cosinet({cosinet_ref_params(res)}random_state=seed)` and `{name}("
-              + ", ".join(f"{k}={param_text(k, v)}" for k, v in before.items()) + ", random_state=seed)` (the defaults before this "
-              "benchmark)"
-              + (f"; `Cosinet ES`: `Cosinet({', '.join(f'{k}={v!r}' for k, v in COSINET_ES.items())}, random_state=seed)` "
-                 "fitted with the validation split as `eval_set` (early stopping at the library's patience, best epoch's "
-                 "weights kept)" if any(r["name"] == "Cosinet ES" for r in res["refs"].values()) else "")
-              + ". Metrics: pessimistic ties.", "",
-              "## Provenance", ""]
-    for h in res["runs"]:
-        lines.append(f"- `{h['command']}`: {h['date']} on {h['machine']}; torch {h['torch']} with {h['torch_threads']} CPU threads; load at start {h['load_average_start']}."
-                     + (f" {h['note']}" if h.get("note") else ""))
-    lines += ["", "| data | size | seed | row | train rows | fit seconds (per epoch) | load | date |", "| --- | --- | ---: | --- | ---: | --- | --- | --- |"]
-    for c in res["curves"].values():
-        lines.append(f"| {c['data']} | {c['size']} | {c['seed']} | {curve_label(c)} | {c['n_train_rows']} | {' '.join(f'{s:.0f}' for s in c['epoch_seconds'])} | {c['load_average']} | {c['date']} |")
-    for r in res["refs"].values():
-        lines.append(f"| {r['data']} | {r['size']} | {r['seed']} | {r['name']} | {r['n_train_rows']} | {r['fit_seconds']:.1f} | {r['load_average']} | {r['date']} |")
-    return "\n".join(lines) + "\n"
-
-
 def render(res, estimator):
-    _, page, png = files(estimator)
+    """The figure, the analysis saved beside the measurements, and the page."""
+    stem = ESTIMATORS[estimator][1]
     DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / png)
-    (DOCS / page).write_text(markdown(res, estimator))
-    log(f"wrote {DOCS / page}")
+    plot(res, DOCS / tagged(f"{stem}.png"))
+    publish(describe(res, estimator), stem, template="defaults")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", nargs="+", choices=tuple(TITLES), default=list(TITLES))
-    parser.add_argument("--sizes", nargs="+", default=["100", "300", "all"], help="training questions per subset, or 'all'")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), help="training questions per subset, or 'all'")
     parser.add_argument("--lrs", nargs="+", type=lambda v: None if v == "paper" else float(v), default=[2e-5, 5e-5, 1e-4, 2e-4],
                         help="peak learning rates; 'paper': Cosinet's learning_rate=None")
     parser.add_argument("--priors", nargs="+", choices=("off", "on"), default=["off", "on"],
@@ -472,9 +445,9 @@ def main(argv=None):
     parser.add_argument("--epochs", nargs="+", type=int, default=[4], help="epochs of each learning curve (the schedule's length)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[8], help="Cosinet's batch sizes (questions per step)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--render", action="store_true", help="only rewrite the page from the results file")
+    parser.add_argument("--render", action="store_true", help="only rewrite the analysis, the page and the figure from the results file")
     args = parser.parse_args(argv)
-    path = RESULTS / files(args.estimator)[0]
+    path = RESULTS / tagged(f"{ESTIMATORS[args.estimator][1]}.json")
     res = json.loads(path.read_text()) if path.exists() else {"runs": [], "curves": {}, "refs": {}}
     if args.threads:
         import torch
@@ -488,7 +461,7 @@ def main(argv=None):
             if header not in res["runs"]:  # only runs that computed something are listed
                 res["runs"].append(header)
             RESULTS.mkdir(parents=True, exist_ok=True)
-            path.with_suffix(".tmp").write_text(json.dumps(jsonable(res), indent=1))
+            path.with_suffix(".tmp").write_text(json.dumps(jsonable(res), indent=2) + "\n")
             os.replace(path.with_suffix(".tmp"), path)
 
         run(args, res, save)

@@ -6,18 +6,20 @@
    with ``n_jobs=1``, ``n_jobs=2`` (joblib's default backend, loky) and ``joblib.parallel_backend("dask")``
    on a 2-worker ``dask.distributed.LocalCluster`` (one thread per worker): the lexical pipeline
    ``LexicalFeatures -> PointwiseRanker(LogisticRegression)`` over ``C`` in {0.1, 1, 10}, and ``Cosinet``
-   (defaults, ``random_state=0``) over ``rnn`` in {None, "birnn"}; ``GroupKFold(3)``, MAP. Wall time of each
+   (the paper's budget ``COSINET_PAPER_BUDGET``, ``random_state=0``, one torch thread) over ``rnn`` in
+   {None, "birnn"}; ``GroupKFold(3)``, MAP. Wall time of each
    search, and whether the best parameters and CV scores match ``n_jobs=1``.
-2. **Scoring** with ``as2rank predict`` (a fresh process per run, peak resident memory from ``wait4``) of
+2. **Scoring** with ``as2rank predict`` (a fresh process per run, peak resident memory from its own ``VmHWM``) of
    synthetic ASNQ-format files of 100k, 1M and 5M rows (``--quick``: 20k, 100k, 300k) generated from the
    sentences of the bundled SQuAD 2.0 sample into a temporary directory (deleted at the end unless
-   ``--keep-files``; never committed), with WO+RR and with Cosinet (defaults, fitted on the sample);
+   ``--keep-files``; never committed), with WO+RR and with Cosinet (the paper's budget, fitted on the sample);
    ``--chunksize 100000`` (``--quick``: 10000). On the middle file: one score per row, and the scores of in-memory ``predict``.
 3. **Streamed training**: ``Cosinet(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_filters=64,
    batch_size=16)`` trained with ``partial_fit`` on the chunks of ``load_asnq(path, chunksize=...)`` (same chunk size) of
    the smallest and the largest file (one pass), in a fresh process: time and peak resident memory.
 
-Writes ``benchmarks/results/scale.json`` and ``docs/benchmarks/scale.md``. The synthetic files: question
+Writes ``benchmarks/results/scale.json`` and ``docs/benchmarks/scale.md`` (from ``benchmarks/pages/scale.md.j2``;
+``python benchmarks/render.py scale`` renders it again). The synthetic files: question
 ``i`` is the sample question ``i mod 1494`` with `` (#i)`` appended (ASNQ keys questions by text), its own
 paragraph's sentences (label 4 when they hold the answer, else 3) followed by random sentences of other
 paragraphs (label 1 or 2) up to 50 candidates.
@@ -40,7 +42,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pandas as pd
-from _common import COSINET_PAPER_BUDGET, DOCS, RESULTS, ROOT, load_average, log, machine, tagged, wikiqa_splits
+from _common import COSINET_PAPER_BUDGET, ROOT, load_average, log, log_checks, publish, run_header, wikiqa_splits
 
 CANDIDATES = 50
 SIZES = (100_000, 1_000_000, 5_000_000)
@@ -48,6 +50,10 @@ QUICK_SIZES = (20_000, 100_000, 300_000)
 CHUNKSIZE = 100_000
 QUICK_CHUNKSIZE = 10_000  # the smallest quick file then spans two chunks, as the smallest full one spans one
 RSS_LIMIT = 1.5  # the issue's acceptance: peak RSS within 1.5x of the smallest file's run
+#: The grid searches: question folds, the Dask cluster, and the torch threads of every compared fit.
+CV_FOLDS = 3
+DASK_WORKERS, DASK_THREADS_PER_WORKER = 2, 1
+GRID_TORCH_THREADS = 1
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -157,13 +163,14 @@ def grid_searches(quick: bool) -> list:
         # One torch thread in every mode: a parallel reduction splits its sums by the thread count, so fits
         # with 2 threads (the main process's default) and with 1 (each worker's) differ in the last bits, and
         # training amplifies that. The last mode shows the default's time and that difference.
-        "Cosinet": (Cosinet(random_state=0, n_threads=1, **COSINET_PAPER_BUDGET), {"rnn": [None, "birnn"]}),
+        "Cosinet": (Cosinet(random_state=0, n_threads=GRID_TORCH_THREADS, **COSINET_PAPER_BUDGET), {"rnn": [None, "birnn"]}),
     }
-    modes = {"lexical pipeline": ("n_jobs=1", "n_jobs=2", "dask 2 workers"),
-             "Cosinet": ("n_jobs=1", "n_jobs=2", "dask 2 workers", "n_jobs=1, torch's default threads")}
+    dask = f"dask {DASK_WORKERS} workers"
+    modes = {"lexical pipeline": ("n_jobs=1", "n_jobs=2", dask),
+             "Cosinet": ("n_jobs=1", "n_jobs=2", dask, "n_jobs=1, torch's default threads")}
     rows = []
     start = time.perf_counter()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50) as cluster, Client(cluster) as client:
+    with LocalCluster(n_workers=DASK_WORKERS, threads_per_worker=DASK_THREADS_PER_WORKER, processes=True, dashboard_address=None, silence_logs=50) as cluster, Client(cluster) as client:
         cluster_seconds = time.perf_counter() - start
         worker_threads = sorted(client.run(torch.get_num_threads).values())
         for name, (model, grid) in searches.items():
@@ -172,7 +179,7 @@ def grid_searches(quick: bool) -> list:
                 default_threads = "default threads" in mode
                 estimator = clone(model).set_params(n_threads=None) if default_threads else model
                 n_jobs = -1 if mode.startswith("dask") else int(mode[len("n_jobs=")])
-                search = GridSearchCV(estimator, grid, cv=GroupKFold(3), scoring=get_scorer("map"), n_jobs=n_jobs)
+                search = GridSearchCV(estimator, grid, cv=GroupKFold(CV_FOLDS), scoring=get_scorer("map"), n_jobs=n_jobs)
                 log(f"[grid] {name}, {mode}: {len(X)} rows")
                 t = time.perf_counter()
                 if mode.startswith("dask"):
@@ -181,7 +188,7 @@ def grid_searches(quick: bool) -> list:
                 else:
                     search.fit(X, y, groups=X["qid"])
                 seconds = time.perf_counter() - t
-                scores = np.array([search.cv_results_[f"split{i}_test_score"] for i in range(3)])
+                scores = np.array([search.cv_results_[f"split{i}_test_score"] for i in range(CV_FOLDS)])
                 reference = reference or (search.best_params_, scores, seconds)
                 rows.append(
                     {
@@ -339,7 +346,7 @@ def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes
         out.append(
             {
                 "check": f"grid search, {name}: n_jobs=2 and Dask give the best parameters and CV scores of n_jobs=1",
-                "passed": bool(same and diff <= 1e-6),
+                "pass": bool(same and diff <= 1e-6),
                 "measured": f"same best parameters: {same}; largest CV-score difference {diff:.2e} (tolerance 1e-6)",
             }
         )
@@ -349,7 +356,7 @@ def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes
         out.append(
             {
                 "check": f"as2rank predict, {name}: peak RSS on {middle:,} rows within {RSS_LIMIT}x of {small:,} rows",
-                "passed": bool(ratio <= RSS_LIMIT),
+                "pass": bool(ratio <= RSS_LIMIT),
                 "measured": f"{by[middle]['peak_rss_mib']:.0f} / {by[small]['peak_rss_mib']:.0f} MiB = {ratio:.2f}x ({large:,} rows: {by[large]['peak_rss_mib'] / by[small]['peak_rss_mib']:.2f}x)",
             }
         )
@@ -358,7 +365,7 @@ def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes
         out.append(
             {
                 "check": f"as2rank predict, {name}, {middle:,} rows: exactly one score per input row, equal to in-memory predict",
-                "passed": bool(c["one_score_per_row"] and c["max_abs_diff_vs_in_memory"] <= tolerance),
+                "pass": bool(c["one_score_per_row"] and c["max_abs_diff_vs_in_memory"] <= tolerance),
                 "measured": f"{c['output_rows']:,} output rows for {c['input_rows']:,} input rows, row numbers 0..n-1 once each: {c['one_score_per_row']}; largest absolute score difference {c['max_abs_diff_vs_in_memory']:.2e} (tolerance {tolerance:g})",
             }
         )
@@ -366,66 +373,20 @@ def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes
     out.append(
         {
             "check": f"streamed training: peak RSS on {large:,} rows within {RSS_LIMIT}x of {small:,} rows",
-            "passed": bool(ratio <= RSS_LIMIT),
+            "pass": bool(ratio <= RSS_LIMIT),
             "measured": f"{stream[-1]['peak_rss_mib']:.0f} / {stream[0]['peak_rss_mib']:.0f} MiB = {ratio:.2f}x",
-        }
-    )
-    out.append(
-        {
-            "check": "kill-and-resume of as2rank predict; streamed training equals in-memory training on the same batches",
-            "passed": None,
-            "measured": "tested, not benchmarked: tests/test_scale.py (test_cli_predict_killed_and_restarted_gives_complete_output, test_streamed_training_equals_in_memory_training_on_the_same_chunks)",
         }
     )
     return out
 
 
-def markdown(results: dict) -> str:
-    r = results
-    lines = [
-        "# Scale-out benchmark (issue 11)",
-        "",
-        f"Machine: {r['machine']}; torch {r['torch']} ({r['torch_threads']} threads in the main process); load average at start {r['load_average_start']}, at end {r['load_average_end']} (the machine is shared: times are from this one run).",
-        f"Command: `{r['command']}`. Mode: {'quick (files of 20k, 100k and 300k rows stand for 100k, 1M and 5M; 300 WikiQA questions)' if r['quick'] else 'full'}. No GPU was available for this run, so the 1-GPU vs CPU comparison is not reported.",
-        "",
-        "## Parallel grid search (WikiQA-train)",
-        "",
-        f"{r['grid'][0]['n_questions']:,} questions, {r['grid'][0]['n_rows']:,} rows; `GroupKFold(3)`, MAP. The Dask cluster (2 worker processes, 1 thread each) took {r['grid'][0]['dask_cluster_start_seconds']:.1f} s to start (not counted below). torch threads: Cosinet is searched with `n_threads=1` in the three compared modes, so every fit does the same arithmetic; with `n_threads=None` the `n_jobs=1` search runs in the main process with torch's default (all cores), whose parallel reductions split their sums differently from one thread, and training amplifies those last bits into the CV-score difference shown in the last Cosinet row (that row is for its time, not part of the check). joblib's loky workers and Dask workers get `OMP_NUM_THREADS` = cores // workers and 1, so `n_threads=None` does not oversubscribe.",
-        "",
-        "| model | mode | wall time (s) | speed-up vs n_jobs=1 | torch threads per fit | best parameters | same best params | max abs CV-score difference |",
-        "| --- | --- | ---: | ---: | ---: | --- | --- | ---: |",
-    ]
-    for g in r["grid"]:
-        lines.append(f"| {g['model']} | {g['mode']} | {g['seconds']:.1f} | {g['speedup']:.2f} | {g['torch_threads']} | `{g['best_params']}` | {g['same_best_params']} | {g['max_abs_score_diff']:.1e} |")
-    lines += [
-        "",
-        "## Scoring with `as2rank predict`",
-        "",
-        f"Synthetic ASNQ-format files ({CANDIDATES} candidates per question, from the SQuAD sample's sentences); `--chunksize {r['chunksize']}`; one fresh process per run. *Loop* rows/s: the CLI's own figure (reading, scoring, writing); *wall* rows/s: including process start and model loading. CPU time: the process's user + system time. Peak RSS: the process's own high-water mark of resident memory (`VmHWM`).",
-        "",
-        "| model | rows | wall time (s) | CPU time (s) | rows/s (loop) | rows/s (wall) | peak RSS (MiB) | RSS vs smallest |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for s in r["scoring"]:
-        base = next(x for x in r["scoring"] if x["model"] == s["model"] and x["rows"] == min(r["sizes"]))
-        loop = f"{s['rows_per_second_loop']:,.0f}" if s["rows_per_second_loop"] else "–"
-        lines.append(f"| {s['model']} | {s['rows']:,} | {s['seconds']:.1f} | {s['cpu_seconds']:.1f} | {loop} | {s['rows_per_second_wall']:,.0f} | {s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / base['peak_rss_mib']:.2f}x |")
-    lines += [
-        "",
-        "## Streamed training (`partial_fit` on chunks of `load_asnq`)",
-        "",
-        f"`Cosinet({', '.join(f'{k}={v!r}' for k, v in STREAM_MODEL.items())})`, one pass, chunks of {r['chunksize']:,} rows, `total_rows` = the file's rows; a fresh process per run.",
-        "",
-        "| rows | chunks | steps | wall time (s) | CPU time (s) | training rows/s | loss (first → last chunk) | vocabulary | peak RSS (MiB) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
-    ]
-    for s in r["stream"]:
-        lines.append(f"| {s['rows']:,} | {s['chunks']} | {s['steps']:,} | {s['seconds']:.1f} | {s['cpu_seconds']:.1f} | {s['rows_per_second']:,.0f} | {s['first_chunk_loss']:.3f} → {s['last_chunk_loss']:.3f} | {s['vocabulary']:,} | {s['peak_rss_mib']:.0f} |")
-    lines += ["", "## Acceptance checks", "", "| check | result | measured |", "| --- | --- | --- |"]
-    for a in r["acceptance"]:
-        verdict = {True: "pass", False: "**FAIL**", None: "see tests"}[a["passed"]]
-        lines.append(f"| {a['check']} | {verdict} | {a['measured']} |")
-    return "\n".join(lines) + "\n"
+#: What the issue asks that the tests check rather than this benchmark (the page names it under the checks).
+NOT_BENCHMARKED = [
+    {
+        "check": "kill-and-resume of as2rank predict; streamed training equals in-memory training on the same batches",
+        "measured": "tested, not benchmarked: tests/test_scale.py (test_cli_predict_killed_and_restarted_gives_complete_output, test_streamed_training_equals_in_memory_training_on_the_same_chunks)",
+    }
+]
 
 
 def main():
@@ -443,22 +404,20 @@ def main():
         child_cli(args.child_cli[0], args.child_cli[1:])
         return
 
-    import torch
-
     sizes = QUICK_SIZES if args.quick else SIZES
     chunksize = QUICK_CHUNKSIZE if args.quick else CHUNKSIZE
     folder = Path(args.workdir or tempfile.mkdtemp(prefix="as2rank-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     results = {
-        "machine": machine(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "load_average_start": load_average(),
-        "command": "python benchmarks/scale.py" + (" --quick" if args.quick else ""),
+        **run_header("scale.py", None),
         "quick": args.quick,
         "sizes": list(sizes),
         "chunksize": chunksize,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "candidates_per_question": CANDIDATES,
+        "rss_limit": RSS_LIMIT,
+        "grid_setup": {"cv_folds": CV_FOLDS, "dask_workers": DASK_WORKERS,
+                       "dask_threads_per_worker": DASK_THREADS_PER_WORKER, "torch_threads": GRID_TORCH_THREADS},
+        "stream_model": STREAM_MODEL,
     }
     try:
         results["grid"] = grid_searches(args.quick)
@@ -480,13 +439,10 @@ def main():
     for s in results["scoring"]:
         s.pop("output")
     results["acceptance"] = acceptance(results["grid"], results["scoring"], results["checks"], results["stream"], sizes)
+    results["not_benchmarked"] = NOT_BENCHMARKED
     results["load_average_end"] = load_average()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / tagged("scale.json")).write_text(json.dumps(results, indent=2))
-    (DOCS / tagged("scale.md")).write_text(markdown(results))
-    log(f"wrote {RESULTS / tagged('scale.json')} and {DOCS / tagged('scale.md')}")
-    for a in results["acceptance"]:
-        log(f"  {a['passed']}: {a['check']} -- {a['measured']}")
+    publish(results, "scale")
+    log_checks(results["acceptance"])
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python benchmarks/speed.py [--quick] [--threads N] [--epochs N] [--learning-rate LR]
                                [--train-steps N] [--train-rounds N] [--rounds N] [--train-questions N]
                                [--no-peer-bf16] [--render]
+    python benchmarks/render.py speed      # the page alone, from benchmarks/results/speed.json
 
 Everything runs in ONE process, so every ratio compares figures taken in the same run on the same machine.
 
@@ -20,7 +21,7 @@ Everything runs in ONE process, so every ratio compares figures taken in the sam
 **One budget** (the papers' fine-tuning setting, ``TransformerRanker``'s defaults before ``docs/benchmarks/defaults.md``
 chose 4 epochs at 1e-4): ``--epochs`` (2), batch 32, ``--learning-rate`` (2e-5), linear
 warm-up over 10% of the steps then linear decay, weight decay 0.01, gradient clipping at 1.0,
-``max_length=128``, seed 0, on the answered questions of WikiQA-train minus the dev split
+``max_length=128``, seed 0 (:func:`budget`: both sides read it), on the answered questions of WikiQA-train minus the dev split
 (``_common.wikiqa_splits()["train"]``). The cascade trains with ``--cascade-learning-rate`` (1e-4, the budget
 ``benchmarks/cascade.py`` selected on dev; at 2e-5 its classifiers barely leave their initialisation).
 
@@ -42,62 +43,61 @@ bfloat16). Its ONNX and OpenVINO backends (documented for CPUs) are not measured
 (``optimum-onnx``, ``optimum-intel``) pin ``transformers`` < 5 or replace torch (see the Markdown page).
 
 **Accuracy**: MAP, MRR, P@1 on WikiQA-test (clean protocol); paired randomisation tests of per-question
-AP (``as2rank.metrics.paired_significance``) against the peer and against the fp32 prediction of the same
+AP (``as2rank.evaluation.compare``) against the peer and against the fp32 prediction of the same
 weights. **Plumbing checks** on a subset: torch threads, ``batch_tokens`` and the peer's batch size.
 
 ``--quick``: 1 epoch on 20 training questions, 30 test questions, 5 expanded test questions, fixed-step
 rounds of 2 steps, one round, reduced sweeps: checks the script end to end (its numbers mean little).
-Writes ``benchmarks/results/speed.json``, ``docs/benchmarks/speed.md`` and ``docs/benchmarks/speed.png``.
+Writes ``benchmarks/results/speed.json``, ``docs/benchmarks/speed.md`` (from ``benchmarks/pages/speed.md.j2``)
+and ``docs/benchmarks/speed.png`` (``-<tag>`` before the extension with ``AS2RANK_BENCH_TAG``); ``--render``
+recomputes the acceptance checks, re-draws the plot and re-renders the page from the saved results.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
 
 import numpy as np
-import pandas as pd
 import torch
-from _common import DOCS, NOTE, RESULTS, acceptance_section, fitted, jsonable, load_average, log, log_checks, machine, tagged, wikiqa_splits
+from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, pct, publish, run_header, tagged, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer
 from as2rank.data import keep_answered
 from as2rank.datasets import expand_candidates
-from as2rank.metrics import mean_average_precision, paired_significance, precision_at_k, ranking_report
+from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import paired_significance
 from as2rank.neural import cpu_bf16_supported, int8_supported, resolve_device
 from as2rank.neural.onnx_runtime import onnx_available
 from as2rank.transformer import TransformerRanker
+from as2rank.transformer_base import AUTO_BATCH_TOKENS
 
 METRICS = ("map", "mrr", "p@1")
+#: ``CrossEncoder.predict``'s default batch size (the peer's reference row) and the sweep of the plumbing checks.
+PEER_BATCH_SIZE = 32
 PEER_BATCH_SIZES = (16, 32, 64, 128, 256)
 BATCH_TOKENS = (1024, 2048, 4096, 8192, 16384)
-
-#: What results written before ``precision="int8"`` could run on ONNX Runtime measured (they do not say).
-INT8_ENGINE_BEFORE = "torch's dynamic quantization (measured before the ONNX Runtime engine existed)"
+#: Pairs of the warm-up call before the timed prediction rounds (WikiQA test; the cascade's set: CASCADE_WARMUP).
+WARMUP_PAIRS = 64
+CASCADE_WARMUP = 200
+#: Candidates per question of the cascade section (``expand_candidates(k=...)``).
+CANDIDATES = 100
 
 
 # ----------------------------------------------------------------------------------------------- helpers
 def budget(args) -> dict:
+    """The training budget of both sides: ``TransformerRanker``'s parameters, which ``peer_fit`` reads too
+    (``warmup``, ``weight_decay`` and ``max_grad_norm`` are the library's defaults, spelled out for the peer)."""
     # The model the peer trains too: no lexical prior (the library's default since the defaults benchmark).
     return {"epochs": args.epochs, "batch_size": 32, "learning_rate": args.learning_rate, "max_length": 128,
-            "lexical_prior": False, "random_state": 0}
-
-
-def evaluate(y, scores, X) -> dict:
-    rep = ranking_report(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), k=(1,))
-    return {m: float(rep[m]) for m in METRICS} | {"n_evaluated": int(rep["n_evaluated"])}
-
-
-def per_question(y, scores, X, metric="map") -> pd.Series:
-    fn = {"map": mean_average_precision, "p@1": precision_at_k}[metric]
-    return fn(y, scores, X["qid"].to_numpy(), position=X["position"].to_numpy(), per_group=True)
+            "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0, "lexical_prior": False, "random_state": 0}
 
 
 def subset_questions(X, y, n, seed):
@@ -157,9 +157,9 @@ def peer_fit(X, y, b, *, bf16=False):
         num_train_epochs=b["epochs"],
         per_device_train_batch_size=b["batch_size"],
         learning_rate=b["learning_rate"],
-        warmup_steps=0.1,  # a float: the fraction of the steps (linear warm-up, then the default linear decay)
-        weight_decay=0.01,
-        max_grad_norm=1.0,
+        warmup_steps=b["warmup"],  # a float: the fraction of the steps (linear warm-up, then the default linear decay)
+        weight_decay=b["weight_decay"],
+        max_grad_norm=b["max_grad_norm"],
         lr_scheduler_type="linear",
         bf16=bf16,
         use_cpu=DEVICE.type == "cpu",
@@ -308,7 +308,7 @@ def step_rounds(X, y, b, args):
             runs[name].append({"seconds": seconds, "pairs_per_second": n / seconds, "load_after": load_average(),
                                "loop_pairs_per_second": None if loop is None else n / loop})
             log(f"  [steps {r + 1}/{args.train_rounds}] {name}: {n / seconds:.1f} pairs/s ({seconds:.1f} s)")
-    return {"n_pairs": n, "steps": int(np.ceil(n / b["batch_size"])),
+    return {"n_pairs": n, "steps": int(np.ceil(n / b["batch_size"])), "epochs": one["epochs"],
             "rows": {k: {"median_pairs_per_second": float(np.median([t["pairs_per_second"] for t in v])), "runs": v}
                      for k, v in runs.items()}}
 
@@ -317,7 +317,7 @@ def step_rounds(X, y, b, args):
 def plumbing(models, X, args):
     """Threads and batch_tokens of our default model, and the peer's batch size, on a subset."""
     out = {}
-    warm = X.iloc[:64]
+    warm = X.iloc[:WARMUP_PAIRS]
     tr = models["auto"]
     n_cpu = os.cpu_count() or 1
     out["threads"] = []
@@ -327,8 +327,8 @@ def plumbing(models, X, args):
             tr.predict(warm)
             row["TR auto"] = timed(tr.predict, X)[1]["pairs_per_second"]
             if "peer" in models:
-                PeerPredict(models["peer"], 32)(warm)
-                row["peer (batch 32)"] = timed(PeerPredict(models["peer"], 32), X)[1]["pairs_per_second"]
+                PeerPredict(models["peer"], PEER_BATCH_SIZE)(warm)
+                row[f"peer (batch {PEER_BATCH_SIZE})"] = timed(PeerPredict(models["peer"], PEER_BATCH_SIZE), X)[1]["pairs_per_second"]
         out["threads"].append(row)
         log(f"[plumbing] {n} thread(s): " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "threads"))
     out["batch_tokens"] = []
@@ -357,9 +357,9 @@ def prediction_table(models, X, y, args, peer_bs):
     """Every predictor on the test set: accuracy, timings, significance."""
     predictors, labels = {}, {}
     if "peer" in models:
-        predictors["peer"] = PeerPredict(models["peer"], 32)
-        labels["peer"] = "CrossEncoder.predict (batch_size=32, its default)"
-        if peer_bs != 32:
+        predictors["peer"] = PeerPredict(models["peer"], PEER_BATCH_SIZE)
+        labels["peer"] = f"CrossEncoder.predict (batch_size={PEER_BATCH_SIZE}, its default)"
+        if peer_bs != PEER_BATCH_SIZE:
             predictors[f"peer bs={peer_bs}"] = PeerPredict(models["peer"], peer_bs)
             labels[f"peer bs={peer_bs}"] = f"CrossEncoder.predict (batch_size={peer_bs}, fastest of the sweep)"
         if not args.no_peer_bf16:
@@ -378,18 +378,19 @@ def prediction_table(models, X, y, args, peer_bs):
         labels[f"TR {name}"] = f"TransformerRanker(precision={est.precision!r}" + (
             ", freeze_embeddings=True" if est.freeze_embeddings else "") + ")"
     # copy.copy shares model_ but the int8 copy is cached per object: each set_params copy builds its own.
-    scores, timing = timing_rounds(predictors, X, args.rounds, X.iloc[:64])
+    scores, timing = timing_rounds(predictors, X, args.rounds, X.iloc[:WARMUP_PAIRS])
     per_q = {k: per_question(y, s, X) for k, s in scores.items()}
+    vs_peer = compare(per_q, "peer") if "peer" in per_q else {}
     rows = []
     for name in predictors:
-        row = {"name": name, "label": labels[name], **evaluate(y, scores[name], X), **timing[name]}
+        row = {"name": name, "label": labels[name], **evaluate(y, scores[name], X, metrics=METRICS), **timing[name]}
         if "peer" in per_q and name != "peer":
-            row["p_map_vs_peer"] = paired_significance(per_q[name], per_q["peer"])
+            row["p_map_vs_peer"] = vs_peer[name]["p"]
         ref = {"TR auto": "TR auto-fit @ fp32", "TR auto-fit @ int8": "TR auto-fit @ fp32", "TR bf16": "TR fp32",
                "TR auto, freeze_embeddings": "TR auto"}.get(name)
         if ref is not None and ref in per_q:
             row["ref"] = ref
-            row["p_map_vs_ref"] = paired_significance(per_q[name], per_q[ref])
+            row["p_map_vs_ref"] = compare({name: per_q[name], ref: per_q[ref]}, ref)[name]["p"]
         rows.append(row)
         log(f"[predict] {name}: MAP {row['map']:.4f} MRR {row['mrr']:.4f} P@1 {row['p@1']:.4f}, "
             f"{row['median_pairs_per_second']:.1f} pairs/s")
@@ -403,8 +404,8 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
     ct = fitted(CascadeTransformer(**cb), X_train, y_train, fit_log)
     predictors = {}
     if "peer" in models:
-        predictors["peer"] = PeerPredict(models["peer"], 32)
-        if peer_bs != 32:
+        predictors["peer"] = PeerPredict(models["peer"], PEER_BATCH_SIZE)
+        if peer_bs != PEER_BATCH_SIZE:
             predictors[f"peer bs={peer_bs}"] = PeerPredict(models["peer"], peer_bs)
     predictors["TR auto"] = models["auto"].predict
     ct0 = copy.copy(ct).set_params(alpha=0.0)
@@ -420,22 +421,19 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
 
     predictors["CT α=0"] = run(ct0, "CT α=0")
     predictors["CT α=0.3"] = run(ct3, "CT α=0.3")
-    scores, timing = timing_rounds(predictors, X3, args.cascade_rounds, X3.iloc[:200])
-    per_q = {k: {m: per_question(y3, s, X3, m) for m in ("map", "p@1")} for k, s in scores.items()}
+    scores, timing = timing_rounds(predictors, X3, args.cascade_rounds, X3.iloc[:CASCADE_WARMUP])
+    p_at_1 = {k: per_question(y3, scores[k], X3, "p@1") for k in ("CT α=0", "CT α=0.3")}
     rows = []
     for name in predictors:
-        row = {"name": name, **evaluate(y3, scores[name], X3), **timing[name]}
+        row = {"name": name, **evaluate(y3, scores[name], X3, metrics=METRICS), **timing[name]}
         if name.startswith("CT"):
             row["relative_cost"] = reports[name]["relative_cost"]
         if name == "CT α=0.3":
-            row["p_p@1_vs_ct0"] = paired_significance(per_q[name]["p@1"], per_q["CT α=0"]["p@1"])
+            row["p_p@1_vs_ct0"] = compare(p_at_1, "CT α=0")[name]["p"]
         rows.append(row)
         log(f"[cascade] {name}: MAP {row['map']:.4f} P@1 {row['p@1']:.4f}, {row['median_pairs_per_second']:.1f} pairs/s")
-    return {"rows": rows, "budget": cb, "fit": fit_log, "n_questions": int(X3["qid"].nunique()), "n_rows": len(X3)}
-
-
-def pct(v) -> str:
-    return f"{100 * v:.2f}"
+    return {"rows": rows, "budget": cb, "fit": fit_log, "n_questions": int(X3["qid"].nunique()), "n_rows": len(X3),
+            "exits": list(ct.exits_), "alpha": ct3.alpha, "candidates": CANDIDATES, "warmup_pairs": CASCADE_WARMUP}
 
 
 def acceptance(res) -> list:
@@ -533,187 +531,6 @@ def plot(res, path):
     plt.close(fig)
 
 
-def markdown(res) -> str:
-
-    def pval(p):
-        return "–" if p is None else (f"{p:.3f}" + ("*" if p < 0.05 else ""))
-
-    b = res["budget"]
-    lines = [
-        "# Speed: as2rank transformer rankers vs sentence-transformers' CrossEncoder (WikiQA)",
-        "",
-    ]
-    if res.get("quick"):
-        lines += [f"> **QUICK RUN** ({res['quick']}): a check that the script runs end to end, on a shared and "
-                  "busy machine. The numbers below are noisy and on tiny subsets; they are not the benchmark.", ""]
-    lines += [
-        f"Measured {res['date']} on **{res['machine']}**; torch {res['torch']} with **{res['torch_threads']} "
-        f"intra-op thread(s)** (`torch.get_num_threads()`; `OMP_NUM_THREADS`={res['omp_num_threads']!s}), "
-        f"sentence-transformers {res['sentence_transformers']}, transformers {res['transformers']}. "
-        f"Native bfloat16 (oneDNN): {res['cpu_bf16']}; int8 kernels: {res['int8']} (CPU capability "
-        f"{res['cpu_capability']}); int8 engine: {res.get('int8_engine', INT8_ENGINE_BEFORE)}. Load average at start {res['load_average_start']}, at end "
-        f"{res['load_average_end']}. One process, {res['wall_seconds'] / 60:.1f} min."
-        + (f" {res['note']}" if res.get("note") else ""),
-        "",
-        f"Command: `{res['command']}`.",
-        "",
-        "## What each side did",
-        "",
-        f"- **Data**: training on {res['n_train_rows']:,} pairs ({res['n_train_questions']} answered questions of "
-        "WikiQA-train minus the 10% dev split, `_common.wikiqa_splits()['train']`); prediction on "
-        f"{res['n_test_rows']:,} WikiQA-test pairs ({res['n_test_questions']} questions, all of them, tokenisation "
-        f"included); MAP/MRR/P@1 under the clean protocol (questions without a correct answer skipped: "
-        f"{res['n_test_evaluated']} questions evaluated).",
-        f"- **Budget, both sides**: {b['epochs']} epoch(s), batch {b['batch_size']}, learning rate {b['learning_rate']:g} "
-        "(peak; linear warm-up over 10% of the steps, then linear decay to 0), weight decay 0.01, gradient clipping "
-        f"1.0, max_length {b['max_length']}, seed {b['random_state']}.",
-        "- **Peer**: `CrossEncoder(<packaged all-MiniLM-L6-v2>, num_labels=1, max_length=128)` "
-        "(BertForSequenceClassification: the checkpoint's pooler and a new linear layer), `CrossEncoderTrainer` with "
-        f"`BinaryCrossEntropyLoss`, optimizer `{res['fits'].get('peer', {}).get('optimizer', '?')}` (its default), "
-        f"on `{res.get('device', 'cpu')}` like as2rank (`use_cpu=True` on the CPU), no evaluation, no checkpoints, "
-        "no logging. Training time: `trainer.train()` (it tokenises "
-        "each batch in its collator). Prediction: `CrossEncoder.predict(pairs, batch_size=...)`, which sorts by "
-        "length and tokenises per batch.",
-        "- **as2rank**: `TransformerRanker(epochs, batch_size=32, learning_rate, max_length=128, random_state=0, "
-        "precision=...)`, other parameters at their defaults (mean pooling, head learning rate ×10, length-bucketed "
-        "batches, fused AdamW, prediction batches sorted by length of `batch_tokens='auto'` padded tokens: 2048 on "
-        "the CPU). "
-        "Training time: the whole `fit` call (loading the weights, tokenising every pair, the loop); the loop alone "
-        "is in the fits table.",
-    ]
-    fits = res["fits"]
-    lines += [
-        "",
-        "## Training",
-        "",
-        "Full fits (one each; figures of this run):",
-        "",
-        "| row | fit time | training pairs/s | loop pairs/s | final epoch loss | load after |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for name, f in fits.items():
-        if f.get("same_as"):
-            lines.append(f"| {name} | = the '{f['same_as']}' fit (same dtype on this machine) | | | | |")
-            continue
-        loop = f"{f['loop_pairs_per_second']:.1f}" if f.get("loop_pairs_per_second") else "–"
-        loss = f"{f['final_epoch_loss']:.4f}" if f.get("final_epoch_loss") is not None else "–"
-        lines.append(f"| {f['label']} | {f['seconds']:.0f} s | {f['pairs_per_second']:.1f} | {loop} | {loss} | "
-                     f"{[round(v, 2) for v in f['load_after']]} |")
-    st = res["train_steps"]
-    peer_ref = st["rows"].get("peer fp32", {}).get("median_pairs_per_second")
-    lines += [
-        "",
-        f"Fixed-step rounds: every configuration trains {st['steps']} optimizer steps on the same {st['n_pairs']} "
-        f"random training pairs (1 epoch), interleaved, {res['args']['train_rounds']} round(s); median pairs/s. "
-        "`peer bf16=True` is `CrossEncoderTrainingArguments(bf16=True)` (bfloat16 autocast). as2rank's time is the "
-        "whole `fit` (with loading the weights: a visible share of a few steps), the peer's `trainer.train()` "
-        "(without loading its weights); the loop column is as2rank's training loop alone.",
-        "",
-        "| configuration | pairs/s (median) | vs peer fp32 | runs | loop pairs/s (runs) |",
-        "| --- | ---: | ---: | --- | --- |",
-    ]
-    for name, r in st["rows"].items():
-        vs = f"{r['median_pairs_per_second'] / peer_ref:.2f}×" if peer_ref else "–"
-        loops = [t.get("loop_pairs_per_second") for t in r["runs"]]
-        lines.append(f"| {name} | {r['median_pairs_per_second']:.1f} | {vs} | "
-                     + ", ".join(f"{t['pairs_per_second']:.1f}" for t in r["runs"]) + " | "
-                     + (", ".join(f"{v:.1f}" for v in loops) if all(v is not None for v in loops) else "–") + " |")
-    lines += [
-        "",
-        "## Prediction and accuracy on WikiQA test",
-        "",
-        f"{res['args']['rounds']} interleaved round(s) over all {res['n_test_rows']:,} pairs, median pairs/s; a warm-up "
-        "call on 64 pairs before (for int8 it builds the quantized copy, done once per fitted model). "
-        "p vs peer: paired randomisation test (9,999 sign flips) of per-question AP against the peer's row; "
-        "ref / p vs ref: the same test against a reference row (the same weights predicted in fp32 for a lower "
-        "precision; the fp32 fit for the bf16 fit; the fit with trained embeddings for the frozen ones); "
-        "* = p < 0.05.",
-        "",
-        "| row | what | MAP | MRR | P@1 | pairs/s | vs peer (bs 32) | p vs peer | ref | p vs ref | warm-up |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
-    ]
-    peer_pps = next((r["median_pairs_per_second"] for r in res["prediction"] if r["name"] == "peer"), None)
-    for r in res["prediction"]:
-        vs = f"{r['median_pairs_per_second'] / peer_pps:.2f}×" if peer_pps else "–"
-        lines.append(f"| {r['name']} | {r['label']} | {pct(r['map'])} | {pct(r['mrr'])} | {pct(r['p@1'])} | "
-                     f"{r['median_pairs_per_second']:.1f} | {vs} | {pval(r.get('p_map_vs_peer'))} | "
-                     f"{r.get('ref') or '–'} | {pval(r.get('p_map_vs_ref'))} | {r['warmup_seconds']:.1f} s |")
-    lines += ["", f"![pairs/s per row]({tagged('speed.png')})", ""]
-    pl = res["plumbing"]
-    lines += [
-        f"## Plumbing checks ({pl['n_rows']} test pairs, one call each)",
-        "",
-        "Torch threads (`torch.set_num_threads`): prediction pairs/s",
-        "",
-        "| threads | " + " | ".join(k for k in pl["threads"][0] if k != "threads") + " |",
-        "| ---: | " + " | ".join("---:" for k in pl["threads"][0] if k != "threads") + " |",
-    ]
-    for row in pl["threads"]:
-        lines.append(f"| {row['threads']} | " + " | ".join(f"{v:.1f}" for k, v in row.items() if k != "threads") + " |")
-    lines += ["", "`batch_tokens` of `TransformerRanker` (default 'auto': 2048 on the CPU, 16384 elsewhere), "
-              "precision 'auto':", "",
-              "| batch_tokens | pairs/s |", "| ---: | ---: |"]
-    for row in pl["batch_tokens"]:
-        lines.append(f"| {row['batch_tokens']} | {row['pairs_per_second']:.1f} |")
-    if pl.get("peer_batch_size"):
-        lines += ["", "`CrossEncoder.predict(batch_size=...)` (default 32); the fastest is used for the peer's "
-                  "second row above:", "", "| batch_size | pairs/s |", "| ---: | ---: |"]
-        for row in pl["peer_batch_size"]:
-            lines.append(f"| {row['batch_size']} | {row['pairs_per_second']:.1f} |")
-    cas = res.get("cascade")
-    if cas:
-        cb = cas["budget"]
-        lines += [
-            "",
-            f"## CascadeTransformer on ~100 candidates per question ({cas['n_questions']} questions, {cas['n_rows']:,} pairs)",
-            "",
-            "The answered WikiQA-test questions expanded with BM25 negatives from all WikiQA sentences "
-            "(`expand_candidates(k=100)`, as Table 3 of `benchmarks/cascade.py`). `CascadeTransformer` (exits 2-6, "
-            f"precision 'auto') trained with {cb['epochs']} epoch(s), batch {cb['batch_size']}, learning rate "
-            f"{cb['learning_rate']:g}; α=0.3 drops 30% of each question's survivors at every exit but the last. "
-            f"{res['args']['cascade_rounds']} round(s), median pairs/s. p: paired randomisation test of per-question P@1 "
-            "vs α=0.",
-            "",
-            "| row | MAP | P@1 | relative cost | pairs/s | vs peer (bs 32) | p P@1 vs α=0 |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        peer3 = next((r["median_pairs_per_second"] for r in cas["rows"] if r["name"] == "peer"), None)
-        for r in cas["rows"]:
-            vs = f"{r['median_pairs_per_second'] / peer3:.2f}×" if peer3 else "–"
-            cost = f"{r['relative_cost']:.3f}" if r.get("relative_cost") is not None else "–"
-            lines.append(f"| {r['name']} | {pct(r['map'])} | {pct(r['p@1'])} | {cost} | "
-                         f"{r['median_pairs_per_second']:.1f} | {vs} | {pval(r.get('p_p@1_vs_ct0'))} |")
-    lines += acceptance_section(res["acceptance"], "Acceptance checks (issue 8), as measured")
-    lines.append("| tests on tiny random models (batch order/size, input order, pickles without the instructions, "
-                 "fp32 reproducibility) | `tests/test_precision.py`, not this script | see the test suite |")
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]] + [""]
-    return "\n".join(lines)
-
-
-NOTES = [
-    "Thread setting: every as2rank transformer estimator computes in torch's intra-op thread pool; torch starts "
-    "it with one thread per physical core. Set it with `torch.set_num_threads(n)` in the process (or "
-    "`OMP_NUM_THREADS=n` before starting Python); `--threads` of this script does the former. The peer uses the "
-    "same pool. Tokenisation (Hugging Face fast tokenizers) runs apart from it.",
-    "The peer's ONNX backends (`CrossEncoder(..., backend='onnx')`, fp32 and int8) cannot share this process "
-    "(their exporter pins another transformers): `benchmarks/cpu_inference.py` measures them in a virtual "
-    "environment of their own on the same pairs (`docs/benchmarks/cpu_inference.md`).",
-    "The peer and `TransformerRanker` are not the same network: the peer scores the pretrained pooler output "
-    "(first token, dense + tanh) with one new linear layer, all at one learning rate; `TransformerRanker` reads "
-    "the mean of the token encodings (the pooling all-MiniLM-L6-v2 was trained with) through a new 2-layer head "
-    "at 10× the learning rate. The MAP comparison is between the two libraries' defaults, same data and budget.",
-    "Training pairs/s of the full fits and of the fixed-step rounds are both from this run; a full fit also pays "
-    "for the learning-rate warm-up and for loading and tokenising (as2rank) or building the trainer's dataloader "
-    "(peer). Fixed-step rounds use a random subset: length buckets are then smaller than in a full fit.",
-    "The cascade groups whole questions (its drops are per question) and, since this benchmark's first runs, runs "
-    "its layers on length-sorted chunks of `batch_tokens` padded tokens cut from each group; before, each group "
-    "was one batch padded to its longest candidate, which on this ~100-candidate set cost 2.1x the real tokens "
-    "(and made the cascade at α=0 slower per pair than `TransformerRanker`, `docs/benchmarks/cascade.md`).",
-    "One seed per model (`random_state=0`, `seed=0`); a MAP difference of a point on 243 questions is usually "
-    "within seed noise: read the p-values.",
-]
-
-
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -738,15 +555,14 @@ def main(argv=None):
     parser.add_argument("--no-peer", action="store_true", help="leave the peer out (as2rank rows only)")
     parser.add_argument("--no-peer-bf16", action="store_true", help="leave out the peer's bf16 rows")
     parser.add_argument("--no-cascade", action="store_true", help="leave out the cascade section")
-    parser.add_argument("--render", action="store_true", help="only re-write the Markdown page and plot from the JSON")
+    parser.add_argument("--render", action="store_true",
+                        help="only recompute the acceptance checks, re-draw the plot and re-render the page from the JSON")
     args = parser.parse_args(argv)
     if args.render:
         res = json.loads((RESULTS / tagged("speed.json")).read_text())
-        res["acceptance"], res["notes"] = acceptance(res), NOTES
-        (RESULTS / tagged("speed.json")).write_text(json.dumps(res, indent=2))
+        res["acceptance"] = acceptance(res)
         plot(res, DOCS / tagged("speed.png"))
-        (DOCS / tagged("speed.md")).write_text(markdown(res))
-        log(f"re-rendered {DOCS / tagged('speed.md')}")
+        publish(res, "speed")
         return
     quick = {"epochs": 1, "train_steps": 2, "train_rounds": 1, "rounds": 1, "train_questions": 20,
              "test_questions": 30, "cascade_questions": 5, "plumbing_questions": 12}
@@ -765,21 +581,21 @@ def main(argv=None):
     transformers.logging.set_verbosity_error()
     t_start = time.perf_counter()
     res = {
-        "command": ("python benchmarks/speed.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
+        **run_header("speed.py", argv),
         "device": str(DEVICE),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        **({"note": NOTE} if NOTE else {}),
         "cpu_bf16": cpu_bf16_supported(),
         "int8": int8_supported(),
         "int8_engine": "ONNX Runtime" if onnx_available() else "torch's dynamic quantization",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "sentence_transformers": sentence_transformers.__version__,
         "transformers": transformers.__version__,
-        "load_average_start": load_average(),
+        # What the page says of the method: the warm-up call, the randomisation test, as2rank's defaults.
+        "warmup_pairs": WARMUP_PAIRS,
+        "n_resamples": inspect.signature(paired_significance).parameters["n_resamples"].default,
+        "head_lr_multiplier": TransformerRanker().head_lr_multiplier,
+        "auto_batch_tokens": AUTO_BATCH_TOKENS,
+        "peer_batch_size": PEER_BATCH_SIZE,
         "args": vars(args),
         "quick": (f"{args.epochs} epoch(s) on {args.train_questions} training questions, {args.test_questions} test "
                   f"questions, {args.cascade_questions} expanded test questions, fixed-step rounds of "
@@ -801,26 +617,23 @@ def main(argv=None):
     res["train_steps"] = step_rounds(X_train, y_train, b, args)
     sub, _ = subset_questions(X_test, y_test, min(args.plumbing_questions, res["n_test_questions"]), seed=2)
     res["plumbing"] = plumbing(models, sub, args)
-    peer_bs = res["plumbing"].get("peer_best_batch_size", 32)
+    peer_bs = res["plumbing"].get("peer_best_batch_size", PEER_BATCH_SIZE)
     res["prediction"] = prediction_table(models, X_test, y_test, args, peer_bs)
     if not args.no_cascade:
         X3, y3 = keep_answered(*splits["test"])
         X3, y3 = subset_questions(X3, y3, args.cascade_questions, seed=0)
         log(f"[cascade] expanding {X3['qid'].nunique()} test questions to ~100 candidates")
-        X3, y3 = expand_candidates(X3, y3, splits["pool"], k=100)
+        X3, y3 = expand_candidates(X3, y3, splits["pool"], k=CANDIDATES)
         res["cascade"] = cascade_table(splits, b, args, models, X3.reset_index(drop=True), y3, peer_bs)
     res["acceptance"] = acceptance(res)
     log_checks(res["acceptance"])
-    res["notes"] = NOTES
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
     res = json.loads(json.dumps(jsonable(res), default=str))
-    RESULTS.mkdir(parents=True, exist_ok=True)
     DOCS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / tagged("speed.json")).write_text(json.dumps(res, indent=2))
     plot(res, DOCS / tagged("speed.png"))
-    (DOCS / tagged("speed.md")).write_text(markdown(res))
-    log(f"wrote {RESULTS / tagged('speed.json')}, {DOCS / tagged('speed.md')} ({res['wall_seconds'] / 60:.1f} min)")
+    page = publish(res, "speed")
+    log(f"wrote {page} ({res['wall_seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":

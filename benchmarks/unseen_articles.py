@@ -7,7 +7,8 @@ The bundled sample holds four Wikipedia articles; the suite's split is by paragr
 questions share articles. Here the test articles are unseen, as on a user's own documents. The leaderboard
 (``as2rank.suite.run_suite``: paired randomisation tests against the best row and against WO+RR) covers the
 baselines and the transformer rankers with their library defaults, and the pure transformer
-(``lexical_prior=False``) beside them. Writes ``docs/benchmarks/unseen_articles.md``.
+(``lexical_prior=False``) beside them. Writes ``benchmarks/results/unseen_articles.json`` and
+``docs/benchmarks/unseen_articles.md`` (from ``benchmarks/pages/unseen_articles.md.j2``).
 """
 
 from __future__ import annotations
@@ -15,17 +16,30 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import DOCS, log, run_header
+import pandas as pd
+from _common import log, publish, run_header
 
-from as2rank.suite import ENTRIES, SuiteEntry, format_leaderboard, run_suite
+from as2rank.suite import ENTRIES, SuiteEntry, run_suite
 
 ROWS = ("WO+RR", "WO", "Lexical+LR", "Cosinet+BiRNN", "Transformer", "Cascade a=0")
+#: The row every other is compared with (``*`` on the page), and the significance level of both comparisons.
+BASELINE = "WO+RR"
+ALPHA = 0.05
 
 
 def pure_transformer(seed):
     from as2rank import TransformerRanker
 
     return TransformerRanker(lexical_prior=False, random_state=seed)
+
+
+def leaderboard(board: pd.DataFrame) -> list:
+    """The rows of :func:`run_suite`'s leaderboard as dicts (missing values as None; the count of scored
+    questions as an int), with ``differs_from_baseline``: the MAP differs from :data:`BASELINE`'s with
+    p < :data:`ALPHA`."""
+    rows = [{k: None if pd.isna(v) else v for k, v in r.items()} for r in board.to_dict("records")]
+    return [{**r, "n_questions": None if r.get("n_questions") is None else int(r["n_questions"]),
+             "differs_from_baseline": r.get("p_value") is not None and bool(r["p_value"] < ALPHA)} for r in rows]
 
 
 def main(argv=None):
@@ -48,32 +62,22 @@ def main(argv=None):
     entries = [e for e in ENTRIES if e.name in ROWS]
     entries.append(SuiteEntry("Transformer, lexical_prior=False", pure_transformer, description="the pure cross-encoder"))
     start = time.perf_counter()
-    board = run_suite(entries, X[train], y[train], X[~train], y[~train], random_state=args.seed, progress=False)
-    table = format_leaderboard(board)
-    log(f"done in {time.perf_counter() - start:.0f}s")
-    print(table)
-    n_train = X[train]["qid"].nunique()
-    tests = ", ".join(sorted(X[~train]["title"].unique()))
-    lines = [
-        "# The defaults on unseen articles",
-        "",
-        f"Trained on the {n_train} questions of the article *{args.train_article}* of the bundled SQuAD 2.0 sample, "
-        f"tested on the questions of the other three ({tests}): no test question's article was seen in training. "
-        "Every model at its library defaults (`random_state="
-        f"{args.seed}`), and the transformer without its lexical prior.",
-        "",
-        table,
-        "",
-        "## Provenance",
-        "",
-        f"- `{header['command']}`: {header['date']} on {header['machine']}; torch {header['torch']} with "
-        f"{header['torch_threads']} CPU threads; load at start {header['load_average_start']}; "
-        f"{time.perf_counter() - start:.0f} s in all.",
-        "",
-    ]
-    DOCS.mkdir(parents=True, exist_ok=True)
-    (DOCS / "unseen_articles.md").write_text("\n".join(lines))
-    log(f"wrote {DOCS / 'unseen_articles.md'}")
+    board = run_suite(entries, X[train], y[train], X[~train], y[~train], random_state=args.seed, baseline=BASELINE,
+                      progress=False, alpha=ALPHA)
+    seconds = time.perf_counter() - start
+    log(f"done in {seconds:.0f}s")
+    res = {
+        **header,
+        "train_article": args.train_article,
+        "seed": args.seed,
+        "n_train_questions": X[train]["qid"].nunique(),
+        "test_articles": sorted(X[~train]["title"].unique()),
+        "baseline": BASELINE,
+        "alpha": ALPHA,
+        "board": leaderboard(board),
+        "seconds": seconds,
+    }
+    print(publish(res, "unseen_articles").read_text())
 
 
 if __name__ == "__main__":
