@@ -359,8 +359,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         device = resolve_device(self.device)
         with torch_threads(self.n_threads):
             encoded, table = self._scoring_inputs(X, index, device)
-            return self._group_scores(self.module_.to(device), encoded, table, np.arange(index.n_groups), index.n_rows,
-                                      device)
+            return _group_scores(self.module_.to(device), encoded, table, np.arange(index.n_groups), index.n_rows,
+                                 device, int(self.batch_size))
 
     # ------------------------------------------------------------------ helpers
 
@@ -377,7 +377,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
     def _scoring_inputs(self, X, index, device):
         """``X`` encoded with the fitted vocabulary and the word-vector table on ``device`` (the vectors of words
-        not seen in ``fit`` appended), ready for :meth:`_group_scores`."""
+        not seen in ``fit`` appended), ready for :func:`_group_scores`."""
         from .neural import resolve_precision
 
         encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_)
@@ -387,22 +387,6 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         table = _table(table)
         encoded.relate(table, device)
         return encoded, table.to(device, resolve_precision(self.precision, device))
-
-    def _group_scores(self, module, encoded, table, groups, n_rows, device):
-        """Scores of the rows of the questions ``groups`` (codes of ``encoded``'s index), NaN elsewhere: each
-        question's candidates scored together, in their original order."""
-        import torch
-
-        from .neural import question_batches, to_device
-        from .neural.predict import predict_batches
-
-        def run(groups_):
-            batch = encoded.batch(groups_)
-            return batch["rows"].numpy(), module(to_device(batch, device), table)
-
-        # The convolution's dtype is the table's; everything else runs in float32 (no autocast).
-        return predict_batches(question_batches(groups, max(int(self.batch_size), 64)), run, n_rows, device=device,
-                               dtype=torch.float32, progress=lambda b, n, d: b)
 
     def _add_words(self, words, source, extend):
         """Set ``vocabulary_``, ``word_vectors_`` and ``oov_rate_`` to ``words``, or append ``words`` to them.
@@ -474,14 +458,14 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             dev_y, dev_index = y[dev_rows], index.take(dev_rows)
 
             def evaluate(module):
-                scores = self._group_scores(module, encoded, table, dev_groups, index.n_rows, device)
+                scores = _group_scores(module, encoded, table, dev_groups, index.n_rows, device, batch_size)
                 return mean_average_precision(dev_y, scores[dev_rows], dev_index)
         elif state is None and dev is not None:
             dev_encoded, dev_table = self._scoring_inputs(dev[0], dev[2], device)
 
             def evaluate(module):
-                scores = self._group_scores(module, dev_encoded, dev_table, np.arange(dev[2].n_groups), dev[2].n_rows,
-                                            device)
+                scores = _group_scores(module, dev_encoded, dev_table, np.arange(dev[2].n_groups), dev[2].n_rows,
+                                       device, batch_size)
                 return mean_average_precision(dev[1], scores, dev[2])
         steps_per_epoch = -(-len(train_groups) // batch_size)
 
@@ -584,3 +568,19 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         tags.non_deterministic = self.random_state is None
         return tags
 
+
+def _group_scores(module, encoded, table, groups, n_rows, device, batch_size: int):
+    """Scores of the rows of the questions ``groups`` (codes of ``encoded``'s index), NaN elsewhere: each
+    question's candidates scored together, in their original order, in batches of at least 64 questions."""
+    import torch
+
+    from .neural import question_batches, to_device
+    from .neural.predict import predict_batches
+
+    def run(groups_):
+        batch = encoded.batch(groups_)
+        return batch["rows"].numpy(), module(to_device(batch, device), table)
+
+    # The convolution's dtype is the table's; everything else runs in float32 (no autocast).
+    return predict_batches(question_batches(groups, max(batch_size, 64)), run, n_rows, device=device,
+                           dtype=torch.float32, progress=lambda b, n, d: b)

@@ -7,6 +7,7 @@ Importing this package imports torch; ``import as2rank`` does not, so the lexica
 from .devices import (
     PRECISIONS,
     autocast,
+    autocast_dtype,
     call_seed,
     cpu_bf16_supported,
     int8_supported,
@@ -36,6 +37,7 @@ __all__ = [
     "TrainingHistory",
     "TrainingState",
     "autocast",
+    "autocast_dtype",
     "call_seed",
     "cpu_bf16_supported",
     "int8_supported",
