@@ -218,17 +218,10 @@ def wikiqa_splits():
     }
 
 
-def acceptance_section(checks, title="Acceptance checks (as measured)") -> list:
-    """A page's acceptance table: one row per check (``check``, ``measured``, ``pass``) under ``## title``."""
-    return ["", f"## {title}", "", "| check | measured | result |", "| --- | --- | --- |"] + [
-        f"| {c['check']} | {c['measured']} | {'PASS' if c['pass'] else 'FAIL'} |" for c in checks]
-
-
 def log_checks(checks) -> None:
     """Print each acceptance check's verdict as the run ends."""
     for c in checks:
         log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
-
 
 
 # ----------------------------------------------------------------------------------------------- pages
