@@ -110,3 +110,32 @@ def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
     assert all(isinstance(g, onnx_runtime.OnnxModule) and g.quantize for g in graphs.segments)
     np.testing.assert_array_equal(cascade.cost_report_["rows_per_layer"], rows32)  # the same drops' sizes
     np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
+
+
+@needs_onnx
+def test_sessions_run_without_the_fused_skip_layer_norm(fitted, tmp_path, monkeypatch):
+    # The graph a session runs (ONNX Runtime writes it where optimized_model_filepath says) keeps the residual
+    # Add and its LayerNormalization apart; by default ONNX Runtime would fuse them.
+    import onnx
+    import onnxruntime as ort
+
+    ranker, X, encoded = fitted
+    written = []
+
+    class Options(ort.SessionOptions):
+        def __init__(self):
+            super().__init__()
+            self.optimized_model_filepath = str(tmp_path / f"run{len(written)}.onnx")
+            written.append(self.optimized_model_filepath)
+
+    monkeypatch.setattr(ort, "SessionOptions", Options)
+    onnx_runtime.OnnxModule(ranker.model_.eval(), batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+    ours = written[-1]
+    ort.InferenceSession(ours, ort.SessionOptions(), providers=["CPUExecutionProvider"])  # ONNX Runtime's default
+    default = written[-1]
+
+    def ops(path):
+        return {node.op_type for node in onnx.load(path).graph.node}
+
+    assert "SkipLayerNormalization" not in ops(ours) and "LayerNormalization" in ops(ours)
+    assert "SkipLayerNormalization" in ops(default)

@@ -29,6 +29,10 @@ _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
 #: Largest difference between the exported float32 graph's logits and the torch module's that the check
 #: accepts (float32 sums in another order differ by ~1e-6).
 _EXPORT_TOLERANCE = 1e-3
+#: Graph rewrites that ONNX Runtime's sessions skip here: its fused SkipLayerNormalization kernel (the residual
+#: Add and the LayerNormalization after it, as one node) runs slower on CPUs than the two nodes it replaces,
+#: which use every intra-op thread (``docs/benchmarks/cpu_inference.md``). Same arithmetic either way.
+DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 
 
 def onnx_available() -> bool:
@@ -103,7 +107,8 @@ class OnnxModule:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=list(DISABLED_FUSIONS))
 
     def _check(self, module, session, example) -> None:
         """Compare the float32 graph with the module on a batch of another shape than the traced one."""
