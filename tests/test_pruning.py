@@ -104,6 +104,47 @@ def test_torch_free_with_torch_blocked():
     assert out.stdout.strip() == "[] []"
 
 
+def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
+    """Where torch is installed, a lexical SequentialRanker's fit and predict leave it out of ``sys.modules``
+    but for one importer outside as2rank: spaCy's thinc, which imports torch when it can (``thinc.compat``)
+    as soon as the tokenizer loads spaCy."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent(
+        """
+        import importlib.abc
+        import sys
+
+        importers = []  # the modules whose import statement first loaded torch
+
+
+        class WatchTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" and "torch" not in sys.modules:
+                    frame = sys._getframe(1)
+                    while frame.f_code.co_filename.startswith("<frozen importlib"):
+                        frame = frame.f_back
+                    importers.append(frame.f_globals.get("__name__"))
+                return None
+
+
+        sys.meta_path.insert(0, WatchTorch())
+        import numpy as np
+        import pandas as pd
+        from as2rank import SequentialRanker
+        from as2rank.baselines import OverlapRankRanker, WordOverlapRanker
+
+        X = pd.DataFrame({"qid": [0, 0, 1, 1], "question": ["who wrote hamlet"] * 2 + ["where is paris"] * 2,
+                          "candidate": ["shakespeare wrote hamlet", "a b", "paris is in france", "rome"]})
+        y = np.array([1, 0, 1, 0])
+        SequentialRanker([WordOverlapRanker(), OverlapRankRanker()]).fit(X, y).predict(X)
+        print(importers)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("[]", "['thinc.compat']"), out.stdout
+
+
 def test_old_import_paths():
     import as2rank.cascade as cascade
     import as2rank.pruning as pruning
