@@ -225,6 +225,19 @@ def log_checks(checks) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- pages
+def save_figure(fig, path, *, dpi: int = 120, legend_axes=None) -> None:
+    """Write a page's figure: the legend of ``legend_axes`` (if given) in its lower right corner, a light grid on
+    it, the layout tightened; the figure is closed afterwards."""
+    import matplotlib.pyplot as plt
+
+    if legend_axes is not None:
+        legend_axes.legend(fontsize=7, loc="lower right")
+        legend_axes.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def pct(value, digits: int = 2) -> str:
     """A fraction as a percentage with ``digits`` decimals; ``–`` for a missing value."""
     if value is None or value != value:

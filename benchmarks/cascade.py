@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, fitted, load_average, log, log_checks, publish, run_header, tagged, wikiqa_splits
+from _common import DOCS, fitted, load_average, log, log_checks, publish, run_header, save_figure, tagged, wikiqa_splits
 
 from as2rank.cascade import EXIT_GAP, CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
@@ -419,11 +419,7 @@ def plot_figure2(fig2, path):
     ax.set_ylabel("P@1 (%)")
     ax.set_title(f"Cascade α grid on the WikiQA dev split, ~100 candidates/question ({fig2['n_questions']} questions)",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, legend_axes=ax)
 
 
 # ----------------------------------------------------------------------------------------------- checks

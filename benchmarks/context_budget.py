@@ -26,7 +26,7 @@ import time
 import context
 import numpy as np
 import torch
-from _common import DOCS, RESULTS, fitted, log, publish, render_page, run_header, tagged
+from _common import DOCS, RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
 from context import METRICS, NEAR_BASE_RATE, answer_in_context, base_rate_loss, load_data, make, with_context, wrong_picks
 
 from as2rank.evaluation import evaluate
@@ -101,11 +101,7 @@ def plot(res, path):
     ax.set_ylabel("dev MAP (%)")
     ax.set_title(f"{res['data_title']}, {res['n_train_pairs']} training pairs, batch {res['batch_size']} (seed {res['seed']})",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, legend_axes=ax)
 
 
 def main(argv=None):

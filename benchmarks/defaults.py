@@ -33,7 +33,7 @@ import os
 import time
 
 import numpy as np
-from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, publish, run_header, tagged, training_params
+from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, publish, run_header, save_figure, tagged, training_params
 
 from as2rank.evaluation import compare, evaluate, per_question
 
@@ -416,9 +416,7 @@ def plot(res, path):
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test MAP (%)")
     axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def render(res, estimator):

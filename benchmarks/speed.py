@@ -67,7 +67,7 @@ import warnings
 
 import numpy as np
 import torch
-from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, pct, publish, run_header, tagged, wikiqa_splits
+from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, pct, publish, run_header, save_figure, tagged, wikiqa_splits
 
 from as2rank.cascade import CascadeTransformer
 from as2rank.data import keep_answered
@@ -526,9 +526,7 @@ def plot(res, path):
         ax.tick_params(axis="y", labelsize=8)
     fig.suptitle(f"as2rank vs sentence-transformers CrossEncoder: {res['machine']}, {res['torch_threads']} torch threads"
                  + (" (QUICK run)" if res.get("quick") else ""), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 # ----------------------------------------------------------------------------------------------- main
