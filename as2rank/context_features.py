@@ -423,7 +423,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         from .neural import resolve_device
         from .neural.backbone import native_pooling, token_budget_batches
         from .neural.heads import pool
-        from .neural.predict import predict_batches
+        from .neural.predict import no_progress, predict_batches
 
         encoder, tokenizer = _sentence_encoder(self.encoder)
         device = resolve_device(self.device)
@@ -441,7 +441,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
             return rows, pool(hidden, batch_mask, pooling)
 
         batches = token_budget_batches(np.ones(len(texts), dtype=np.int64), lengths, self.batch_tokens)
-        out = predict_batches(batches, run, len(texts), device=device, dtype=torch.float32, progress=lambda b, n, d: b,
+        out = predict_batches(batches, run, len(texts), device=device, dtype=torch.float32, progress=no_progress,
                               desc="embed").astype(np.float32)
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 

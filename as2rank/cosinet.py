@@ -575,7 +575,7 @@ def _group_scores(module, encoded, table, groups, n_rows, device, batch_size: in
     import torch
 
     from .neural import question_batches, to_device
-    from .neural.predict import predict_batches
+    from .neural.predict import no_progress, predict_batches
 
     def run(groups_):
         batch = encoded.batch(groups_)
@@ -583,4 +583,4 @@ def _group_scores(module, encoded, table, groups, n_rows, device, batch_size: in
 
     # The convolution's dtype is the table's; everything else runs in float32 (no autocast).
     return predict_batches(question_batches(groups, max(batch_size, 64)), run, n_rows, device=device,
-                           dtype=torch.float32, progress=lambda b, n, d: b)
+                           dtype=torch.float32, progress=no_progress)

@@ -337,7 +337,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         evaluate = None
         if dev is not None:
-            from .neural.predict import predict_logits
+            from .neural.predict import no_progress, predict_logits
 
             dev_y, dev_index = dev[1], dev[2]
             # Resolved here: the loop calls back into the estimator only through its loss.
@@ -346,7 +346,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             def evaluate(m):
                 # The dev MAP ranks by the module's output, averaged over its heads where it has several.
                 scores = predict_logits(m, dev_enc, device, batch_tokens=eval_tokens, dtype=eval_dtype,
-                                        progress=_no_progress)
+                                        progress=no_progress)
                 return mean_average_precision(dev_y, scores.mean(axis=1) if scores.ndim == 2 else scores, dev_index)
 
         return train(
@@ -509,11 +509,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         from tqdm.auto import tqdm
 
         return tqdm(iterable, total=total, desc=desc, unit="batch")
-
-
-def _no_progress(batches, total, desc):
-    """The progress hook of a loop that shows none (evaluation inside training)."""
-    return batches
 
 
 def _is_learnt(name: str) -> bool:

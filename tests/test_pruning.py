@@ -34,6 +34,22 @@ class FixedExits(BaseEstimator):
         return self.logits
 
 
+#: Subprocess code: ``importer()``, called from a meta-path finder's ``find_spec``, names the module whose
+#: import statement is being run (the first frame outside importlib's machinery).
+IMPORTER = textwrap.dedent(
+    """
+    import sys
+
+
+    def importer():
+        frame = sys._getframe(2)
+        while frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame = frame.f_back
+        return frame.f_globals.get("__name__")
+    """
+)
+
+
 def test_torch_free_with_torch_blocked():
     """With ``import torch`` failing, spaCy (through thinc, which guards its torch import) still tokenises,
     and a SequentialRanker of lexical rankers, simulate_cascade and tune_alpha run; no as2rank module tries
@@ -42,10 +58,9 @@ def test_torch_free_with_torch_blocked():
     torch is blocked by an import hook rather than ``sys.modules["torch"] = None``: scipy's array-API helpers
     (imported by scikit-learn) take any ``"torch"`` entry of ``sys.modules`` for the module and fail on None.
     """
-    code = textwrap.dedent(
+    code = IMPORTER + textwrap.dedent(
         """
         import importlib.abc
-        import sys
 
         tried = []  # modules that tried to import torch
 
@@ -53,10 +68,7 @@ def test_torch_free_with_torch_blocked():
         class BlockTorch(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
                 if name.split(".")[0] == "torch":
-                    frame = sys._getframe(1)
-                    while frame.f_code.co_filename.startswith("<frozen importlib"):
-                        frame = frame.f_back
-                    tried.append(frame.f_globals.get("__name__"))
+                    tried.append(importer())
                     raise ImportError(f"{name} is blocked")
                 return None
 
@@ -109,10 +121,9 @@ def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
     but for one importer outside as2rank: spaCy's thinc, which imports torch when it can (``thinc.compat``)
     as soon as the tokenizer loads spaCy."""
     pytest.importorskip("torch")
-    code = textwrap.dedent(
+    code = IMPORTER + textwrap.dedent(
         """
         import importlib.abc
-        import sys
 
         importers = []  # the modules whose import statement first loaded torch
 
@@ -120,10 +131,7 @@ def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
         class WatchTorch(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
                 if name == "torch" and "torch" not in sys.modules:
-                    frame = sys._getframe(1)
-                    while frame.f_code.co_filename.startswith("<frozen importlib"):
-                        frame = frame.f_back
-                    importers.append(frame.f_globals.get("__name__"))
+                    importers.append(importer())
                 return None
 
 

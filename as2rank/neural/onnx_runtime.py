@@ -30,8 +30,8 @@ _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
 #: accepts (float32 sums in another order differ by ~1e-6).
 _EXPORT_TOLERANCE = 1e-3
 #: Graph rewrites that ONNX Runtime's sessions skip here: its fused SkipLayerNormalization kernel (the residual
-#: Add and the LayerNormalization after it, as one node) runs slower on CPUs than the two nodes it replaces,
-#: which use every intra-op thread (``docs/benchmarks/cpu_inference.md``). Same arithmetic either way.
+#: Add and the LayerNormalization after it, as one node) ran slower on the CPU of ``docs/benchmarks/cpu_inference.md``
+#: than the two nodes it replaces. Same arithmetic either way.
 DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 
 

@@ -14,7 +14,12 @@ import torch
 from .backbone import batch_tensors, token_budget_batches
 from .devices import autocast, to_device
 
-__all__ = ["predict_batches", "predict_logits"]
+__all__ = ["no_progress", "predict_batches", "predict_logits"]
+
+
+def no_progress(batches, n_batches: int, desc: str):
+    """The ``progress`` of a loop that shows no bar: the batches themselves."""
+    return batches
 
 
 def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc: str = "predict") -> np.ndarray:
