@@ -448,7 +448,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         table = table.to(device, dtype)
         listwise = self.loss == "listwise"
         evaluate = None
-        fraction = holdout_fraction(self)
+        fraction = holdout_fraction(self, index, y)
         if state is None and dev is None and fraction is not None:
             held = holdout_questions(index, y, fraction, rng)
             dev_groups, dev_rows = np.unique(index.codes[held]), np.flatnonzero(held)

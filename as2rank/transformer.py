@@ -95,7 +95,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     epochs : int, default=4
         Passes over the training data. With ``learning_rate`` and ``lexical_prior``, chosen by the defaults
         benchmark (``docs/benchmarks/defaults.md``) over training sizes and data sets; the TANDA papers'
-        fine-tuning setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False``.
+        fine-tuning setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False, early_stopping=False``.
     batch_size : int, default=32
         Training pairs per optimizer step (batches group pairs of similar length).
     learning_rate : float, default=5e-5
@@ -114,13 +114,15 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         Stop when the validation MAP has not improved for ``patience`` evaluations and keep the weights of
         the best evaluation; ``epochs`` is then a budget. The validation set is ``fit``'s ``eval_set`` or,
         without one, a held-out share of the training questions that have a correct answer (whole questions,
-        drawn with ``random_state``; they do not train). ``"auto"``: early stopping when there is a
-        validation set (an ``eval_set``, or ``validation_fraction`` set), none otherwise. ``True``: always
-        (``validation_fraction`` of 0.1 when not set). ``False``: never (an ``eval_set`` or a
-        ``validation_fraction`` is then an error).
+        drawn with ``random_state``; they do not train). ``"auto"``: early stopping on the ``eval_set``; without
+        one, on ``validation_fraction`` of the answered questions when set, else on 0.1 of them from 300
+        answered training questions on (below that, the whole budget and no hold-out: the defaults
+        benchmark, ``docs/benchmarks/defaults.md``, measured the whole budget ahead at 100 questions and the
+        hold-out best or not told apart from the best at 300 and more). ``True``: always (``validation_fraction`` of 0.1 when
+        not set). ``False``: never (an ``eval_set`` or a ``validation_fraction`` is then an error).
     validation_fraction : float, default=None
         Fraction of the answered training questions held out for early stopping when ``fit`` gets no
-        ``eval_set`` (at least one question).
+        ``eval_set`` (at least one question); ``None``: 0.1 where early stopping holds out questions.
     patience : int, default=2
         Evaluations without a better validation MAP before training stops (scikit-learn's
         ``n_iter_no_change``).
@@ -194,6 +196,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     >>> ranker.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
+    _auto_holdout = True
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
         **LexicalPriorMixin._parameter_constraints,

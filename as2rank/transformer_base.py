@@ -53,6 +53,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     _parameter_constraints = {"max_length": [Interval(Integral, 8, None)], **TRAINING_CONSTRAINTS}
     #: Shared parameters (:data:`~as2rank.training_params.TRAINING_DEFAULTS`) whose default differs here.
     _training_defaults = {}
+    #: Whether ``early_stopping="auto"`` holds out validation questions from large enough training data by
+    #: itself (:func:`~as2rank.early_stopping.holdout_fraction`): set where the defaults benchmark measured it.
+    _auto_holdout = False
 
     def __init_subclass__(cls, **kwargs):
         """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
@@ -306,7 +309,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         self._int8_model_ = None
         encoded = self._encode(X)
         train_rows = np.arange(len(X))
-        fraction = holdout_fraction(self)
+        fraction = holdout_fraction(self, index, y)
         if state is None and dev is None and fraction is not None:
             is_dev = holdout_questions(index, y, fraction, rng)
             if is_dev.all():

@@ -33,12 +33,17 @@ import os
 import time
 
 import numpy as np
+import pandas as pd
 from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, publish, run_header, save_figure, tagged, training_params
 
+from as2rank.early_stopping import AUTO_MIN_QUESTIONS
 from as2rank.evaluation import compare, evaluate, per_question
 
 TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
-REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES")
+REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default")
+#: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
+#: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
+#: holds out questions by itself (``_auto_holdout``) it is the page's default row.
 #: The "Cosinet ES" reference row: Cosinet with a 10-epoch budget and early stopping on the validation split
 #: (``fit(..., eval_set=)``; the library's patience), a candidate default for Cosinet.
 COSINET_ES = {"epochs": 10}
@@ -222,6 +227,8 @@ def reference(estimator, name, seed):
     return {"WO+RR": lambda: OverlapRankRanker(), "Cosinet": lambda: Cosinet(random_state=seed),
             "Cosinet ES": lambda: Cosinet(**COSINET_ES, random_state=seed),
             "today's default": lambda: estimator_class(estimator)(**before, random_state=seed, precision="auto", verbose=False,
+                                                                  **extra_params(estimator, seed)),
+            "library default": lambda: estimator_class(estimator)(random_state=seed, verbose=False,
                                                                   **extra_params(estimator, seed))}[name]()
 
 
@@ -254,7 +261,10 @@ def run(args, res, save):
                         swept = {"batch_size": est.batch_size} if cosinet else {"prior": bool(est.lexical_prior)}
                         entry = {**info, "lr": lr, **swept, "epochs": epochs, **curve(est, train, val, test, epochs)}
                     else:
-                        est.fit(*train, **({"eval_set": val} if name == "Cosinet ES" else {}))
+                        if name == "library default":
+                            est.fit(pd.concat([train[0], val[0]]), np.concatenate([train[1], val[1]]))
+                        else:
+                            est.fit(*train, **({"eval_set": val} if name == "Cosinet ES" else {}))
                         entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, *test, with_ap=True)}
                         log(f"  test MAP {entry['test']['map']:.4f} ({entry['fit_seconds']:.0f}s)")
                     res[kind][k] = {**entry, "wall_seconds": time.perf_counter() - start, "load_average": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
@@ -332,7 +342,7 @@ def summary(sizes, rows, mean, best, p, default_row) -> list:
                 col["selection"] = {"lr": lr, "best_validation": cell(sel),
                                     "last": cell(epochs[-1], epoch=epochs[-1][0].rsplit(", ", 1)[1])}
         col["refs"] = [cell((r, s), name=r.split(" (")[0]) for r in rows
-                       if not r.startswith("lr ") and (r, s) in mean and (r, s) != b]
+                       if not r.startswith("lr ") and (r, s) in mean and (r, s) != b and r != default_row]
         out.append(col)
     return out
 
@@ -347,8 +357,9 @@ def describe(res, estimator) -> dict:
     name, stem, before = ESTIMATORS[estimator]
     cosinet = estimator == "cosinet"
     default = estimator_class(estimator)()
-    # Cosinet's default budget adapts to the data (epochs="auto"): its row is the reference row "Cosinet".
-    default_row = "Cosinet" if cosinet else (
+    # Cosinet's default budget adapts to the data (epochs="auto"): its row is the reference row "Cosinet"; a
+    # default that holds out its own validation questions is the "library default" row.
+    default_row = "Cosinet" if cosinet else "library default" if getattr(type(default), "_auto_holdout", False) else (
         f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None)})}"
         f", epoch {default.epochs} of {default.epochs}")
     tables, chosen = [], []
@@ -377,8 +388,11 @@ def describe(res, estimator) -> dict:
         "sample_articles": int(load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
         "before": before, "cosinet_es": COSINET_ES, "cosinet_ref_params": cosinet_ref_params(res),
         "streamed": hasattr(default, "partial_fit"),
-        "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "batch_size")
-                            if k in before or k == "lexical_prior" and not cosinet},
+        "auto_holdout": bool(getattr(type(default), "_auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
+        "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "batch_size",
+                                                             "early_stopping")
+                            if k in before or k == "lexical_prior" and not cosinet
+                            or k == "early_stopping" and default_row == "library default"},
         "default_row": default_row,
         "tables": tables,
         "verdict": {"columns": len(chosen), "planned_columns": len(SIZES) * len(TITLES), "planned_sizes": SIZES,
@@ -407,10 +421,12 @@ def plot(res, path):
                 first = runs[0].get("first_epoch", 1)
                 ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
                         label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
-        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)))):
+        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-"), strict=True):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
-                ax.axhline(100 * np.mean(refs), color="gray", ls=ls, lw=1, label=name)
+                # The library's default row stands out in black.
+                ax.axhline(100 * np.mean(refs), color="black" if name == "library default" else "gray", ls=ls, lw=1,
+                           label=name)
         ax.set_title(f"{TITLES[data]}, {size} questions", fontsize=8)
         ax.set_xlabel("epoch" + (f" (of a {schedules[0]}-epoch schedule)" if len(schedules) == 1 else ""), fontsize=8)
         ax.grid(alpha=0.3)

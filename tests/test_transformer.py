@@ -154,6 +154,37 @@ def test_early_stopping_switches(tokenizer):
         small(TransformerRanker, "bert", tokenizer, early_stopping="yes").fit(X, y)
 
 
+def test_auto_early_stopping_holds_out_from_300_answered_questions(tokenizer):
+    from as2rank import CascadeTransformer, ContextConcat, Cosinet
+    from as2rank.data import check_ranking_data
+    from as2rank.early_stopping import holdout_fraction
+
+    def fraction(estimator, n_answered, n_unanswered=5):
+        y = np.r_[np.tile([1, 0], n_answered), np.zeros(2 * n_unanswered, dtype=int)]
+        X = pd.DataFrame({"qid": np.repeat(np.arange(n_answered + n_unanswered), 2), "question": "q", "candidate": "c"})
+        return holdout_fraction(estimator, check_ranking_data(X, y)[2], y)
+
+    # Unanswered questions do not count: a validation MAP needs a correct answer.
+    for cls in (TransformerRanker, CascadeTransformer):
+        assert fraction(cls(), 300) == 0.1 and fraction(cls(), 299, n_unanswered=50) is None
+        assert fraction(cls(validation_fraction=0.3), 5) == 0.3 and fraction(cls(early_stopping=True), 5) == 0.1
+        assert fraction(cls(early_stopping=False), 1000) is None
+    # Estimators whose defaults benchmark did not measure the held-out split keep "auto" to an explicit one.
+    for cls in (ContextConcat, Cosinet):
+        assert fraction(cls(), 1000) is None and fraction(cls(early_stopping=True), 5) == 0.1
+
+    X, y = synthetic(n_questions=420, max_size=6)
+    n_answered = X.assign(y=y).groupby("qid")["y"].max().sum()
+    assert n_answered >= 300
+    ranker = small(TransformerRanker, "bert", tokenizer, max_length=24, batch_size=32, early_stopping="auto").fit(X, y)
+    assert ranker.validation_scores_.size == 1  # one evaluation (epochs=1) on the held-out questions
+    # A tenth of the answered questions held out whole (at most 6 rows each): fewer steps than all rows need.
+    held = int(np.ceil(0.1 * n_answered))
+    assert int(np.ceil((len(X) - 6 * held) / 32)) <= ranker.history_.n_steps < int(np.ceil(len(X) / 32))
+    ranker_small = small(TransformerRanker, "bert", tokenizer, early_stopping="auto").fit(*synthetic(n_questions=10))
+    assert ranker_small.validation_scores_.size == 0
+
+
 def test_holdout_questions_keeps_questions_whole():
     from as2rank.data import GroupIndex, holdout_questions
 
