@@ -139,3 +139,42 @@ def test_sessions_run_without_the_fused_skip_layer_norm(fitted, tmp_path, monkey
 
     assert "SkipLayerNormalization" not in ops(ours) and "LayerNormalization" in ops(ours)
     assert "SkipLayerNormalization" in ops(default)
+    # Each self-attention block is one fused Attention node (no Softmax or Transpose of its own left).
+    assert "Attention" in ops(ours) and not {"Softmax", "Transpose"} & ops(ours)
+
+
+@needs_onnx
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_fused_attention_matches_either_attention_mask(fitted, implementation):
+    # eager attention gets an additive float mask, sdpa a boolean one: the fused node reads both.
+    import copy
+
+    ranker, X, encoded = fitted
+    model = copy.deepcopy(ranker.model_).eval()
+    model.encoder.set_attn_implementation(implementation)
+    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+    batch = batch_tensors(encoded, np.argsort(encoded["lengths"])[::2])
+    with torch.inference_mode():
+        np.testing.assert_allclose(graph(batch).numpy(), model(batch).numpy(), atol=1e-5)
+
+
+def test_only_bert_style_self_attention_is_fused(fitted):
+    import copy
+
+    ranker, X, encoded = fitted
+    model = ranker.model_
+    fused = onnx_runtime._with_fused_attention(model)
+    blocks = [m for m in fused.modules() if isinstance(m, onnx_runtime._FusedSelfAttention)]
+    assert len(blocks) == model.encoder.config.num_hidden_layers and fused is not model
+    assert not any(isinstance(m, onnx_runtime._FusedSelfAttention) for m in model.modules())  # a copy
+    block = model.encoder.encoder.layer[0].attention.self
+    w = blocks[0].weight.detach()
+    x = torch.randn(2, model.encoder.config.hidden_size)
+    with torch.no_grad():  # query, key and value side by side
+        np.testing.assert_allclose((x @ w + blocks[0].bias).numpy(),
+                                   torch.cat([block.query(x), block.key(x), block.value(x)], 1).numpy(), atol=1e-5)
+    causal = copy.deepcopy(block)
+    causal.is_causal = True
+    assert onnx_runtime._is_bert_self_attention(block) and not onnx_runtime._is_bert_self_attention(causal)
+    head_only = model.head
+    assert onnx_runtime._with_fused_attention(head_only) is head_only

@@ -2,6 +2,11 @@
 matrix products quantized to int8 for ``precision="int8"`` (ONNX Runtime's dynamic quantization, whose
 kernels use AVX-512 VNNI where the CPU has it), and run by an ``InferenceSession``.
 
+BERT-style self-attention blocks are exported as ONNX Runtime's fused ``com.microsoft.Attention`` operator
+(one node: the query, key and value projections as one matrix product, then the attention itself), which
+dynamic quantization turns into ``QAttention``; ONNX Runtime's own graph optimizer does not recognise the
+attention that the exporter writes, so without it each block is some twenty nodes.
+
 :class:`OnnxModule` is called like the module it was exported from (a batch dict of tensors in, the logits
 tensor out), so the one predict loop (:func:`as2rank.neural.predict.predict_batches`) runs it unchanged. An
 export is checked against the torch module on a batch of another shape before it is used: a graph that
@@ -13,6 +18,7 @@ Optional: needs ``onnxruntime``, ``onnx`` and ``onnxscript`` (``pip install as2r
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import logging
 import tempfile
@@ -38,6 +44,62 @@ DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 def onnx_available() -> bool:
     """Whether ONNX Runtime and the exporter's packages are installed."""
     return all(importlib.util.find_spec(name) is not None for name in _PACKAGES)
+
+
+class _FusedSelfAttention(torch.nn.Module):
+    """A BERT-style self-attention block (separate ``query``, ``key`` and ``value`` projections, scaled dot
+    products over the unmasked tokens) as ONNX Runtime's ``com.microsoft.Attention`` node, for export only:
+    called eagerly it returns a placeholder. Takes and returns what the block it replaces does."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.num_heads = int(block.num_attention_heads)
+        projections = (block.query, block.key, block.value)
+        # Attention's weights are (hidden, 3 × hidden): query, key, value side by side.
+        self.weight = torch.nn.Parameter(torch.cat([p.weight for p in projections]).T.contiguous().detach())
+        self.bias = torch.nn.Parameter(torch.cat([p.bias for p in projections]).detach())
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        rows, tokens, _ = hidden_states.shape
+        if attention_mask is None:
+            keep = torch.ones((rows, tokens), dtype=torch.int32)
+        else:
+            # The encoder's 4-D mask (rows, 1, queries or 1, tokens), boolean (True: attend) or additive (0:
+            # attend); query 0 is the first token, never padding, so its row is the padding mask.
+            first = attention_mask[:, 0, 0, :]
+            keep = (first if first.dtype == torch.bool else first == 0).to(torch.int32)
+        out = torch.onnx.ops.symbolic(
+            "com.microsoft::Attention", (hidden_states, self.weight, self.bias, keep), {"num_heads": self.num_heads},
+            dtype=hidden_states.dtype, shape=(rows, tokens, self.weight.shape[1] // 3), version=1,
+        )
+        return out, None
+
+
+def _is_bert_self_attention(block) -> bool:
+    """Whether ``block`` computes what :class:`_FusedSelfAttention` does: bidirectional scaled dot-product
+    attention over biased ``query``/``key``/``value`` projections of its input, nothing else."""
+    linear = all(isinstance(getattr(block, n, None), torch.nn.Linear) and getattr(block, n).bias is not None
+                 for n in ("query", "key", "value"))
+    return (linear and hasattr(block, "num_attention_heads") and hasattr(block, "attention_head_size")
+            and getattr(block, "scaling", block.attention_head_size**-0.5) == block.attention_head_size**-0.5
+            and not getattr(block, "is_decoder", False) and not getattr(block, "is_causal", False)
+            and getattr(block, "position_embedding_type", "absolute") == "absolute"
+            and block.query.out_features == block.num_attention_heads * block.attention_head_size)
+
+
+def _with_fused_attention(module):
+    """A copy of ``module`` whose BERT-style self-attention blocks (``<...>.attention.self``) export as fused
+    ``Attention`` nodes, or ``module`` itself where it has none; the export check compares the graph with
+    ``module`` either way."""
+    names = [name for name, block in module.named_modules()
+             if name.endswith("attention.self") and _is_bert_self_attention(block)]
+    if not names:
+        return module
+    fused = copy.deepcopy(module)
+    for name in names:
+        parent, _, attr = name.rpartition(".")
+        setattr(fused.get_submodule(parent), attr, _FusedSelfAttention(fused.get_submodule(name)))
+    return fused
 
 
 class _Positional(torch.nn.Module):
@@ -90,7 +152,7 @@ class OnnxModule:
         module = module.to("cpu").eval()
         with tempfile.TemporaryDirectory() as folder, _quiet():
             graph = Path(folder) / "model.onnx"
-            _export(_Positional(module, self.names), _padded(example, 1), graph)
+            _export(_Positional(_with_fused_attention(module), self.names), _padded(example, 1), graph)
             self._check(module, self._session(graph), example)
             if quantize:
                 from onnxruntime.quantization import QuantType, quantize_dynamic
