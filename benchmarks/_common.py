@@ -1,6 +1,6 @@
 """The benchmark harness that every script in ``benchmarks/`` shares: where the data is, which machine ran
 them, logging, the cache of fitted models (``benchmarks/cache/``, git-ignored) that lets a re-run retrain
-nothing unchanged, and the pages: a script saves its results (``benchmarks/results/<name>.json``) and renders
+nothing unchanged (the library's source included), and the pages: a script saves its results (``benchmarks/results/<name>.json``) and renders
 them through its template (``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``;
 ``python benchmarks/render.py`` renders every page again from the saved results. Scoring and significance
 tests come from :mod:`as2rank.evaluation`, which ``as2rank bench`` uses too."""
@@ -72,10 +72,26 @@ def training_params(est) -> dict:
     return {k: v for k, v in est.get_params().items() if k not in inference}
 
 
+def library_digest() -> str:
+    """Hash of the source of the installed ``as2rank`` package (every ``.py`` file, by path and content): a
+    cached fit is only reused by the code that trained it, since the same parameters may train another
+    model once the library changes (a new default's meaning, a fix in the training loop)."""
+    import hashlib
+
+    import as2rank
+
+    package = Path(as2rank.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def cache_key(est, X, y) -> str:
     """Hash of the estimator class, its training parameters, the content of the weights it starts from
     (``model``/``tokenizer`` read through :func:`as2rank.neural.fitcache.source_digests`, so a replaced
-    checkpoint under the same name is trained again) and the training data."""
+    checkpoint under the same name is trained again), the training data and the library's source
+    (:func:`library_digest`)."""
     import joblib
 
     params = training_params(est)
@@ -86,7 +102,7 @@ def cache_key(est, X, y) -> str:
         weights = source_digests(params["model"], params.get("tokenizer"))
         if weights is None:
             raise SystemExit(f"{params['model']!r} resolves to no files on disk: a cached fit could not be checked.")
-    return joblib.hash((type(est).__name__, params, weights, X, y))
+    return joblib.hash((type(est).__name__, params, weights, X, y, library_digest()))
 
 
 def fitted(est, X, y, fit_log: list | None = None, **fit_params):
