@@ -164,6 +164,19 @@ def test_shard_split_gives_every_question_to_exactly_one_process():
     assert all(local.tolist() == [3, 4] for local, _ in parts)
 
 
+def test_a_launched_fit_without_a_fixed_random_state_is_refused(monkeypatch):
+    # Each process would draw its own batches and validation split from fresh entropy.
+    from as2rank.neural import distributed
+
+    launched = distributed.TrainingSetup(None, torch.device("cpu"), Shard(0, 2))
+    monkeypatch.setattr(distributed, "setup_training", lambda device, precision: launched)
+    with pytest.raises(ValueError, match="same random_state in every process"):
+        with distributed.training_session(None, torch.device("cpu"), None):
+            pass
+    with distributed.training_session(None, torch.device("cpu"), 0) as (setup, rng):
+        assert setup.shard.world_size == 2
+
+
 def test_two_gloo_processes_fit_like_one_process_with_the_same_global_batch(tmp_path):
     from tests.distributed_fit import ranker
     from tests.distributed_fit import tokenizer as make_tokenizer

@@ -204,11 +204,23 @@ def training_session(n_threads, device: torch.device, random_state, *, precision
     :func:`setup_training` for ``device`` and ``precision``, and torch seeded from ``random_state``
     (:func:`~as2rank.neural.seeded`; the ``call``-th ``partial_fit`` call's seed,
     :func:`~as2rank.neural.call_seed`); ``rng`` is the block's NumPy generator.
+
+    Raises
+    ------
+    ValueError
+        Under a launcher (several processes) with ``random_state=None``: each process would draw its own batch
+        order and validation split from fresh entropy, and the shards of one step would come from different
+        global batches.
     """
     from .devices import call_seed, seeded, torch_threads
 
     with torch_threads(n_threads):
         setup = setup_training(device, precision)
+        if random_state is None and setup.shard.world_size > 1:
+            raise ValueError(
+                "A fit launched in several processes needs the same random_state in every process (an integer): "
+                "with random_state=None each process draws its own batches and validation split."
+            )
         with seeded(call_seed(random_state, call), setup.device) as rng:
             yield setup, rng
 
