@@ -116,10 +116,10 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         without one, a held-out share of the training questions that have a correct answer (whole questions,
         drawn with ``random_state``; they do not train). ``"auto"``: early stopping on the ``eval_set``; without
         one, on ``validation_fraction`` of the answered questions when set, else on 0.1 of them from 300
-        answered training questions on (below that, the whole budget and no hold-out: the defaults
-        benchmark, ``docs/benchmarks/defaults.md``, measured the whole budget ahead at 100 questions and the
-        hold-out best or not told apart from the best at 300 and more). ``True``: always (``validation_fraction`` of 0.1 when
-        not set). ``False``: never (an ``eval_set`` or a ``validation_fraction`` is then an error).
+        answered training questions on, and the whole budget below that
+        (:data:`~as2rank.early_stopping.AUTO_MIN_QUESTIONS`; ``docs/benchmarks/defaults.md`` measures both).
+        ``True``: always (``validation_fraction`` of 0.1 when not set). ``False``: never (an ``eval_set`` or a
+        ``validation_fraction`` is then an error).
     validation_fraction : float, default=None
         Fraction of the answered training questions held out for early stopping when ``fit`` gets no
         ``eval_set`` (at least one question); ``None``: 0.1 where early stopping holds out questions.

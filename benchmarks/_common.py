@@ -1,8 +1,9 @@
 """The benchmark harness that every script in ``benchmarks/`` shares: where the data is, which machine ran
 them, logging, the cache of fitted models (``benchmarks/cache/``, git-ignored) that lets a re-run retrain
-nothing unchanged (the library's source included), and the pages: a script saves its results (``benchmarks/results/<name>.json``) and renders
-them through its template (``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``;
-``python benchmarks/render.py`` renders every page again from the saved results. Scoring and significance
+nothing unchanged (the library's source included), and the pages: a script saves its results
+(``benchmarks/results/<name>.json``) and renders them through its template
+(``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``; ``python benchmarks/render.py``
+renders every page again from the saved results. Scoring and significance
 tests come from :mod:`as2rank.evaluation`, which ``as2rank bench`` uses too."""
 
 from __future__ import annotations

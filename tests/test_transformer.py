@@ -169,7 +169,7 @@ def test_auto_early_stopping_holds_out_from_300_answered_questions(tokenizer):
         assert fraction(cls(), 300) == 0.1 and fraction(cls(), 299, n_unanswered=50) is None
         assert fraction(cls(validation_fraction=0.3), 5) == 0.3 and fraction(cls(early_stopping=True), 5) == 0.1
         assert fraction(cls(early_stopping=False), 1000) is None
-    # Estimators whose defaults benchmark did not measure the held-out split keep "auto" to an explicit one.
+    # Estimators whose defaults pages ranked the held-out split below the whole budget hold out only when asked.
     for cls in (ContextConcat, Cosinet):
         assert fraction(cls(), 1000) is None and fraction(cls(early_stopping=True), 5) == 0.1
 
