@@ -136,7 +136,8 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     batch_tokens : int or "auto", default="auto"
         Prediction batches hold at most this many padded tokens (rows are sorted by length, then scores
         are put back in input order). ``"auto"``: 2048 on the CPU, where small batches stay in cache and pad
-        less (``docs/benchmarks/speed.md`` sweeps it), 16384 on other devices.
+        less, 512 there for the int8 copy on ONNX Runtime (``docs/benchmarks/speed.md`` sweeps both), 16384 on
+        other devices.
     device : str, default="auto"
         ``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"``, ...
     precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
@@ -148,7 +149,10 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         and never pickled; float32 with a warning on CPUs without int8 kernels): on ONNX Runtime when it is
         installed (``pip install as2rank[onnx]``: the model exported with ``torch.onnx`` on the first
         ``predict`` and checked against it, its matrix products quantized), else torch's quantized linear
-        layers.
+        layers. Dynamic quantization scales each matrix product's input by the range of the whole batch, so
+        an int8 score depends on the rows that share its batch: a question predicted alone or among others
+        gets slightly different int8 scores, and now and then another top candidate
+        (``docs/benchmarks/cpu_inference.md`` measures how often); float32 does not, bfloat16 by rounding only.
         It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
         speed and accuracy of each.
     n_threads : int, default=None

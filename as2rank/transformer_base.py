@@ -29,9 +29,10 @@ from .metrics import mean_average_precision
 from .params import Interval, check_param, validate_params
 from .training_params import TRAINING_CONSTRAINTS, with_training_params
 
-#: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU, and on other devices (CUDA). On the
-#: CPU small batches keep the activations in cache and pad less (``docs/benchmarks/speed.md`` sweeps it).
-AUTO_BATCH_TOKENS = {"cpu": 2048, "other": 16384}
+#: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
+#: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
+#: less; the ONNX Runtime copy is faster still with smaller ones (``docs/benchmarks/speed.md`` sweeps both).
+AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
 
 
 class _TransformerEstimator(RankerMixin, BaseEstimator):
@@ -56,6 +57,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     #: Whether ``early_stopping="auto"`` holds out validation questions from large enough training data by
     #: itself (:func:`~as2rank.early_stopping.holdout_fraction`): set where the defaults benchmark measured it.
     _auto_holdout = False
+    #: ``batch_tokens="auto"`` per device (:data:`AUTO_BATCH_TOKENS`).
+    _auto_batch_tokens = AUTO_BATCH_TOKENS
 
     def __init_subclass__(cls, **kwargs):
         """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
@@ -135,10 +138,15 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         return autocast_dtype(self.precision, device, training=training)
 
-    def _batch_tokens(self, device) -> int:
-        """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)."""
+    def _batch_tokens(self, device, module=None) -> int:
+        """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)
+        for ``module``, the model :meth:`_module_on` gave (None: a torch model)."""
         if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
-            return AUTO_BATCH_TOKENS["cpu" if device.type == "cpu" else "other"]
+            if device.type != "cpu":
+                return self._auto_batch_tokens["other"]
+            from .neural.onnx_runtime import OnnxCascade, OnnxModule
+
+            return self._auto_batch_tokens["cpu-onnx" if isinstance(module, (OnnxModule, OnnxCascade)) else "cpu"]
         check_param("batch_tokens", self.batch_tokens, self._parameter_constraints["batch_tokens"])
         return int(self.batch_tokens)
 
@@ -498,7 +506,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             module,
             encoded,
             device,
-            batch_tokens=self._batch_tokens(device),
+            batch_tokens=self._batch_tokens(device, module),
             dtype=self._compute_dtype(device),
             progress=self._progress,
         )

@@ -245,6 +245,44 @@ def accuracy(fit_questions: int) -> dict:
     return out
 
 
+def batch_dependence(fit_questions: int) -> dict:
+    """How much each precision's scores depend on the rows predicted with them: the timed model on all of
+    WikiQA-test in one ``predict`` call against one call per question. Per row of :data:`ACCURACY_ROWS`: the
+    largest and mean absolute change of a score, the questions (of those with two or more candidates) whose top
+    candidate changes, and MAP of both ways."""
+    import numpy as np
+
+    from as2rank.data import GroupIndex
+    from as2rank.metrics import mean_average_precision
+    from as2rank.neural import onnx_runtime
+    from as2rank.transformer import TransformerRanker
+
+    splits = wikiqa_splits()
+    X_train, y_train = splits["train"]
+    keep = X_train["qid"].isin(X_train["qid"].unique()[:fit_questions]).to_numpy()
+    X, y = splits["test"]
+    est = fitted(TransformerRanker(random_state=0), X_train[keep], y_train[keep])
+    index = GroupIndex(X["qid"])
+    questions = [index.order[a:b] for a, b in zip(index.offsets[:-1], index.offsets[1:])]
+    available = onnx_runtime.onnx_available
+    out = {"questions": len(questions), "multi": sum(len(rows) > 1 for rows in questions)}
+    for row, precision in ACCURACY_ROWS.items():
+        onnx_runtime.onnx_available = (lambda: False) if precision == "int8-torch" else available
+        est.set_params(precision=precision.replace("-torch", ""))
+        together = est.predict(X)
+        alone = np.empty_like(together)
+        for rows in questions:
+            alone[rows] = est.predict(X.iloc[rows])
+        gap = np.abs(together - alone)
+        top = [together[r].argmax() != alone[r].argmax() for r in questions if len(r) > 1]
+        out[row] = {"max_abs": float(gap.max()), "mean_abs": float(gap.mean()), "top_changed": int(sum(top)),
+                    "map_together": mean_average_precision(y, together, X["qid"]),
+                    "map_alone": mean_average_precision(y, alone, X["qid"])}
+        log(f"[batch dependence] {row}: largest change {gap.max():.4f}, top candidate changed in {sum(top)} questions")
+    onnx_runtime.onnx_available = available
+    return out
+
+
 def summarise(res: dict) -> dict:
     """Per row: median, min and max pairs/s over the rounds and the median same-round ratio to :data:`REFERENCE`."""
     ref = [r["pairs_per_s"] for r in res["runs"][REFERENCE]]
@@ -388,6 +426,7 @@ def main(argv=None) -> None:
     res["summary"] = summarise(res)
     if not args.no_accuracy:
         res["accuracy"] = accuracy(args.fit_questions)
+        res["batch_dependence"] = batch_dependence(args.fit_questions)
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
     res["acceptance"] = checks(res)

@@ -83,7 +83,7 @@ METRICS = ("map", "mrr", "p@1")
 #: ``CrossEncoder.predict``'s default batch size (the peer's reference row) and the sweep of the plumbing checks.
 PEER_BATCH_SIZE = 32
 PEER_BATCH_SIZES = (16, 32, 64, 128, 256)
-BATCH_TOKENS = (1024, 2048, 4096, 8192, 16384)
+BATCH_TOKENS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 #: Pairs of the warm-up call before the timed prediction rounds (WikiQA test; the cascade's set: CASCADE_WARMUP).
 WARMUP_PAIRS = 64
 CASCADE_WARMUP = 200
@@ -334,14 +334,19 @@ def plumbing(models, X, args):
         out["threads"].append(row)
         log(f"[plumbing] {n} thread(s): " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "threads"))
     out["batch_tokens"] = []
-    default = tr.batch_tokens
-    for bt in ((2048, 16384) if args.quick else BATCH_TOKENS):
-        tr.set_params(batch_tokens=bt)
-        tr.predict(warm)
-        pps = timed(tr.predict, X)[1]["pairs_per_second"]
-        out["batch_tokens"].append({"batch_tokens": bt, "pairs_per_second": pps})
-        log(f"[plumbing] batch_tokens={bt}: {pps:.1f} pairs/s")
-    tr.set_params(batch_tokens=default)
+    # The same weights at each prediction precision the CPU default distinguishes (its own budget for int8).
+    sweep = {"auto": tr}
+    if DEVICE.type == "cpu" and int8_supported():
+        sweep["int8"] = copy.copy(tr).set_params(precision="int8")
+    for bt in ((512, 2048) if args.quick else BATCH_TOKENS):
+        row = {"batch_tokens": bt}
+        for precision, est in sweep.items():
+            est.set_params(batch_tokens=bt)
+            est.predict(warm)
+            row[precision] = timed(est.predict, X)[1]["pairs_per_second"]
+        out["batch_tokens"].append(row)
+        log(f"[plumbing] batch_tokens={bt}: " + ", ".join(f"{p} {row[p]:.1f}" for p in sweep) + " pairs/s")
+    tr.set_params(batch_tokens="auto")
     out["peer_batch_size"] = []
     if "peer" in models:
         for bs in ((32, 128) if args.quick else PEER_BATCH_SIZES):

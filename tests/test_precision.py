@@ -218,6 +218,16 @@ def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
     ranker.set_params(batch_tokens="auto")
     assert ranker._batch_tokens(torch.device("cpu")) == AUTO_BATCH_TOKENS["cpu"] == 2048
     assert ranker._batch_tokens(torch.device("cuda")) == AUTO_BATCH_TOKENS["other"] == 16384
+    # The int8 copy on ONNX Runtime predicts in smaller batches (the cascade's less small); torch models,
+    # quantized or not, keep the CPU budget.
+    onnx = object.__new__(onnx_runtime.OnnxModule)
+    assert ranker._batch_tokens(torch.device("cpu"), onnx) == AUTO_BATCH_TOKENS["cpu-onnx"] == 512
+    assert ranker._batch_tokens(torch.device("cpu"), torch.nn.Linear(1, 1)) == 2048
+    assert ranker._batch_tokens(torch.device("cuda"), onnx) == 16384
+    cascade = object.__new__(onnx_runtime.OnnxCascade)
+    assert CascadeTransformer()._batch_tokens(torch.device("cpu"), cascade) == 1024
+    assert ranker.set_params(batch_tokens=64)._batch_tokens(torch.device("cpu"), onnx) == 64
+    ranker.set_params(batch_tokens="auto")
     reference = ranker.predict(X)
     np.testing.assert_allclose(ranker.set_params(batch_tokens=100_000).predict(X), reference, atol=1e-5)
     assert ranker.set_params(batch_tokens=64)._batch_tokens(torch.device("cpu")) == 64
