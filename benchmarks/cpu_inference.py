@@ -39,6 +39,7 @@ Writes ``benchmarks/results/cpu_inference.json`` and ``docs/benchmarks/cpu_infer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -174,6 +175,27 @@ def peer_environment(peer_python: str) -> dict:
 ACCURACY_ROWS = {"fp32": "fp32", "auto": "auto", "int8 (ONNX Runtime)": "int8", "int8 (torch kernels)": "int8-torch"}
 
 
+def fit_subset(X, y, fit_questions: int):
+    """The rows of the first ``fit_questions`` questions of ``(X, y)``: the training data of the timed model."""
+    keep = X["qid"].isin(X["qid"].unique()[:fit_questions]).to_numpy()
+    return X[keep], y[keep]
+
+
+@contextlib.contextmanager
+def predicting_at(est, setting: str):
+    """``est`` set to predict at a :data:`ACCURACY_ROWS` setting; ``"int8-torch"`` hides ONNX Runtime from
+    as2rank for the duration, so int8 runs on torch's kernels."""
+    from as2rank.neural import onnx_runtime
+
+    available = onnx_runtime.onnx_available
+    if setting == "int8-torch":
+        onnx_runtime.onnx_available = lambda: False
+    try:
+        yield est.set_params(precision=setting.replace("-torch", ""))
+    finally:
+        onnx_runtime.onnx_available = available
+
+
 def cascade_setup(args, work: Path, X_train, y_train, splits):
     """The cascade's fit (``CascadeTransformer(random_state=0)`` on the training questions, saved to ``work``) and
     its pairs: the first ``--cascade-questions`` answered WikiQA-test questions expanded to ~100 candidates (BM25
@@ -225,28 +247,22 @@ def accuracy(fit_questions: int) -> dict:
     import numpy as np
 
     from as2rank.evaluation import compare, per_question
-    from as2rank.neural import onnx_runtime
     from as2rank.suite import load_benchmark_data
     from as2rank.transformer import TransformerRanker
 
     splits = wikiqa_splits()
-    X_train, y_train = splits["train"]
-    keep = X_train["qid"].isin(X_train["qid"].unique()[:fit_questions]).to_numpy()
     sample = load_benchmark_data("sample")
     data = {
-        f"WikiQA-test ({fit_questions} training questions)": (X_train[keep], y_train[keep], *splits["test"]),
+        f"WikiQA-test ({fit_questions} training questions)": (*fit_subset(*splits["train"], fit_questions), *splits["test"]),
         "SQuAD sample (its training split)": sample,
     }
-    available = onnx_runtime.onnx_available
     out = {}
     for name, (Xa, ya, Xt, yt) in data.items():
         est = fitted(TransformerRanker(random_state=0), Xa, ya)
         per_q = {}
-        for row, precision in ACCURACY_ROWS.items():
-            onnx_runtime.onnx_available = (lambda: False) if precision == "int8-torch" else available
-            scores = est.set_params(precision=precision.replace("-torch", "")).predict(Xt)
-            per_q[row] = per_question(yt, scores, Xt)
-        onnx_runtime.onnx_available = available
+        for row, setting in ACCURACY_ROWS.items():
+            with predicting_at(est, setting):
+                per_q[row] = per_question(yt, est.predict(Xt), Xt)
         tests = compare(per_q, "fp32")
         out[name] = {row: {"map": float(np.nanmean(ap)), "p_vs_fp32": None if row == "fp32" else tests[row]["p"]}
                      for row, ap in per_q.items()}
@@ -264,32 +280,26 @@ def batch_dependence(fit_questions: int) -> dict:
 
     from as2rank.data import GroupIndex
     from as2rank.metrics import mean_average_precision
-    from as2rank.neural import onnx_runtime
     from as2rank.transformer import TransformerRanker
 
     splits = wikiqa_splits()
-    X_train, y_train = splits["train"]
-    keep = X_train["qid"].isin(X_train["qid"].unique()[:fit_questions]).to_numpy()
     X, y = splits["test"]
-    est = fitted(TransformerRanker(random_state=0), X_train[keep], y_train[keep])
+    est = fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], fit_questions))
     index = GroupIndex(X["qid"])
     questions = [index.order[a:b] for a, b in zip(index.offsets[:-1], index.offsets[1:])]
-    available = onnx_runtime.onnx_available
     out = {"questions": len(questions), "multi": sum(len(rows) > 1 for rows in questions)}
-    for row, precision in ACCURACY_ROWS.items():
-        onnx_runtime.onnx_available = (lambda: False) if precision == "int8-torch" else available
-        est.set_params(precision=precision.replace("-torch", ""))
-        together = est.predict(X)
-        alone = np.empty_like(together)
-        for rows in questions:
-            alone[rows] = est.predict(X.iloc[rows])
+    for row, setting in ACCURACY_ROWS.items():
+        with predicting_at(est, setting):
+            together = est.predict(X)
+            alone = np.empty_like(together)
+            for rows in questions:
+                alone[rows] = est.predict(X.iloc[rows])
         gap = np.abs(together - alone)
         top = [together[r].argmax() != alone[r].argmax() for r in questions if len(r) > 1]
         out[row] = {"max_abs": float(gap.max()), "mean_abs": float(gap.mean()), "top_changed": int(sum(top)),
                     "map_together": mean_average_precision(y, together, X["qid"]),
                     "map_alone": mean_average_precision(y, alone, X["qid"])}
         log(f"[batch dependence] {row}: largest change {gap.max():.4f}, top candidate changed in {sum(top)} questions")
-    onnx_runtime.onnx_available = available
     return out
 
 
@@ -407,11 +417,10 @@ def main(argv=None) -> None:
            "rows": {name: side for name, (side, _) in ROWS.items()}, "reference": REFERENCE,
            "rounds": args.rounds, "warmup_pairs": WARMUP_PAIRS, "fits_before_rounds": True}
     splits = wikiqa_splits()
-    X_train, y_train = splits["train"]
-    keep = X_train["qid"].isin(X_train["qid"].unique()[: args.fit_questions]).to_numpy()
+    X_train, y_train = fit_subset(*splits["train"], args.fit_questions)
     fit_log = []
-    est = fitted(TransformerRanker(random_state=0), X_train[keep], y_train[keep], fit_log=fit_log)
-    res["as2rank_fit"] = {"questions": args.fit_questions, "pairs": int(keep.sum()), **fit_log[0]}
+    est = fitted(TransformerRanker(random_state=0), X_train, y_train, fit_log=fit_log)
+    res["as2rank_fit"] = {"questions": args.fit_questions, "pairs": len(X_train), **fit_log[0]}
     X_test, y_test = splits["test"]
     X, y = X_test.head(args.pairs), y_test[: args.pairs]
     res.update(pairs=len(X), n_questions=int(X["qid"].nunique()))
@@ -421,7 +430,7 @@ def main(argv=None) -> None:
         work = Path(tmp)
         (work / "pairs.json").write_text(json.dumps(X[["qid", "question", "candidate"]].to_dict("records")))
         est.save_pretrained(work / "model")
-        cascade = cascade_setup(args, work, X_train[keep], y_train[keep], splits) if args.cascade_questions else None
+        cascade = cascade_setup(args, work, X_train, y_train, splits) if args.cascade_questions else None
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[: r % len(names)]:
                 out = work / f"scores-{names.index(name)}.json" if r == 0 else None

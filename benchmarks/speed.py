@@ -334,6 +334,7 @@ def plumbing(models, X, args):
         out["threads"].append(row)
         log(f"[plumbing] {n} thread(s): " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "threads"))
     out["batch_tokens"] = []
+    default = tr.batch_tokens
     # The same weights at each prediction precision the CPU default distinguishes (its own budget for int8).
     sweep = {"auto": tr}
     if DEVICE.type == "cpu" and int8_supported():
@@ -346,7 +347,7 @@ def plumbing(models, X, args):
             row[precision] = timed(est.predict, X)[1]["pairs_per_second"]
         out["batch_tokens"].append(row)
         log(f"[plumbing] batch_tokens={bt}: " + ", ".join(f"{p} {row[p]:.1f}" for p in sweep) + " pairs/s")
-    tr.set_params(batch_tokens="auto")
+    tr.set_params(batch_tokens=default)
     out["peer_batch_size"] = []
     if "peer" in models:
         for bs in ((32, 128) if args.quick else PEER_BATCH_SIZES):
