@@ -123,6 +123,9 @@ reuse_fit, random_state, verbose
     exits_ : tuple of int
     n_layers_ : int
         Layers of the cut encoder (the last exit).
+    activation_ranges_ : dict of str to list of float
+        The int8 copy's quantization ranges, as in :class:`~as2rank.transformer.TransformerRanker` (every
+        exit's classifier included).
     history_ : as2rank.neural.TrainingHistory
     fit_cache_hit_ : bool
         Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in

@@ -43,7 +43,7 @@ DTYPE_PRECISIONS = ("auto", "fp32", "bf16")
 
 #: Values of ``precision`` of the transformer estimators: the dtype values (as autocast), float16 autocast
 #: with loss scaling (``"fp16"``, CUDA only) and an int8 copy of the model for prediction (``"int8"``, CPU
-#: only: dynamic quantization of the linear layers).
+#: only: the linear layers in int8).
 TRANSFORMER_PRECISIONS = (*DTYPE_PRECISIONS, "fp16", "int8")
 
 #: Values of ``pooling`` of the transformer estimators: the backbone's own pooling (``"auto"``: mean for

@@ -145,14 +145,15 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         ``"auto"``: bfloat16 on CUDA devices that support it, else float16 with loss scaling; on the CPU
         bfloat16 where it is native (AVX512-BF16/AMX), else float32. ``"bf16"`` falls back to float32 with
         a warning where bfloat16 is not native; ``"fp16"`` needs CUDA. ``"int8"`` (CPU only) trains as
-        ``"auto"`` and predicts with an int8 copy of the model (dynamic quantization, built once on first use
-        and never pickled; float32 with a warning on CPUs without int8 kernels): on ONNX Runtime when it is
-        installed (``pip install as2rank[onnx]``: the model exported with ``torch.onnx`` on the first
-        ``predict`` and checked against it, its matrix products quantized), else torch's quantized linear
-        layers. Dynamic quantization scales each matrix product's input by the range of the whole batch, so
-        an int8 score depends on the rows that share its batch: a question predicted alone or among others
-        gets slightly different int8 scores, and now and then another top candidate
-        (``docs/benchmarks/cpu_inference.md`` measures how often); float32 does not, bfloat16 by rounding only.
+        ``"auto"`` and predicts with an int8 copy of the model (built once on first use and never pickled;
+        float32 with a warning on CPUs without int8 kernels): on ONNX Runtime when it is installed (``pip
+        install as2rank[onnx]``: the model exported with ``torch.onnx`` on the first ``predict`` and checked
+        against it), its matrix products in int8 with static quantization: each one's input is rounded to a
+        grid fixed by the range it took on 512 training rows at the end of ``fit``
+        (``activation_ranges_``), so a row's int8 score does not depend on the rows predicted beside it.
+        Without ONNX Runtime, torch's dynamically quantized linear layers run instead; they scale each input by
+        the range of its whole batch, so their scores move with the other rows of the batch and now and then
+        another top candidate wins (``docs/benchmarks/cpu_inference.md`` measures how often).
         It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
         speed and accuracy of each.
     n_threads : int, default=None
@@ -183,6 +184,10 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         With ``lexical_prior``: the prior's fitted features.
     lexical_coef_ : ndarray of shape (7,)
         With ``lexical_prior``: the prior's weights on the six ``lexical_features_`` columns, intercept last.
+    activation_ranges_ : dict of str to list of float
+        Smallest and largest input of each linear layer (by name in ``model_``) on up to 512 training rows,
+        spread evenly, after training: the fixed quantization ranges of the int8 copy (``precision="int8"``).
+        ``partial_fit`` widens them with each chunk's rows.
     history_ : as2rank.neural.TrainingHistory
         Losses, learning rates and dev scores of the last ``fit``.
     validation_scores_ : ndarray of float

@@ -360,7 +360,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                                         progress=no_progress)
                 return mean_average_precision(dev_y, scores.mean(axis=1) if scores.ndim == 2 else scores, dev_index)
 
-        return train(
+        history = train(
             module,
             batches,
             self._loss,
@@ -383,6 +383,13 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             accelerator=setup.accelerator,
             state=state,
         )
+        if getattr(module, "onnx_exportable", False):
+            # The fixed input ranges of the int8 copy (static quantization), from the weights just trained.
+            from .neural.calibration import activation_ranges, calibration_rows
+
+            self.activation_ranges_ = activation_ranges(module, encoded, calibration_rows(train_rows), device,
+                                                        previous=getattr(self, "activation_ranges_", None) if state else None)
+        return history
 
     # ----------------------------------------------------------------- persistence
     def _fitted_state(self) -> dict:
@@ -471,17 +478,21 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         return read_transformer(cls, path, params)
 
     def _export_attrs(self) -> dict:
-        return {"n_layers_": self.n_layers_}
+        ranges = getattr(self, "activation_ranges_", None)
+        return {"n_layers_": self.n_layers_, **({"activation_ranges_": ranges} if ranges is not None else {})}
 
     def _import_attrs(self, attrs: dict) -> None:
         self.n_layers_ = attrs["n_layers_"]
+        if "activation_ranges_" in attrs:
+            self.activation_ranges_ = attrs["activation_ranges_"]
 
     # ----------------------------------------------------------------- prediction helpers
     def _module_on(self, device, encoded=None):
         """The model to predict with on ``device``: the fitted one, or its int8 copy (built once per fitted model
-        and thread count). Given the ``encoded`` rows to predict, a module that declares itself
-        ``onnx_exportable`` gets its int8 copy on ONNX Runtime when that is installed (one graph, or one per
-        cascade segment: :func:`~as2rank.neural.onnx_runtime.int8_copy`), else torch's dynamic quantization."""
+        and thread count). Given the ``encoded`` rows to predict, a model calibrated at fit (``activation_ranges_``,
+        set for modules that declare themselves ``onnx_exportable``) gets its static int8 copy on ONNX Runtime
+        when that is installed (one graph, or one per cascade segment:
+        :func:`~as2rank.neural.onnx_runtime.int8_copy`), else torch's dynamic quantization."""
         check_is_fitted(self, "model_")
         if not (device.type == "cpu" and self._quantized()):
             return self.model_.to(device).eval()
@@ -489,11 +500,12 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         from .neural.onnx_runtime import onnx_available
 
-        onnx = encoded is not None and getattr(self.model_, "onnx_exportable", False) and onnx_available()
+        onnx = encoded is not None and hasattr(self, "activation_ranges_") and onnx_available()
         key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded or ()) if onnx else ())
         cached = getattr(self, "_int8_model_", None)
         if cached is None or cached[0] != key:
-            cached = (key, _onnx_int8(self.model_, encoded) if onnx else _quantize_linear(self.model_))
+            cached = (key, _onnx_int8(self.model_, encoded, self.activation_ranges_) if onnx
+                      else _quantize_linear(self.model_))
             self._int8_model_ = cached
         return cached[1]
 
@@ -528,15 +540,16 @@ def _is_learnt(name: str) -> bool:
     return name.endswith("_") and not name.startswith("_") and name not in ("model_", "cost_report_", "fit_cache_hit_")
 
 
-def _onnx_int8(module, encoded):
-    """An int8 copy of ``module`` on ONNX Runtime, exported on a few of the ``encoded`` rows."""
+def _onnx_int8(module, encoded, ranges):
+    """An int8 copy of ``module`` on ONNX Runtime (static quantization to the input ``ranges`` of its linear
+    layers), exported on a few of the ``encoded`` rows."""
     import torch
 
     from .neural.backbone import batch_tensors
     from .neural.onnx_runtime import int8_copy
 
     example = batch_tensors(encoded, np.arange(4) % len(encoded["lengths"]))  # >= 2 rows: a dynamic axis
-    return int8_copy(module, example, threads=torch.get_num_threads())
+    return int8_copy(module, example, ranges, threads=torch.get_num_threads())
 
 
 def _quantize_linear(module):

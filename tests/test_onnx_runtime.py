@@ -1,6 +1,7 @@
 """The ONNX Runtime backend of ``precision="int8"`` (tiny random models): the export agrees with the torch
-module, a disagreeing export is refused, the int8 copy is built once and never pickled, and without the
-optional packages the torch int8 path runs instead."""
+module, a disagreeing export is refused, each int8 operator computes what its torch arithmetic does, the
+calibrated ranges make a row's int8 score independent of the rows predicted with it, the int8 copy is built
+once and never pickled, and without the optional packages the torch int8 path runs instead."""
 
 import pickle
 
@@ -31,7 +32,7 @@ def fitted(tokenizer):
 def test_float32_export_matches_the_module_on_any_shape(fitted):
     ranker, X, encoded = fitted
     model = ranker.model_.eval()
-    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), threads=1)
     assert set(graph.names) == {"input_ids", "attention_mask", "token_type_ids", "prior"}
     rows = np.argsort(encoded["lengths"])
     # one row, padded rows of several widths, and every row at once
@@ -74,7 +75,7 @@ def test_int8_runs_on_onnx_runtime_built_once_and_kept_out_of_pickles(fitted):
     s32 = ranker.set_params(precision="fp32").predict(X)
     scores = ranker.set_params(precision="int8").predict(X)
     graph = ranker._int8_model_[1]
-    assert isinstance(graph, onnx_runtime.OnnxModule) and graph.quantize
+    assert isinstance(graph, onnx_runtime.OnnxModule) and graph.int8
     np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
     assert not np.array_equal(scores, s32)
     np.testing.assert_array_equal(ranker.predict(X), scores)
@@ -107,7 +108,7 @@ def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
     scores = cascade.set_params(precision="int8").predict(X)
     graphs = cascade._int8_model_[1]
     assert isinstance(graphs, onnx_runtime.OnnxCascade) and len(graphs.segments) == 2
-    assert all(isinstance(g, onnx_runtime.OnnxModule) and g.quantize for g in graphs.segments)
+    assert all(isinstance(g, onnx_runtime.OnnxModule) and g.int8 for g in graphs.segments)
     np.testing.assert_array_equal(cascade.cost_report_["rows_per_layer"], rows32)  # the same drops' sizes
     np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
 
@@ -129,7 +130,7 @@ def test_sessions_run_without_the_fused_skip_layer_norm(fitted, tmp_path, monkey
             written.append(self.optimized_model_filepath)
 
     monkeypatch.setattr(ort, "SessionOptions", Options)
-    onnx_runtime.OnnxModule(ranker.model_.eval(), batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+    onnx_runtime.OnnxModule(ranker.model_.eval(), batch_tensors(encoded, np.arange(3)), threads=1)
     ours = written[-1]
     ort.InferenceSession(ours, ort.SessionOptions(), providers=["CPUExecutionProvider"])  # ONNX Runtime's default
     default = written[-1]
@@ -152,7 +153,7 @@ def test_fused_attention_matches_either_attention_mask(fitted, implementation):
     ranker, X, encoded = fitted
     model = copy.deepcopy(ranker.model_).eval()
     model.encoder.set_attn_implementation(implementation)
-    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), quantize=False, threads=1)
+    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), threads=1)
     batch = batch_tensors(encoded, np.argsort(encoded["lengths"])[::2])
     with torch.inference_mode():
         np.testing.assert_allclose(graph(batch).numpy(), model(batch).numpy(), atol=1e-5)
@@ -163,7 +164,7 @@ def test_only_bert_style_self_attention_is_fused(fitted):
 
     ranker, X, encoded = fitted
     model = ranker.model_
-    fused = onnx_runtime._with_fused_attention(model)
+    fused = onnx_runtime._export_copy(model)
     blocks = [m for m in fused.modules() if isinstance(m, onnx_runtime._FusedSelfAttention)]
     assert len(blocks) == model.encoder.config.num_hidden_layers and fused is not model
     assert not any(isinstance(m, onnx_runtime._FusedSelfAttention) for m in model.modules())  # a copy
@@ -177,4 +178,145 @@ def test_only_bert_style_self_attention_is_fused(fitted):
     causal.is_causal = True
     assert onnx_runtime._is_bert_self_attention(block) and not onnx_runtime._is_bert_self_attention(causal)
     head_only = model.head
-    assert onnx_runtime._with_fused_attention(head_only) is head_only
+    assert onnx_runtime._export_copy(head_only) is head_only
+
+
+def _run_exported(module, *inputs):
+    """``module`` (positional tensors in, one tensor out) exported and run by ONNX Runtime."""
+    import tempfile
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    names = [f"x{i}" for i in range(len(inputs))]
+    with tempfile.TemporaryDirectory() as folder, onnx_runtime._quiet():
+        path = Path(folder) / "m.onnx"
+        torch.onnx.export(module, inputs, str(path), input_names=names, dynamo=True, external_data=False)
+        return ort.InferenceSession(str(path)).run(None, {n: x.numpy() for n, x in zip(names, inputs)})[0]
+
+
+class _First(torch.nn.Module):
+    """A module's first output (attention blocks return a pair)."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *inputs):
+        out = self.module(*inputs)
+        return out[0] if isinstance(out, tuple) else out
+
+
+@needs_onnx
+def test_int8_linear_layer_exports_the_arithmetic_it_computes():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 16)
+    x = torch.randn(3, 5, 48) * 3
+    layer = onnx_runtime._Int8Linear(linear, float(x.min()), float(x.max()))
+    with torch.inference_mode():
+        eager, exact = layer(x), linear(x)
+    np.testing.assert_allclose(_run_exported(_First(layer), x), eager.numpy(), atol=1e-5)
+    # int8 rounding, and nothing else: close to the float layer, not equal to it
+    step = float(layer.scale) * linear.weight.abs().sum(dim=1).max().item() + float(layer.weight_scale.max()) * x.abs().sum(-1).max().item()
+    assert 0 < (eager - exact).abs().max() <= step
+    # values beyond the calibrated range saturate to its ends
+    wide = x * 10
+    with torch.inference_mode():
+        assert (layer(wide) - linear(wide)).abs().max() > 10 * (eager - exact).abs().max()
+
+
+@needs_onnx
+@pytest.mark.parametrize("int8", [False, True])
+def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8):
+    ranker, X, encoded = fitted
+    block = ranker.model_.encoder.encoder.layer[0].attention.self
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 6, ranker.model_.encoder.config.hidden_size)
+    keep = torch.ones(3, 6)
+    keep[1, 4:], keep[2, 2:] = 0, 0
+    additive = ((1 - keep) * -10000.0)[:, None, None, :]
+    fused = onnx_runtime._FusedSelfAttention(block, (float(hidden.min()), float(hidden.max())) if int8 else None)
+    with torch.inference_mode():
+        eager, exact = fused(hidden, additive)[0], block(hidden, attention_mask=additive)[0]
+    real = keep.bool().numpy()  # padded queries' outputs are never read
+    np.testing.assert_allclose(_run_exported(_First(fused), hidden, additive)[real], eager.numpy()[real], atol=1e-5)
+    gap = (eager - exact).abs()[keep.bool()].max()
+    assert (0 < gap < 0.1) if int8 else gap < 1e-5
+
+
+def test_export_copy_quantizes_the_calibrated_layers_only(fitted):
+    ranker, X, encoded = fitted
+    model = ranker.model_
+    ranges = ranker.activation_ranges_
+    copied = onnx_runtime._export_copy(model, ranges)
+    blocks = [m for m in copied.modules() if isinstance(m, onnx_runtime._FusedSelfAttention)]
+    assert len(blocks) == model.encoder.config.num_hidden_layers and all(b.int8 for b in blocks)
+    int8 = {name for name, m in copied.named_modules() if isinstance(m, onnx_runtime._Int8Linear)}
+    linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert int8 == {n for n in linear if n in ranges and ".attention.self." not in n}
+    assert "head.1" in int8 and "head.4" in int8
+    partial = {k: v for k, v in ranges.items() if k != "head.4"}
+    assert "head.4" not in {n for n, m in onnx_runtime._export_copy(model, partial).named_modules()
+                            if isinstance(m, onnx_runtime._Int8Linear)}
+    assert not any(isinstance(m, onnx_runtime._Int8Linear) for m in model.modules())  # a copy
+
+
+def test_calibration_records_each_linear_input_over_real_tokens(fitted):
+    from as2rank.neural.calibration import activation_ranges, calibration_rows
+
+    ranker, X, encoded = fitted
+    model = ranker.model_.eval()
+    rows = np.arange(len(X))
+    ranges = activation_ranges(model, encoded, rows, torch.device("cpu"))
+    assert set(ranges) == {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    # the first block's query reads the embeddings: recompute them row by row, without padding
+    seen = []
+    for r in rows:
+        batch = batch_tensors(encoded, np.array([r]))
+        with torch.inference_mode():
+            out = model.encoder.embeddings(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
+        seen.append(out.flatten())
+    seen = torch.cat(seen)
+    np.testing.assert_allclose(ranges["encoder.encoder.layer.0.attention.self.query"],
+                               [seen.min().item(), seen.max().item()], rtol=1e-5)
+    # more data widens a range, never narrows it
+    half = activation_ranges(model, encoded, rows[::2], torch.device("cpu"))
+    both = activation_ranges(model, encoded, rows[1::2], torch.device("cpu"), previous=half)
+    for name, (low, high) in ranges.items():
+        np.testing.assert_allclose([low, high], both[name], rtol=1e-5)
+        assert half[name][0] >= low and half[name][1] <= high
+    np.testing.assert_array_equal(calibration_rows(np.arange(10), 4), [0, 3, 6, 9])
+    np.testing.assert_array_equal(calibration_rows(np.arange(3), 4), [0, 1, 2])
+
+
+@needs_onnx
+@needs_int8
+def test_int8_score_of_a_row_does_not_depend_on_its_batch(fitted):
+    ranker, X, _ = fitted
+    together = ranker.set_params(precision="int8").predict(X)
+    alone = np.concatenate([ranker.predict(X.iloc[[i]]) for i in range(len(X))])
+    pairs = np.concatenate([ranker.predict(X.iloc[i:i + 2]) for i in range(0, len(X) - 1, 2)])
+    ranker.set_params(precision="fp32")
+    np.testing.assert_array_equal(alone, together)
+    np.testing.assert_array_equal(pairs, together[: len(pairs)])
+
+
+@needs_onnx
+@needs_int8
+def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_path):
+    ranker, X, _ = fitted
+    ranker.save_pretrained(tmp_path / "m")
+    loaded = TransformerRanker.from_pretrained(tmp_path / "m")
+    assert loaded.activation_ranges_ == ranker.activation_ranges_
+    np.testing.assert_array_equal(loaded.set_params(precision="int8").predict(X),
+                                  ranker.set_params(precision="int8").predict(X))
+    ranker.set_params(precision="fp32")
+    stream = small(TransformerRanker, "bert", tokenizer)
+    first = X["qid"].isin(X["qid"].unique()[:5]).to_numpy()
+    rest = ~first
+    y = synthetic(n_questions=10)[1]
+    stream.partial_fit(X[first], y[first], total_rows=len(X))
+    before = dict(stream.activation_ranges_)
+    stream.partial_fit(X[rest], y[rest])
+    for name, (low, high) in before.items():
+        assert stream.activation_ranges_[name][0] <= low and stream.activation_ranges_[name][1] >= high

@@ -96,7 +96,7 @@ def autocast_dtype(precision, device: torch.device, *, training: bool = False,
         raise ValueError("precision='fp16' needs a CUDA device; use 'bf16', 'int8' or 'fp32' on the CPU.")
     if precision == "int8":
         if cuda:
-            raise ValueError("precision='int8' is dynamic quantization for the CPU; use 'auto', 'bf16' or 'fp16' on CUDA.")
+            raise ValueError("precision='int8' is quantization for the CPU; use 'auto', 'bf16' or 'fp16' on CUDA.")
         if not training and int8_supported():
             return torch.float32
         if not training:
@@ -142,7 +142,7 @@ def cpu_bf16_supported() -> bool:
 
 
 def int8_supported() -> bool:
-    """Whether this CPU runs int8 dynamically quantized linear layers (x86 with AVX2 or better, or ARM)."""
+    """Whether this CPU runs int8 linear layers (x86 with AVX2 or better, or ARM)."""
     engines = torch.backends.quantized.supported_engines
     if "x86" in engines or "fbgemm" in engines:
         return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")

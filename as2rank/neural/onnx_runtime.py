@@ -1,16 +1,22 @@
 """Prediction on ONNX Runtime: a fitted torch module exported once to ONNX (``torch.onnx.export``), its
-matrix products quantized to int8 for ``precision="int8"`` (ONNX Runtime's dynamic quantization, whose
-kernels use AVX-512 VNNI where the CPU has it), and run by an ``InferenceSession``.
+matrix products in int8 for ``precision="int8"``, and run by an ``InferenceSession``.
 
-BERT-style self-attention blocks are exported as ONNX Runtime's fused ``com.microsoft.Attention`` operator
-(one node: the query, key and value projections as one matrix product, then the attention itself), which
-dynamic quantization turns into ``QAttention``; ONNX Runtime's own graph optimizer does not recognise the
-attention that the exporter writes, so without it each block is some twenty nodes.
+Int8 is static quantization: weights are int8 per output column, and each matrix product's input is
+rounded to a uint8 grid fixed by the range it took on calibration rows at fit time
+(:mod:`as2rank.neural.calibration`). ONNX Runtime's integer kernels (AVX-512 VNNI where the CPU has it)
+then compute a row's score from that row alone. Dynamic quantization, which scales each input by the range
+of its whole batch, would make the score depend on the rows predicted beside it.
+
+BERT-style self-attention blocks are exported as one ONNX Runtime node, ``com.microsoft.Attention`` (or
+``QAttention`` in int8): the query, key and value projections as one matrix product, then the attention
+itself. ONNX Runtime's own graph optimizer does not recognise the attention that the exporter writes, so
+without it each block is some twenty nodes.
 
 :class:`OnnxModule` is called like the module it was exported from (a batch dict of tensors in, the logits
 tensor out), so the one predict loop (:func:`as2rank.neural.predict.predict_batches`) runs it unchanged. An
-export is checked against the torch module on a batch of another shape before it is used: a graph that
-traced a shape as a constant, or any other disagreement, raises instead of scoring.
+export is checked against the torch module on a batch of another shape before it is used: a graph that traced
+a shape as a constant, or any other disagreement, raises instead of scoring. The int8 graph is the checked
+float32 graph with the integer operators in place of the float ones.
 
 Optional: needs ``onnxruntime``, ``onnx`` and ``onnxscript`` (``pip install as2rank[onnx]``).
 """
@@ -27,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 __all__ = ["OnnxCascade", "OnnxModule", "int8_copy", "onnx_available"]
 
@@ -46,33 +53,110 @@ def onnx_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in _PACKAGES)
 
 
-class _FusedSelfAttention(torch.nn.Module):
-    """A BERT-style self-attention block (separate ``query``, ``key`` and ``value`` projections, scaled dot
-    products over the unmasked tokens) as ONNX Runtime's ``com.microsoft.Attention`` node, for export only:
-    called eagerly it returns a placeholder. Takes and returns what the block it replaces does."""
+def _activation_quantization(low: float, high: float) -> tuple[float, int]:
+    """Scale and zero point of uint8 activations over ``[low, high]`` widened to hold 0 (so that zero, the
+    padding's value, is exact), as ONNX Runtime's ``DynamicQuantizeLinear`` computes them for a batch."""
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    scale = (high - low) / 255.0 or 1.0
+    return scale, int(np.clip(round(-low / scale), 0, 255))
 
-    def __init__(self, block):
+
+def _weight_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 weights per output column: ``weight`` (out, in) as int8 of shape (in, out), and the
+    scale of each column."""
+    scale = weight.abs().amax(dim=1) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8).T.contiguous(), scale
+
+
+class _Int8Input(nn.Module):
+    """A matrix product whose input is quantized with a fixed scale and zero point (static quantization) and
+    whose weights are int8 per output column. Eagerly it computes the same arithmetic in float32 (the
+    the tests compare the exported operators with); exported it writes ONNX Runtime's integer operators."""
+
+    def _set_int8(self, weight: torch.Tensor, bias: torch.Tensor, low: float, high: float) -> None:
+        scale, zero = _activation_quantization(low, high)
+        self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
+        self.register_buffer("zero", torch.tensor(zero, dtype=torch.uint8))
+        codes, column_scale = _weight_int8(weight.detach().float())
+        self.register_buffer("weight", codes)
+        self.register_buffer("weight_scale", column_scale)
+        self.register_buffer("weight_zero", torch.zeros(len(column_scale), dtype=torch.int8))
+        self.register_buffer("bias", bias.detach().float().clone())
+
+    def _quantized(self, x: torch.Tensor) -> torch.Tensor:
+        """The ``QuantizeLinear`` node of ``x`` (export only)."""
+        return torch.onnx.ops.symbolic("QuantizeLinear", (x, self.scale, self.zero), dtype=torch.uint8, shape=x.shape)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` rounded to its uint8 grid, times the int8 weights, plus the bias, in float32 (eager only)."""
+        codes = torch.clamp(torch.round(x / self.scale) + self.zero.float(), 0, 255)
+        return ((codes - self.zero.float()) * self.scale) @ (self.weight.float() * self.weight_scale) + self.bias
+
+
+class _Int8Linear(_Int8Input):
+    """A linear layer in int8 with a static input range (see :class:`_Int8Input`), exported as
+    ``QuantizeLinear`` then ``com.microsoft.MatMulIntegerToFloat``."""
+
+    def __init__(self, linear: nn.Linear, low: float, high: float):
+        super().__init__()
+        bias = linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
+        self._set_int8(linear.weight, bias, low, high)
+
+    def forward(self, x):
+        if not torch.onnx.is_in_onnx_export():
+            return self._product(x)
+        inputs = (self._quantized(x), self.weight, self.scale, self.weight_scale, self.zero, self.weight_zero, self.bias)
+        return torch.onnx.ops.symbolic("com.microsoft::MatMulIntegerToFloat", inputs, dtype=torch.float32,
+                                       shape=(*x.shape[:-1], self.weight.shape[1]), version=1)
+
+
+class _FusedSelfAttention(_Int8Input):
+    """A BERT-style self-attention block (separate ``query``, ``key`` and ``value`` projections, scaled dot
+    products over the unmasked tokens) exported as one ONNX Runtime node: ``com.microsoft.Attention``, or,
+    given the range of its input, ``QAttention`` (the three projections in int8 with a static input range,
+    see :class:`_Int8Input`). Takes and returns what the block it replaces does."""
+
+    def __init__(self, block, input_range=None):
         super().__init__()
         self.num_heads = int(block.num_attention_heads)
         projections = (block.query, block.key, block.value)
-        # Attention's weights are (hidden, 3 × hidden): query, key, value side by side.
-        self.weight = torch.nn.Parameter(torch.cat([p.weight for p in projections]).T.contiguous().detach())
-        self.bias = torch.nn.Parameter(torch.cat([p.bias for p in projections]).detach())
+        # Query, key and value side by side: (3 × hidden, hidden).
+        weight = torch.cat([p.weight for p in projections]).detach()
+        bias = torch.cat([p.bias for p in projections]).detach()
+        self.int8 = input_range is not None
+        if self.int8:
+            self._set_int8(weight, bias, *input_range)
+        else:
+            self.register_buffer("weight", weight.T.contiguous())
+            self.register_buffer("bias", bias.clone())
 
     def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
-        rows, tokens, _ = hidden_states.shape
+        rows, tokens, width = hidden_states.shape
         if attention_mask is None:
-            keep = torch.ones((rows, tokens), dtype=torch.int32)
+            keep = torch.ones((rows, tokens), dtype=torch.int32, device=hidden_states.device)
         else:
             # The encoder's 4-D mask (rows, 1, queries or 1, tokens), boolean (True: attend) or additive (0:
             # attend); query 0 is the first token, never padding, so its row is the padding mask.
             first = attention_mask[:, 0, 0, :]
             keep = (first if first.dtype == torch.bool else first == 0).to(torch.int32)
-        out = torch.onnx.ops.symbolic(
-            "com.microsoft::Attention", (hidden_states, self.weight, self.bias, keep), {"num_heads": self.num_heads},
-            dtype=hidden_states.dtype, shape=(rows, tokens, self.weight.shape[1] // 3), version=1,
-        )
-        return out, None
+        if torch.onnx.is_in_onnx_export():
+            attrs, shape = {"num_heads": self.num_heads}, (rows, tokens, self.bias.shape[0] // 3)
+            if self.int8:
+                inputs = (self._quantized(hidden_states), self.weight, self.bias, self.scale, self.weight_scale,
+                          keep, self.zero, self.weight_zero)
+                return torch.onnx.ops.symbolic("com.microsoft::QAttention", inputs, attrs, dtype=torch.float32,
+                                               shape=shape, version=1), None
+            inputs = (hidden_states, self.weight, self.bias, keep)
+            return torch.onnx.ops.symbolic("com.microsoft::Attention", inputs, attrs, dtype=hidden_states.dtype,
+                                           shape=shape, version=1), None
+        qkv = self._product(hidden_states) if self.int8 else hidden_states @ self.weight + self.bias
+        heads = qkv.view(rows, tokens, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)  # (3, rows, heads, tokens, d)
+        scores = heads[0] @ heads[1].transpose(-1, -2) / heads.shape[-1] ** 0.5
+        # The masked keys get ONNX Runtime's additive -10000.
+        scores = scores + (1 - keep[:, None, None, :].to(scores.dtype)) * -10000.0
+        context = torch.softmax(scores, dim=-1) @ heads[2]
+        return context.transpose(1, 2).reshape(rows, tokens, -1), None
 
 
 def _is_bert_self_attention(block) -> bool:
@@ -87,19 +171,26 @@ def _is_bert_self_attention(block) -> bool:
             and block.query.out_features == block.num_attention_heads * block.attention_head_size)
 
 
-def _with_fused_attention(module):
-    """A copy of ``module`` whose BERT-style self-attention blocks (``<...>.attention.self``) export as fused
-    ``Attention`` nodes, or ``module`` itself where it has none; the export check compares the graph with
-    ``module`` either way."""
-    names = [name for name, block in module.named_modules()
-             if name.endswith("attention.self") and _is_bert_self_attention(block)]
-    if not names:
+def _export_copy(module, ranges: dict | None = None):
+    """What is exported of ``module``: its BERT-style self-attention blocks (``<...>.attention.self``) as fused
+    ``Attention`` nodes and, given ``ranges`` (``{name of a linear layer: [low, high]}`` of its input,
+    :func:`~as2rank.neural.calibration.activation_ranges`), every linear layer with a range in int8 (an
+    attention block takes its ``query``'s). A copy, or ``module`` itself where nothing changes; the export
+    check compares the graph with the copy's eager arithmetic."""
+    ranges = ranges or {}
+    blocks = [name for name, block in module.named_modules()
+              if name.endswith("attention.self") and _is_bert_self_attention(block)]
+    linear = [name for name, layer in module.named_modules() if isinstance(layer, nn.Linear) and name in ranges
+              and not any(name.startswith(f"{block}.") for block in blocks)]
+    if not blocks and not linear:
         return module
-    fused = copy.deepcopy(module)
-    for name in names:
-        parent, _, attr = name.rpartition(".")
-        setattr(fused.get_submodule(parent), attr, _FusedSelfAttention(fused.get_submodule(name)))
-    return fused
+    copied = copy.deepcopy(module)
+    for name in blocks:
+        block = _FusedSelfAttention(copied.get_submodule(name), ranges.get(f"{name}.query"))
+        copied.set_submodule(name, block)
+    for name in linear:
+        copied.set_submodule(name, _Int8Linear(copied.get_submodule(name), *ranges[name]))
+    return copied
 
 
 class _Positional(torch.nn.Module):
@@ -128,8 +219,11 @@ class OnnxModule:
         A batch (CPU) of at least two rows whose keys are the inputs every batch will have; tensors of two
         or more axes are (rows, tokens, ...) arrays that zeros pad along the tokens. The export traces it
         padded; the check runs the module and the graph on it with one row fewer and more padding.
-    quantize : bool
-        Quantize the graph's matrix products to int8 (dynamic: activations are quantized per batch).
+    ranges : dict, optional
+        ``{name of a linear layer in module: [low, high]}``, the range of its input over calibration rows
+        (:func:`~as2rank.neural.calibration.activation_ranges`): those layers' matrix products run in int8,
+        their input quantized with the fixed scale of its range (static quantization: a row's output does not
+        depend on the other rows of its batch). ``None``: float32.
     threads : int
         ONNX Runtime's intra-op threads.
 
@@ -138,29 +232,30 @@ class OnnxModule:
     ImportError
         Without the optional packages.
     RuntimeError
-        If the exported float32 graph disagrees with the module.
+        If the exported float32 graph disagrees with the module (checked before its int8 twin is exported).
     """
 
-    def __init__(self, module, example: dict, *, quantize: bool, threads: int):
+    def __init__(self, module, example: dict, *, ranges: dict | None = None, threads: int):
         if not onnx_available():
             raise ImportError(
                 "The ONNX Runtime backend needs onnxruntime, onnx and onnxscript: pip install as2rank[onnx]"
             )
         self.names = tuple(example)
-        self.quantize = quantize
+        self.int8 = ranges is not None
         self.threads = int(threads)
         module = module.to("cpu").eval()
         with tempfile.TemporaryDirectory() as folder, _quiet():
             graph = Path(folder) / "model.onnx"
-            _export(_Positional(_with_fused_attention(module), self.names), _padded(example, 1), graph)
-            self._check(module, self._session(graph), example)
-            if quantize:
-                from onnxruntime.quantization import QuantType, quantize_dynamic
-
-                quantized = Path(folder) / "model.int8.onnx"
-                quantize_dynamic(graph, quantized, weight_type=QuantType.QInt8, per_channel=True)
-                graph = quantized
+            _export(_Positional(_export_copy(module), self.names), _padded(example, 1), graph)
             self.session = self._session(graph)
+            self._check(module, self.session, example)
+            if self.int8:
+                # The same graph with the int8 operators in place of the float ones. Its scores are not compared
+                # with torch's: a value on the edge of two uint8 steps may round either way, and the flip
+                # carries through the layers (tests compare each int8 operator with its torch arithmetic).
+                graph = Path(folder) / "model.int8.onnx"
+                _export(_Positional(_export_copy(module, ranges), self.names), _padded(example, 1), graph)
+                self.session = self._session(graph)
 
     def _session(self, graph: Path):
         import onnxruntime as ort
@@ -197,7 +292,7 @@ class OnnxModule:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def int8_copy(module, example: dict, threads: int):
+def int8_copy(module, example: dict, ranges: dict, threads: int):
     """An int8 copy on ONNX Runtime of a module that declares ``onnx_exportable``: the module as one graph
     (:class:`OnnxModule`), or a cascade (a module with ``segments()``) as one graph per segment
     (:class:`OnnxCascade`).
@@ -207,12 +302,14 @@ def int8_copy(module, example: dict, threads: int):
     module : torch.nn.Module
     example : dict of torch.Tensor
         A batch of at least two rows (see :class:`OnnxModule`).
+    ranges : dict
+        The input range of each linear layer of ``module``, by name (see :class:`OnnxModule`).
     threads : int
         ONNX Runtime's intra-op threads.
     """
     if hasattr(module, "segments"):
-        return OnnxCascade(module, example, threads=threads)
-    return OnnxModule(module, example, quantize=True, threads=threads)
+        return OnnxCascade(module, example, ranges=ranges, threads=threads)
+    return OnnxModule(module, example, ranges=ranges, threads=threads)
 
 
 class OnnxCascade:
@@ -226,15 +323,21 @@ class OnnxCascade:
     example : dict of torch.Tensor
         A batch of at least two rows; its token arrays trace the first segment, and each segment's hidden
         states on them trace the next.
+    ranges : dict
+        The input range of each linear layer of ``module``, by its name in ``module`` (see
+        :class:`OnnxModule`).
     threads : int
     """
 
-    def __init__(self, module, example: dict, *, threads: int):
+    def __init__(self, module, example: dict, *, ranges: dict, threads: int):
         self.module = module.to("cpu").eval()
         self.segments = []
+        by_layer = {self.module.get_submodule(name): r for name, r in ranges.items()}
         state = {k: v for k, v in example.items() if v.ndim == 2}  # what the cascade's chunks carry
         for segment in self.module.segments():
-            self.segments.append(OnnxModule(segment, state, quantize=True, threads=threads))
+            # The same layers, named from the segment.
+            own = {name: by_layer[layer] for name, layer in segment.named_modules() if layer in by_layer}
+            self.segments.append(OnnxModule(segment, state, ranges=own, threads=threads))
             with torch.inference_mode():
                 hidden, _ = segment(state)
             state = {"hidden": hidden, "attention_mask": state["attention_mask"]}
