@@ -200,7 +200,8 @@ class CascadeEncoder(nn.Module):
             return [(int(p[0]), int(p[-1]) + 1, int(bound[p[-1]])) for p in parts]
 
         # ``order``: batch positions of the rows still running, shortest first (chunks are cut along it).
-        order = torch.from_numpy(np.argsort(lengths, kind="stable")).to(device)
+        order_host = np.argsort(lengths, kind="stable")
+        order = torch.from_numpy(order_host).to(device)
         codes_t = torch.as_tensor(np.asarray(codes), device=device)
         # Each state is a chunk's input to the next segment: its tokens, then its hidden states.
         states = [
@@ -226,16 +227,24 @@ class CascadeEncoder(nn.Module):
             keep = _keep_on_device(codes_t[order], order, scores, alive[e], dropped)
             # Survivors first, each group in its order (shortest first still): a static number of rows.
             survivors = torch.argsort((~keep).to(torch.uint8), stable=True)[: int(alive[e + 1].sum())]
-            order = order[survivors]
-            bound = lengths[order.numpy()] if exact_widths else widths[e + 1]  # ascending either way
-            # Every running row at one width (the widest survivor's), so that any survivor can be gathered.
-            need = int(bound[-1])
-            hidden = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in outputs])
-            # Contiguous copies, like the chunks the first exit runs on.
-            states = [
-                {"hidden": hidden[survivors[first:end], :width].contiguous(), "attention_mask": full_mask[order[first:end], :width]}
-                for first, end, width in spans(bound)
-            ]
+            if exact_widths:
+                # The one read of this drop: which rows survived, so each new chunk is cut to their lengths
+                # and gathered from the chunks that hold them.
+                kept = survivors.numpy()
+                order_host = order_host[kept]
+                order = torch.from_numpy(order_host)
+                spans_now = spans(lengths[order_host])
+                hidden = _gather_survivors([h for h, _ in outputs], kept, spans_now)
+            else:
+                order = order[survivors]
+                spans_now = spans(widths[e + 1])
+                # Every running row at one width (the widest survivor's), so that any survivor can be gathered.
+                need = spans_now[-1][2]
+                padded = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in outputs])
+                # Contiguous copies, like the chunks the first exit runs on.
+                hidden = [padded[survivors[first:end], :width].contiguous() for first, end, width in spans_now]
+            states = [{"hidden": h, "attention_mask": full_mask[order[first:end], :width]}
+                      for h, (first, end, width) in zip(hidden, spans_now)]
         return logits.cpu().double().numpy(), rows_per_layer
 
 
@@ -258,6 +267,24 @@ class ExitSegment(nn.Module):
         hidden = stack.embed(state) if self.start == 0 else state["hidden"]
         hidden = stack.run(hidden, mask, self.start, self.stop)
         return hidden, head_logits(self.classifier, masked_mean(hidden, mask)).squeeze(-1)
+
+
+def _gather_survivors(hidden: list, kept: np.ndarray, spans: list) -> list:
+    """The hidden states of each new chunk (``spans``: first, end, width along ``kept``), gathered from the
+    chunks of the last exit (``hidden``, in order) by the positions ``kept`` of the survivors in them (ascending).
+    Each chunk is a copy of its survivors' states only, cut or zero-padded to its width."""
+    starts = np.cumsum([0] + [len(h) for h in hidden])
+    chunk = np.searchsorted(starts, kept, side="right") - 1
+    out = []
+    for first, end, width in spans:
+        pieces = []
+        # The chunk's rows come from consecutive old chunks (both are sorted by length): one gather per run.
+        for c in np.unique(chunk[first:end]):
+            at = np.flatnonzero(chunk[first:end] == c) + first
+            part = hidden[c][:, :width][torch.from_numpy(kept[at] - starts[c])]
+            pieces.append(nn.functional.pad(part, (0, 0, 0, width - part.shape[1])) if part.shape[1] < width else part)
+        out.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
+    return out
 
 
 def _survivor_widths(codes: np.ndarray, lengths: np.ndarray, alphas, last_exit: int) -> tuple[list, list]:
