@@ -149,7 +149,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         float32 with a warning on CPUs without int8 kernels): on ONNX Runtime when it is installed (``pip
         install as2rank[onnx]``: the model exported with ``torch.onnx`` on the first ``predict`` and checked
         against it), its matrix products in int8 with static quantization: each one's input is rounded to a
-        grid fixed by the range it took on 512 training rows at the end of ``fit``
+        grid fixed by the range it took on 128 training rows at the end of ``fit``
         (``activation_ranges_``), so a row's int8 score does not depend on the rows predicted beside it.
         Without ONNX Runtime, torch's dynamically quantized linear layers run instead; they scale each input by
         the range of its whole batch, so their scores move with the other rows of the batch and now and then
@@ -185,7 +185,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     lexical_coef_ : ndarray of shape (7,)
         With ``lexical_prior``: the prior's weights on the six ``lexical_features_`` columns, intercept last.
     activation_ranges_ : dict of str to list of float
-        Smallest and largest input of each linear layer (by name in ``model_``) on up to 512 training rows,
+        Smallest and largest input of each linear layer (by name in ``model_``) on up to 128 training rows,
         spread evenly, after training: the fixed quantization ranges of the int8 copy (``precision="int8"``).
         ``partial_fit`` widens them with each chunk's rows.
     history_ : as2rank.neural.TrainingHistory

@@ -303,6 +303,52 @@ def batch_dependence(fit_questions: int) -> dict:
     return out
 
 
+#: Calibration rows of the int8 ranges compared by :func:`calibration` (``None``: every training row).
+CALIBRATION_SIZES = (128, 512, None)
+
+
+def calibration(fit_questions: int) -> dict:
+    """Static int8 with ranges calibrated on 128, 512 or all training rows (evenly spread), per data set of
+    :func:`accuracy`: how well int8 reproduces fp32 on WikiQA-dev (no labels: the mean absolute change of a
+    logit, and the share of its questions with two or more candidates whose top candidate stays the same),
+    and test MAP."""
+    import numpy as np
+
+    from as2rank.data import GroupIndex
+    from as2rank.metrics import mean_average_precision
+    from as2rank.neural import resolve_device
+    from as2rank.neural.calibration import activation_ranges, calibration_rows
+    from as2rank.suite import load_benchmark_data
+    from as2rank.transformer import TransformerRanker
+
+    splits = wikiqa_splits()
+    X_dev = splits["dev"][0]
+    index = GroupIndex(X_dev["qid"])
+    questions = [index.order[a:b] for a, b in zip(index.offsets[:-1], index.offsets[1:]) if b - a > 1]
+    data = {"WikiQA": (*fit_subset(*splits["train"], fit_questions), *splits["test"]),
+            "SQuAD sample": load_benchmark_data("sample")}
+    out = {"dev_questions": len(questions)}
+    for name, (Xa, ya, Xt, yt) in data.items():
+        est = fitted(TransformerRanker(random_state=0), Xa, ya)
+        fitted_ranges, encoded = est.activation_ranges_, est._encode(Xa)
+        ref_dev, ref_test = est.set_params(precision="fp32").predict(X_dev), est.predict(Xt)
+        out[name] = {"fp32_map": mean_average_precision(yt, ref_test, Xt["qid"])}
+        for size in CALIBRATION_SIZES:
+            rows = calibration_rows(np.arange(len(Xa)), size or len(Xa))
+            est.activation_ranges_ = activation_ranges(est.model_, encoded, rows, resolve_device("cpu"))
+            est.set_params(precision="int8")
+            dev, test = est.predict(X_dev), est.predict(Xt)
+            out[name][str(size or "all")] = {
+                "mean_abs_dev": float(np.abs(dev - ref_dev).mean()),
+                "same_top_dev": float(np.mean([dev[q].argmax() == ref_dev[q].argmax() for q in questions])),
+                "map": mean_average_precision(yt, test, Xt["qid"]),
+            }
+            log(f"[calibration] {name}, {size or 'all'} rows: {out[name][str(size or 'all')]}")
+        est.activation_ranges_ = fitted_ranges
+        est.set_params(precision="fp32")
+    return out
+
+
 def summarise(res: dict) -> dict:
     """Per row: median, min and max pairs/s over the rounds and the median same-round ratio to :data:`REFERENCE`."""
     ref = [r["pairs_per_s"] for r in res["runs"][REFERENCE]]
@@ -447,6 +493,7 @@ def main(argv=None) -> None:
     if not args.no_accuracy:
         res["accuracy"] = accuracy(args.fit_questions)
         res["batch_dependence"] = batch_dependence(args.fit_questions)
+        res["calibration"] = calibration(args.fit_questions)
     res["load_average_end"] = load_average()
     res["wall_seconds"] = time.perf_counter() - t_start
     res["acceptance"] = checks(res)
