@@ -501,7 +501,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         from .neural.onnx_runtime import onnx_available
 
         onnx = encoded is not None and hasattr(self, "activation_ranges_") and onnx_available()
-        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded or ()) if onnx else ())
+        # The ranges by value: a copy quantized to other ranges is another model.
+        ranges = tuple((k, tuple(v)) for k, v in sorted(self.activation_ranges_.items())) if onnx else ()
+        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded or ()) if onnx else (), ranges)
         cached = getattr(self, "_int8_model_", None)
         if cached is None or cached[0] != key:
             cached = (key, _onnx_int8(self.model_, encoded, self.activation_ranges_) if onnx

@@ -434,6 +434,8 @@ def main(argv=None) -> None:
     parser.add_argument("--cascade-questions", type=int, default=20,
                         help="expanded WikiQA-test questions (~100 candidates each) of the cascade rounds (0: none)")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the untimed MAP table on whole test sets")
+    parser.add_argument("--calibration-only", action="store_true",
+                        help="re-run only the table of calibration rows into the saved results, and re-render the page")
     # The subprocess of an as2rank row (started by run_row).
     parser.add_argument("--as2rank-round", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
@@ -443,6 +445,13 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.as2rank_round:
         as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores, args.alpha)
+        return
+    if args.calibration_only:
+        from _common import RESULTS
+
+        res = json.loads((RESULTS / "cpu_inference.json").read_text())
+        res["calibration"] = {**calibration(args.fit_questions), "rerun": run_header("cpu_inference.py", argv)}
+        log(f"wrote {publish(res, 'cpu_inference')}")
         return
     import numpy as np
     import torch

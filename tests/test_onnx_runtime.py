@@ -310,6 +310,9 @@ def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_p
     assert loaded.activation_ranges_ == ranker.activation_ranges_
     np.testing.assert_array_equal(loaded.set_params(precision="int8").predict(X),
                                   ranker.set_params(precision="int8").predict(X))
+    # other ranges are another int8 model, never the copy built for the old ones
+    loaded.activation_ranges_ = {k: [2 * low, 2 * high] for k, (low, high) in loaded.activation_ranges_.items()}
+    assert not np.array_equal(loaded.predict(X), ranker.predict(X))
     ranker.set_params(precision="fp32")
     stream = small(TransformerRanker, "bert", tokenizer)
     first = X["qid"].isin(X["qid"].unique()[:5]).to_numpy()
