@@ -18,9 +18,10 @@ and batch size instead of the prior. Reference rows per (data, size, seed): ``Ov
 split by paragraph) and WikiQA (train: answered questions of WikiQA-train; test: WikiQA-test). Training
 subsets: whole documents, seeded, nested; 10 % of them (at least 10 questions, whole documents) validate.
 
-Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what
-it holds), then the analysis of the page (mean test MAP per cell, the best cell of each column and each cell's
-p-value against it) into it, ``docs/benchmarks/<stem>.md`` (from ``benchmarks/pages/defaults.md.j2``) and
+Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what it
+holds from the current library, :func:`_common.library_digest`, and computes again what other code did), then
+the analysis of the page (mean test MAP per cell, the best cell of each column and each cell's p-value
+against it) into it, ``docs/benchmarks/<stem>.md`` (from ``benchmarks/pages/defaults.md.j2``) and
 ``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for ``TransformerRanker``, ``defaults-<estimator>``
 otherwise).
 """
@@ -34,7 +35,7 @@ import time
 
 import numpy as np
 import pandas as pd
-from _common import DOCS, RESULTS, SHARED_DATA, jsonable, load_average, log, publish, run_header, save_figure, tagged, training_params
+from _common import DOCS, RESULTS, SHARED_DATA, jsonable, library_digest, load_average, log, publish, run_header, save_figure, tagged, training_params
 
 from as2rank.early_stopping import AUTO_MIN_QUESTIONS
 from as2rank.evaluation import compare, evaluate, per_question
@@ -233,6 +234,9 @@ def reference(estimator, name, seed):
 
 
 def run(args, res, save):
+    # An entry is reused only when the code that computed it is the code running now: the same parameters may
+    # train another model once the library changes.
+    library = library_digest()
     for seed in args.seeds:
         for size in args.sizes:
             for data in args.data:
@@ -252,7 +256,7 @@ def run(args, res, save):
                 jobs += [(name, "refs", reference(args.estimator, name, seed), None, None) for name in args.refs]
                 for name, kind, est, lr, epochs in jobs:
                     k = key(data, size, seed, name, est, epochs)
-                    if k in res[kind]:
+                    if res[kind].get(k, {}).get("library") == library:
                         continue
                     log(f"{data}, {size} ({info['n_train_questions']} questions, {info['n_train_rows']} rows), seed {seed}: {name}"
                         + (f", {epochs}-epoch schedule" if epochs else ""))
@@ -267,7 +271,7 @@ def run(args, res, save):
                             est.fit(*train, **({"eval_set": val} if name == "Cosinet ES" else {}))
                         entry = {**info, "name": name, "fit_seconds": time.perf_counter() - start, "test": scores(est, *test, with_ap=True)}
                         log(f"  test MAP {entry['test']['map']:.4f} ({entry['fit_seconds']:.0f}s)")
-                    res[kind][k] = {**entry, "wall_seconds": time.perf_counter() - start, "load_average": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
+                    res[kind][k] = {**entry, "library": library, "wall_seconds": time.perf_counter() - start, "load_average": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
                     save(res)
 
 
