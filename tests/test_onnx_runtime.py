@@ -291,6 +291,48 @@ def test_calibration_records_each_linear_input_over_real_tokens(fitted):
 
 @needs_onnx
 @needs_int8
+@pytest.mark.parametrize("exact_u8s8", [True, False])
+def test_int8_sessions_ask_for_exact_sums_where_the_cpu_kernels_clamp_them(fitted, tmp_path, monkeypatch, exact_u8s8):
+    # Where the uint8 x int8 kernels clamp their sums (x86 without AVX-512 VNNI), the int8 session has ONNX Runtime
+    # rewrite the int8 weights as uint8 for its exact kernels; where they are exact, it keeps them int8.
+    import onnx
+    import onnxruntime as ort
+
+    ranker, X, encoded = fitted
+    written = []
+
+    class Options(ort.SessionOptions):
+        def __init__(self):
+            super().__init__()
+            self.optimized_model_filepath = str(tmp_path / f"run{len(written)}.onnx")
+            written.append(self.optimized_model_filepath)
+
+    monkeypatch.setattr(ort, "SessionOptions", Options)
+    monkeypatch.setattr(onnx_runtime, "u8s8_sums_exact", lambda: exact_u8s8)
+    example = batch_tensors(encoded, np.arange(3))
+    onnx_runtime.OnnxModule(ranker.model_.eval(), example, ranges=ranker.activation_ranges_, threads=1)
+    graph = onnx.load(written[-1]).graph
+    types = {init.name: init.data_type for init in graph.initializer}
+    weights = [types[node.input[1]] for node in graph.node if node.op_type in ("MatMulIntegerToFloat", "QAttention")]
+    assert weights and set(weights) == {onnx.TensorProto.INT8 if exact_u8s8 else onnx.TensorProto.UINT8}
+
+
+@needs_onnx
+@needs_int8
+@pytest.mark.skipif(not onnx_runtime.u8s8_sums_exact(), reason="this CPU's uint8 x int8 kernels clamp their sums")
+def test_exact_integer_kernels_give_the_scores_of_the_default_ones(fitted, monkeypatch):
+    # On a CPU whose default kernels are exact already, the uint8 x uint8 rewrite computes the same products.
+    ranker, X, encoded = fitted
+    model, example = ranker.model_.eval(), batch_tensors(encoded, np.arange(3))
+    default = onnx_runtime.OnnxModule(model, example, ranges=ranker.activation_ranges_, threads=1)
+    monkeypatch.setattr(onnx_runtime, "u8s8_sums_exact", lambda: False)
+    exact = onnx_runtime.OnnxModule(model, example, ranges=ranker.activation_ranges_, threads=1)
+    batch = batch_tensors(encoded, np.arange(len(encoded["lengths"])))
+    np.testing.assert_array_equal(exact(batch).numpy(), default(batch).numpy())
+
+
+@needs_onnx
+@needs_int8
 def test_int8_score_of_a_row_does_not_depend_on_its_batch(fitted):
     ranker, X, _ = fitted
     together = ranker.set_params(precision="int8").predict(X)

@@ -5,7 +5,10 @@ Int8 is static quantization: weights are int8 per output column, and each matrix
 rounded to a uint8 grid fixed by the range it took on calibration rows at fit time
 (:mod:`as2rank.neural.calibration`). ONNX Runtime's integer kernels (AVX-512 VNNI where the CPU has it)
 then compute a row's score from that row alone. Dynamic quantization, which scales each input by the range
-of its whole batch, would make the score depend on the rows predicted beside it.
+of its whole batch, would make the score depend on the rows predicted beside it. On x86 CPUs without
+AVX-512 VNNI, whose uint8 × int8 kernels clamp partial sums to 16 bits (:func:`u8s8_sums_exact`), the int8
+session asks ONNX Runtime for its exact uint8 × uint8 kernels instead (``session.x64quantprecision``): the
+same scores, computed more slowly.
 
 BERT-style self-attention blocks are exported as one ONNX Runtime node, ``com.microsoft.Attention`` (or
 ``QAttention`` in int8): the query, key and value projections as one matrix product, then the attention
@@ -27,6 +30,7 @@ import contextlib
 import copy
 import importlib.util
 import logging
+import platform
 import tempfile
 import warnings
 from pathlib import Path
@@ -35,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["OnnxCascade", "OnnxModule", "int8_copy", "onnx_available"]
+__all__ = ["OnnxCascade", "OnnxModule", "int8_copy", "onnx_available", "u8s8_sums_exact"]
 
 #: Packages the export and the runtime need.
 _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
@@ -51,6 +55,17 @@ DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 def onnx_available() -> bool:
     """Whether ONNX Runtime and the exporter's packages are installed."""
     return all(importlib.util.find_spec(name) is not None for name in _PACKAGES)
+
+
+def u8s8_sums_exact() -> bool:
+    """Whether ONNX Runtime's uint8 × int8 matrix products are exact on this CPU. x86 CPUs with AVX-512 VNNI
+    sum the products in 32 bits; ONNX Runtime documents that other x86 CPUs (SSE4.1, AVX2, AVX-512 without
+    VNNI) add each pair of neighbouring products in saturating 16-bit arithmetic (255 × 127 × 2 > 32,767),
+    which would silently clamp the int8 model's sums. AVX-VNNI without AVX-512 counts as not exact: its
+    kernels were not checked. Other architectures: exact."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return True
+    return bool(torch.cpu.get_capabilities().get("avx512_vnni", False))
 
 
 def _activation_quantization(low: float, high: float) -> tuple[float, int]:
@@ -81,7 +96,6 @@ class _Int8Input(nn.Module):
         codes, column_scale = _weight_int8(weight.detach().float())
         self.register_buffer("weight", codes)
         self.register_buffer("weight_scale", column_scale)
-        self.register_buffer("weight_zero", torch.zeros(len(column_scale), dtype=torch.int8))
         self.register_buffer("bias", bias.detach().float().clone())
 
     def _quantized(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,7 +120,8 @@ class _Int8Linear(_Int8Input):
     def forward(self, x):
         if not torch.onnx.is_in_onnx_export():
             return self._product(x)
-        inputs = (self._quantized(x), self.weight, self.scale, self.weight_scale, self.zero, self.weight_zero, self.bias)
+        # No weight zero point (symmetric weights: 0, the operator's default).
+        inputs = (self._quantized(x), self.weight, self.scale, self.weight_scale, self.zero, None, self.bias)
         return torch.onnx.ops.symbolic("com.microsoft::MatMulIntegerToFloat", inputs, dtype=torch.float32,
                                        shape=(*x.shape[:-1], self.weight.shape[1]), version=1)
 
@@ -144,7 +159,7 @@ class _FusedSelfAttention(_Int8Input):
             attrs, shape = {"num_heads": self.num_heads}, (rows, tokens, self.bias.shape[0] // 3)
             if self.int8:
                 inputs = (self._quantized(hidden_states), self.weight, self.bias, self.scale, self.weight_scale,
-                          keep, self.zero, self.weight_zero)
+                          keep, self.zero)
                 return torch.onnx.ops.symbolic("com.microsoft::QAttention", inputs, attrs, dtype=torch.float32,
                                                shape=shape, version=1), None
             inputs = (hidden_states, self.weight, self.bias, keep)
@@ -255,15 +270,19 @@ class OnnxModule:
                 # carries through the layers (tests compare each int8 operator with its torch arithmetic).
                 graph = Path(folder) / "model.int8.onnx"
                 _export(_Positional(_export_copy(module, ranges), self.names), _padded(example, 1), graph)
-                self.session = self._session(graph)
+                self.session = self._session(graph, exact_integer_sums=not u8s8_sums_exact())
 
-    def _session(self, graph: Path):
+    def _session(self, graph: Path, exact_integer_sums: bool = False):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        if exact_integer_sums:
+            # ONNX Runtime rewrites the int8 weights as uint8 so that its u8u8 kernels run: the same products,
+            # summed without the 16-bit clamp, slower (see u8s8_sums_exact).
+            options.add_session_config_entry("session.x64quantprecision", "1")
         return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
                                     disabled_optimizers=list(DISABLED_FUSIONS))
 
