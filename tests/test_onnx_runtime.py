@@ -28,6 +28,24 @@ def fitted(tokenizer):
     return ranker, X, ranker._encode(X)
 
 
+@pytest.fixture
+def written(tmp_path, monkeypatch):
+    """The paths where every ONNX Runtime session built in the test writes the graph it runs (after its own
+    rewrites), in order."""
+    import onnxruntime as ort
+
+    paths = []
+
+    class Options(ort.SessionOptions):
+        def __init__(self):
+            super().__init__()
+            self.optimized_model_filepath = str(tmp_path / f"run{len(paths)}.onnx")
+            paths.append(self.optimized_model_filepath)
+
+    monkeypatch.setattr(ort, "SessionOptions", Options)
+    return paths
+
+
 @needs_onnx
 def test_float32_export_matches_the_module_on_any_shape(fitted):
     ranker, X, encoded = fitted
@@ -114,22 +132,13 @@ def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
 
 
 @needs_onnx
-def test_sessions_run_without_the_fused_skip_layer_norm(fitted, tmp_path, monkeypatch):
+def test_sessions_run_without_the_fused_skip_layer_norm(fitted, written):
     # The graph a session runs (ONNX Runtime writes it where optimized_model_filepath says) keeps the residual
     # Add and its LayerNormalization apart; by default ONNX Runtime would fuse them.
     import onnx
     import onnxruntime as ort
 
     ranker, X, encoded = fitted
-    written = []
-
-    class Options(ort.SessionOptions):
-        def __init__(self):
-            super().__init__()
-            self.optimized_model_filepath = str(tmp_path / f"run{len(written)}.onnx")
-            written.append(self.optimized_model_filepath)
-
-    monkeypatch.setattr(ort, "SessionOptions", Options)
     onnx_runtime.OnnxModule(ranker.model_.eval(), batch_tensors(encoded, np.arange(3)), threads=1)
     ours = written[-1]
     ort.InferenceSession(ours, ort.SessionOptions(), providers=["CPUExecutionProvider"])  # ONNX Runtime's default
@@ -292,22 +301,12 @@ def test_calibration_records_each_linear_input_over_real_tokens(fitted):
 @needs_onnx
 @needs_int8
 @pytest.mark.parametrize("exact_u8s8", [True, False])
-def test_int8_sessions_ask_for_exact_sums_where_the_cpu_kernels_clamp_them(fitted, tmp_path, monkeypatch, exact_u8s8):
+def test_int8_sessions_ask_for_exact_sums_where_the_cpu_kernels_clamp_them(fitted, written, monkeypatch, exact_u8s8):
     # Where the uint8 x int8 kernels clamp their sums (x86 without AVX-512 VNNI), the int8 session has ONNX Runtime
     # rewrite the int8 weights as uint8 for its exact kernels; where they are exact, it keeps them int8.
     import onnx
-    import onnxruntime as ort
 
     ranker, X, encoded = fitted
-    written = []
-
-    class Options(ort.SessionOptions):
-        def __init__(self):
-            super().__init__()
-            self.optimized_model_filepath = str(tmp_path / f"run{len(written)}.onnx")
-            written.append(self.optimized_model_filepath)
-
-    monkeypatch.setattr(ort, "SessionOptions", Options)
     monkeypatch.setattr(onnx_runtime, "u8s8_sums_exact", lambda: exact_u8s8)
     example = batch_tensors(encoded, np.arange(3))
     onnx_runtime.OnnxModule(ranker.model_.eval(), example, ranges=ranker.activation_ranges_, threads=1)
