@@ -100,6 +100,9 @@ class CascadeTransformer(LexicalPriorMixin, _TransformerEstimator):
     lexical_prior : bool, default=True
         Add a lexical model's logit to every exit's logit (see ``TransformerRanker``); the drops then
         rank by the sum too. ``False`` trains the pure cascade of the paper.
+    similarity_prior : bool, default=False
+        As in :class:`~as2rank.transformer.TransformerRanker`: the prior also reads the similarity of the
+        pretrained encoder's sentence embeddings.
     max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
 reuse_fit, random_state, verbose
@@ -151,7 +154,7 @@ reuse_fit, random_state, verbose
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, exits=None, alpha=0.0, exit_layer=None,
-        exit_sampling="all", lexical_prior=True, max_length=128,
+        exit_sampling="all", lexical_prior=True, similarity_prior=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 

@@ -156,6 +156,9 @@ class Cerberus(LexicalPriorMixin, _Distillation, _TransformerEstimator):
         ``lexical_prior`` (:mod:`as2rank.prior`, fitted on the training rows) to every head's logit, in
         training and prediction, so that each head learns what the lexical model misses. The paper has no
         prior (``lexical_prior=False``).
+    similarity_prior : bool, default=False
+        As in :class:`~as2rank.transformer.TransformerRanker`: the prior also reads the similarity of the
+        pretrained encoder's sentence embeddings.
     tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
@@ -205,7 +208,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     def __init__(
         self, model="minilm-l6", teachers=None, body_layers=None, head_layers=1, kd_alpha=0.5,
         temperature=3.0, head_weights=None, teacher_cv=None, tokenizer=None, pooling="auto",
-        lexical_prior=True, max_length=128,
+        lexical_prior=True, similarity_prior=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
@@ -345,6 +348,9 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     lexical_prior : bool, default=True
         As in :class:`~as2rank.transformer.TransformerRanker`: the lexical model's logit is added to the
         student's, in training and prediction, so the student learns what the lexical model misses.
+    similarity_prior : bool, default=False
+        As in :class:`~as2rank.transformer.TransformerRanker`: the prior also reads the similarity of the
+        pretrained encoder's sentence embeddings.
 
     Attributes
     ----------
@@ -365,7 +371,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     def __init__(
         self, model="minilm-l6", teachers=None, multi_teacher="sum", kd_alpha=0.5, temperature=3.0,
         teacher_cv=None, tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
-        max_length=128,
+        similarity_prior=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 

@@ -182,7 +182,10 @@ _PRIOR_DOC = """\
         candidate (:mod:`as2rank.prior`) added to the network's, in training and prediction. On by default:
         in the defaults benchmark the best swept setting of every training size of both data sets used it,
         and without it the model falls far below word overlap on small training sets. ``False`` is the
-        paper's model."""
+        paper's model.
+    similarity_prior : bool, default=False
+        As in :class:`~as2rank.transformer.TransformerRanker`: the prior also reads the similarity of the
+        pretrained encoder's sentence embeddings of the question and the candidate."""
 
 
 _FITTED_DOC = """\
@@ -230,7 +233,7 @@ class ContextConcat(LexicalPriorMixin, _ContextRanker):
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None,
-        pooling="auto", lexical_prior=True, max_length=256, max_pair_length=128,
+        pooling="auto", lexical_prior=True, similarity_prior=False, max_length=256, max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
@@ -299,8 +302,8 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), attention_dim=16,
-        summary="pair", num_layers=None, pooling="auto", lexical_prior=True, max_length=256,
-        max_pair_length=128,
+        summary="pair", num_layers=None, pooling="auto", lexical_prior=True, similarity_prior=False,
+        max_length=256, max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 

@@ -5,8 +5,10 @@ reciprocal rank), fitted on the training rows, gives each (question, candidate) 
 trained with this prior adds it to its own logit, in training and in prediction, so that the network learns
 only what the lexical model misses: from the first step the ranking is at least the lexical one, which
 a fine-tuned cross-encoder alone may not reach on little training data (``docs/benchmarks/defaults.md``).
+With ``similarity_prior=True`` the regression also reads the cosine of the question's and the candidate's
+sentence embeddings from the pretrained encoder the ranker starts from (:mod:`as2rank.neural.similarity`).
 
-NumPy and scikit-learn only.
+NumPy and scikit-learn only (the similarity feature imports torch when it is used).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .params import Boolean
 __all__ = ["LexicalPriorMixin", "fit_lexical_prior", "lexical_prior_logits"]
 
 
-def fit_lexical_prior(X, y, *, C: float = 1.0) -> tuple:
+def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None) -> tuple:
     """Fit the lexical prior on the training rows.
 
     Parameters
@@ -29,12 +31,14 @@ def fit_lexical_prior(X, y, *, C: float = 1.0) -> tuple:
         Relevance labels; a label > 0 is a positive.
     C : float, default=1.0
         Inverse L2 strength of the logistic regression (on standardised features).
+    extra : ndarray of shape (n_rows, n_extra), default=None
+        More feature columns of the rows (the similarity feature), after the lexical ones.
 
     Returns
     -------
     features : LexicalFeatures
         Fitted (its IDF comes from the training candidates).
-    coef : ndarray of float64 of shape (n_features + 1,)
+    coef : ndarray of float64 of shape (n_features + n_extra + 1,)
         Weights on the raw feature columns, intercept last (the standardisation is folded in).
 
     Raises
@@ -54,7 +58,7 @@ def fit_lexical_prior(X, y, *, C: float = 1.0) -> tuple:
             "Set lexical_prior=False to train without it."
         )
     features = LexicalFeatures().fit(X)
-    F = _matrix(features, X)
+    F = _matrix(features, X, extra)
     mean, scale = F.mean(axis=0), F.std(axis=0)
     scale[scale == 0] = 1.0
     lr = LogisticRegression(C=C, max_iter=1000).fit((F - mean) / scale, positive)
@@ -62,44 +66,80 @@ def fit_lexical_prior(X, y, *, C: float = 1.0) -> tuple:
     return features, np.append(w, lr.intercept_[0] - w @ mean)
 
 
-def lexical_prior_logits(features, coef, X) -> np.ndarray:
-    """The prior's logit for every row of ``X`` (float32, shape (n_rows,))."""
-    return (_matrix(features, X) @ coef[:-1] + coef[-1]).astype(np.float32)
+def lexical_prior_logits(features, coef, X, extra=None) -> np.ndarray:
+    """The prior's logit for every row of ``X`` (float32, shape (n_rows,)); ``extra`` as in :func:`fit_lexical_prior`."""
+    F = _matrix(features, X, extra)
+    if F.shape[1] != len(coef) - 1:
+        raise ValueError(f"The prior was fitted on {len(coef) - 1} features, got {F.shape[1]}.")
+    return (F @ coef[:-1] + coef[-1]).astype(np.float32)
 
 
-def _matrix(features, X) -> np.ndarray:
-    return features.transform(X)[list(features.feature_names)].to_numpy(dtype=np.float64)
+def _matrix(features, X, extra=None) -> np.ndarray:
+    F = features.transform(X)[list(features.feature_names)].to_numpy(dtype=np.float64)
+    return F if extra is None else np.column_stack([F, np.asarray(extra, dtype=np.float64)])
 
 
 class LexicalPriorMixin:
-    """The ``lexical_prior`` parameter of a transformer estimator: the prior is fitted at the start of a fresh
-    fit (never on a warm start or a continued ``partial_fit``, which keep the fitted one) and its logit is
-    the ``prior`` entry of the encoded rows, which the module adds to its logits."""
+    """The ``lexical_prior`` and ``similarity_prior`` parameters of a transformer estimator: the prior is fitted
+    at the start of a fresh fit (never on a warm start or a continued ``partial_fit``, which keep the fitted
+    one) and its logit is the ``prior`` entry of the encoded rows, which the module adds to its logits."""
 
-    _prior_attrs = ("lexical_features_", "lexical_coef_")
-    #: The entry of ``lexical_prior`` in the estimator's ``_parameter_constraints``.
-    _parameter_constraints = {"lexical_prior": [Boolean()]}
+    _prior_attrs = ("lexical_features_", "lexical_coef_", "similarity_source_")
+    #: The entries of ``lexical_prior`` and ``similarity_prior`` in the estimator's ``_parameter_constraints``.
+    _parameter_constraints = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()]}
+
+    def _check_params(self):
+        super()._check_params()
+        if self.similarity_prior and not self.lexical_prior:
+            raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")
 
     def _check_continuation(self):
-        fitted = hasattr(self, "lexical_coef_")
-        if bool(self.lexical_prior) != fitted:
-            raise ValueError(
-                f"lexical_prior={self.lexical_prior} but the fitted model was trained {'with' if fitted else 'without'} "
-                "a lexical prior, and continuing keeps what the network learnt against it; set "
-                f"lexical_prior={fitted}, or fit afresh (warm_start=False)."
-            )
+        for param, attr, what in (("lexical_prior", "lexical_coef_", "a lexical prior"),
+                                  ("similarity_prior", "similarity_source_", "the similarity feature in its prior")):
+            fitted = hasattr(self, attr)
+            if bool(getattr(self, param)) != fitted:
+                raise ValueError(
+                    f"{param}={getattr(self, param)} but the fitted model was trained {'with' if fitted else 'without'} "
+                    f"{what}, and continuing keeps what the network learnt against it; set {param}={fitted}, or fit "
+                    "afresh (warm_start=False)."
+                )
 
     def _init_module(self, X, y, groups, eval_set):
         for name in self._prior_attrs:
             self.__dict__.pop(name, None)
         if self.lexical_prior:
-            self.lexical_features_, self.lexical_coef_ = fit_lexical_prior(X, y)
+            extra = None
+            if self.similarity_prior:
+                from .neural.similarity import similarity_source
+
+                self.similarity_source_ = similarity_source(self.model, self.tokenizer)
+                extra = self._similarity(X)
+            self.lexical_features_, self.lexical_coef_ = fit_lexical_prior(X, y, extra=extra)
         return super()._init_module(X, y, groups, eval_set)
+
+    def _training_params(self) -> dict:
+        params = super()._training_params()
+        if self.similarity_prior:
+            # The fit cache keys the initial weights by content; the similarity feature reloads them by name, so
+            # a fit is reused only under the same names.
+            params["similarity_source"] = (self.model, self.tokenizer)
+        return params
+
+    def _similarity(self, X) -> np.ndarray:
+        """The similarity feature of the rows of ``X``, shape (n_rows, 1) (:mod:`as2rank.neural.similarity`), on
+        the estimator's device and at its prediction dtype, whether fitting or predicting."""
+        from .neural import resolve_device
+        from .neural.similarity import pair_similarity
+
+        device = resolve_device(self.device)
+        return pair_similarity(self.similarity_source_, X["question"].to_numpy(), X["candidate"].to_numpy(),
+                               device=device, dtype=self._compute_dtype(device), max_length=self.max_length)[:, None]
 
     def _encode(self, X):
         encoded = super()._encode(X)
         if hasattr(self, "lexical_coef_"):
-            encoded["prior"] = lexical_prior_logits(self.lexical_features_, self.lexical_coef_, X)
+            extra = self._similarity(X) if hasattr(self, "similarity_source_") else None
+            encoded["prior"] = lexical_prior_logits(self.lexical_features_, self.lexical_coef_, X, extra)
         return encoded
 
     def _export_attrs(self):

@@ -90,6 +90,15 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         it best or indistinguishable from the best at every training size of both data sets, while the pure
         model falls below word overlap on small training sets. ``False`` trains the pure cross-encoder (the
         papers' model); the training labels must hold both classes otherwise.
+    similarity_prior : bool, default=False
+        Give the lexical prior one more feature: the cosine of the question's and the candidate's sentence
+        embeddings (the mean of the token encodings) from ``model`` as it was before fine-tuning, frozen
+        (:mod:`as2rank.neural.similarity`). Sentence-transformers checkpoints such as the default were trained
+        for exactly that comparison, which a few hundred training questions teach a cross-encoder only in
+        part (``docs/benchmarks/defaults.md`` measures it). Needs ``lexical_prior=True`` and a ``model`` (and
+        ``tokenizer``) that name files on disk: each ``fit`` records their digests and ``predict`` loads them
+        again, refusing files that changed. Costs one more encoder pass per question and per candidate, in
+        ``fit`` and in ``predict``.
     max_length : int, default=128
         Pairs are truncated (longest first) to this many tokens.
     epochs : int, default=4
@@ -182,8 +191,12 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         The pooling used (``pooling`` with ``"auto"`` resolved).
     lexical_features_ : LexicalFeatures
         With ``lexical_prior``: the prior's fitted features.
-    lexical_coef_ : ndarray of shape (7,)
-        With ``lexical_prior``: the prior's weights on the six ``lexical_features_`` columns, intercept last.
+    lexical_coef_ : ndarray of shape (7,) or (8,)
+        With ``lexical_prior``: the prior's weights on the six ``lexical_features_`` columns (then the
+        similarity, with ``similarity_prior``), intercept last.
+    similarity_source_ : dict
+        With ``similarity_prior``: the ``model`` and ``tokenizer`` the similarity feature loads and the
+        digests of their files at fit, which it checks each time it loads them.
     activation_ranges_ : dict of str to list of float
         Smallest and largest input of each linear layer (by name in ``model_``) on up to 128 training rows,
         spread evenly, after training: the fixed quantization ranges of the int8 copy (``precision="int8"``).
@@ -215,7 +228,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
-        max_length=128,
+        similarity_prior=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 

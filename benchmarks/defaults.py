@@ -41,7 +41,11 @@ from as2rank.early_stopping import AUTO_MIN_QUESTIONS
 from as2rank.evaluation import compare, evaluate, per_question
 
 TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
-REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default")
+#: Candidate defaults measured as the "library default" row is (fitted on the whole subset): name -> the
+#: parameters that differ from the library's defaults.
+VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": {"similarity_prior": True},
+            "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False}}
+REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
 #: holds out questions by itself (``_auto_holdout``) it is the page's default row.
@@ -230,7 +234,10 @@ def reference(estimator, name, seed):
             "today's default": lambda: estimator_class(estimator)(**before, random_state=seed, precision="auto", verbose=False,
                                                                   **extra_params(estimator, seed)),
             "library default": lambda: estimator_class(estimator)(random_state=seed, verbose=False,
-                                                                  **extra_params(estimator, seed))}[name]()
+                                                                  **extra_params(estimator, seed)),
+            **{variant: (lambda params=params: estimator_class(estimator)(random_state=seed, verbose=False, **params,
+                                                                          **extra_params(estimator, seed)))
+               for variant, params in VARIANTS.items()}}[name]()
 
 
 def run(args, res, save):
@@ -265,7 +272,7 @@ def run(args, res, save):
                         swept = {"batch_size": est.batch_size} if cosinet else {"prior": bool(est.lexical_prior)}
                         entry = {**info, "lr": lr, **swept, "epochs": epochs, **curve(est, train, val, test, epochs)}
                     else:
-                        if name == "library default":
+                        if name == "library default" or name in VARIANTS:
                             est.fit(pd.concat([train[0], val[0]]), np.concatenate([train[1], val[1]]))
                         else:
                             est.fit(*train, **({"eval_set": val} if name == "Cosinet ES" else {}))
@@ -390,7 +397,7 @@ def describe(res, estimator) -> dict:
         **res,
         "estimator": estimator, "class": name, "stem": stem, "alpha": ALPHA, "protocol": PROTOCOL,
         "sample_articles": int(load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
-        "before": before, "cosinet_es": COSINET_ES, "cosinet_ref_params": cosinet_ref_params(res),
+        "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "cosinet_ref_params": cosinet_ref_params(res),
         "streamed": hasattr(default, "partial_fit"),
         "auto_holdout": bool(getattr(type(default), "_auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
         "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "batch_size",
@@ -425,7 +432,7 @@ def plot(res, path):
                 first = runs[0].get("first_epoch", 1)
                 ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
                         label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
-        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-"), strict=True):
+        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3))), strict=True):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
                 # The library's default row stands out in black.

@@ -172,3 +172,111 @@ def test_context_rankers_add_the_prior(tmp_path):
         assert not hasattr(plain, "lexical_coef_") and not np.allclose(plain.predict(X), ranker.predict(X))
         ranker.save_pretrained(tmp_path / cls.__name__)
         np.testing.assert_allclose(cls.from_pretrained(tmp_path / cls.__name__).predict(X), ranker.predict(X), atol=1e-6)
+
+
+@pytest.fixture
+def checkpoint(tokenizer, tmp_path):
+    """A tiny random BERT and its tokenizer saved to a directory: a ``model=`` that names files on disk."""
+    import transformers
+
+    from tests.test_transformer import tiny_config
+
+    torch.manual_seed(0)
+    path = tmp_path / "checkpoint"
+    transformers.BertModel(tiny_config("bert")).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _sentence_cosines(path, X):
+    """The cosine of each row's question and candidate embeddings (mean of the token encodings), computed
+    directly from the checkpoint, one sentence at a time."""
+    import transformers
+
+    encoder, tok = transformers.AutoModel.from_pretrained(path).eval(), transformers.AutoTokenizer.from_pretrained(path)
+
+    def embed(text):
+        with torch.no_grad():
+            hidden = encoder(**tok(text, return_tensors="pt", return_token_type_ids=False))[0][0]
+        return torch.nn.functional.normalize(hidden.mean(0), dim=0).numpy()
+
+    return np.array([embed(q) @ embed(c) for q, c in zip(X["question"], X["candidate"])])
+
+
+def test_similarity_prior_adds_the_pretrained_encoders_cosine(checkpoint):
+    X, y = synthetic(n_questions=12)
+    ranker = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True).fit(X, y)
+    cosines = _sentence_cosines(checkpoint, X)
+    # The prior is the regression on the lexical features and the cosine, fitted on the training rows.
+    features, coef = fit_lexical_prior(X, y, extra=cosines[:, None])
+    assert len(ranker.lexical_coef_) == len(LexicalFeatures.feature_names) + 2
+    np.testing.assert_allclose(ranker.lexical_coef_, coef, rtol=1e-4, atol=1e-4)
+    encoded = ranker._encode(X)
+    np.testing.assert_allclose(encoded["prior"], lexical_prior_logits(features, coef, X, cosines[:, None]), rtol=1e-4, atol=1e-4)
+    # The similarity comes from the checkpoint as it was, not from the fine-tuned encoder.
+    plain = small(TransformerRanker, "bert", None, model=checkpoint).fit(X, y)
+    assert not np.allclose(ranker.predict(X), plain.predict(X))
+    from as2rank.neural.fitcache import source_digests
+
+    assert ranker.similarity_source_ == {"model": checkpoint, "tokenizer": None,
+                                         "digests": list(source_digests(checkpoint, None))}
+
+
+def test_similarity_prior_survives_save_pretrained_and_refuses_a_changed_checkpoint(checkpoint, tmp_path):
+    import pickle
+
+    import transformers
+
+    from tests.test_transformer import tiny_config
+
+    X, y = synthetic(n_questions=12)
+    ranker = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True).fit(X, y)
+    scores = ranker.predict(X)
+    ranker.save_pretrained(tmp_path / "m")
+    np.testing.assert_allclose(TransformerRanker.from_pretrained(tmp_path / "m").predict(X), scores, atol=1e-6)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(ranker)).predict(X), scores, atol=1e-6)
+    torch.manual_seed(1)
+    transformers.BertModel(tiny_config("bert")).save_pretrained(checkpoint)  # other weights, same place
+    with pytest.raises(ValueError, match="not those the similarity prior was fitted with"):
+        ranker.predict(X)
+
+
+def test_similarity_prior_needs_the_lexical_prior_and_a_checkpoint_on_disk(tokenizer, checkpoint):
+    X, y = synthetic()
+    with pytest.raises(ValueError, match="needs lexical_prior=True"):
+        small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True, lexical_prior=False).fit(X, y)
+    with pytest.raises(ValueError, match="files on disk|on disk"):
+        small(TransformerRanker, "bert", tokenizer, similarity_prior=True).fit(X, y)  # a config: nothing to reload
+    ranker = small(TransformerRanker, "bert", None, model=checkpoint, warm_start=True).fit(X, y)
+    with pytest.raises(ValueError, match="similarity_prior=True but the fitted model was trained without"):
+        ranker.set_params(similarity_prior=True).fit(X, y)
+
+
+def test_similarity_prior_leaves_the_seeded_fit_as_it_is(checkpoint):
+    """Whether the prior's encoder was loaded before in the process or not, a seeded fit gives the same model."""
+    from as2rank.neural import similarity
+
+    X, y = synthetic(n_questions=12)
+    FIT_CACHE.clear()
+    similarity._LOADED.clear()
+    first = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True, reuse_fit=False).fit(X, y)
+    second = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True, reuse_fit=False).fit(X, y)
+    np.testing.assert_array_equal(first.predict(X), second.predict(X))
+
+
+def test_a_reused_fit_keeps_the_similarity_checkpoint_it_was_asked_for(checkpoint, tmp_path):
+    """The fit cache keys initial weights by content: a copy of the checkpoint under another name trains
+    afresh with the similarity prior, so that the prior names the files it was given."""
+    import shutil
+
+    X, y = synthetic(n_questions=12)
+    FIT_CACHE.clear()
+    copy = str(tmp_path / "copy")
+    shutil.copytree(checkpoint, copy)
+    first = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True).fit(X, y)
+    second = small(TransformerRanker, "bert", None, model=copy, similarity_prior=True).fit(X, y)
+    assert not second.fit_cache_hit_ and second.similarity_source_["model"] == copy
+    np.testing.assert_allclose(second.predict(X), first.predict(X), atol=1e-6)
+    again = small(TransformerRanker, "bert", None, model=copy, similarity_prior=True).fit(X, y)
+    assert again.fit_cache_hit_ and again.similarity_source_["model"] == copy
+    FIT_CACHE.clear()
