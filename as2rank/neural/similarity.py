@@ -81,7 +81,7 @@ def pair_similarity(source: dict, questions, candidates, *, device, dtype, max_l
     """The cosine of each (question, candidate) pair's sentence embeddings.
 
     Each distinct text is encoded once (questions repeat over their candidates), truncated to ``max_length``
-    tokens, in batches of at most :data:`BATCH_TOKENS` padded tokens.
+    tokens, in batches of at most ``BATCH_TOKENS`` padded tokens.
 
     Parameters
     ----------
