@@ -280,3 +280,15 @@ def test_a_reused_fit_keeps_the_similarity_checkpoint_it_was_asked_for(checkpoin
     again = small(TransformerRanker, "bert", None, model=copy, similarity_prior=True).fit(X, y)
     assert again.fit_cache_hit_ and again.similarity_source_["model"] == copy
     FIT_CACHE.clear()
+
+
+def test_similarity_prior_predicts_at_every_precision(checkpoint):
+    # The similarity pass runs beside the int8 copy (in float) and under autocast; the scores stay close to fp32.
+    from as2rank.neural import int8_supported
+
+    X, y = synthetic(n_questions=12)
+    ranker = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True).fit(X, y)
+    fp32 = ranker.predict(X)
+    for precision in ("auto", "int8") if int8_supported() else ("auto",):
+        np.testing.assert_allclose(ranker.set_params(precision=precision).predict(X), fp32, atol=0.05)
+    ranker.set_params(precision="fp32")
