@@ -96,8 +96,8 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         (:mod:`as2rank.neural.similarity`). Sentence-transformers checkpoints such as the default were trained
         for exactly that comparison, which a few hundred training questions teach a cross-encoder only in
         part (``docs/benchmarks/defaults.md`` measures it). Needs ``lexical_prior=True`` and a ``model`` (and
-        ``tokenizer``) that name files on disk: each ``fit`` records their digests and ``predict`` loads them
-        again, refusing files that changed. Costs one more encoder pass per question and per candidate, in
+        ``tokenizer``) that name files on disk: each ``fit`` records their digests, and a process that loads
+        them later (once) refuses files that changed. Costs one more encoder pass per question and per candidate, in
         ``fit`` and in ``predict``.
     max_length : int, default=128
         Pairs are truncated (longest first) to this many tokens.

@@ -227,6 +227,8 @@ def test_similarity_prior_survives_save_pretrained_and_refuses_a_changed_checkpo
 
     import transformers
 
+    from as2rank.neural import similarity
+
     from tests.test_transformer import tiny_config
 
     X, y = synthetic(n_questions=12)
@@ -237,6 +239,9 @@ def test_similarity_prior_survives_save_pretrained_and_refuses_a_changed_checkpo
     np.testing.assert_allclose(pickle.loads(pickle.dumps(ranker)).predict(X), scores, atol=1e-6)
     torch.manual_seed(1)
     transformers.BertModel(tiny_config("bert")).save_pretrained(checkpoint)  # other weights, same place
+    # This process holds the checkpoint it loaded and checked: the scores stay those of the fit.
+    np.testing.assert_array_equal(ranker.predict(X), scores)
+    similarity._LOADED.clear()  # another process: it finds only the new files
     with pytest.raises(ValueError, match="not those the similarity prior was fitted with"):
         ranker.predict(X)
 

@@ -4,9 +4,9 @@ sentence-transformers checkpoints such as the default all-MiniLM-L6-v2 were trai
 
 The encoder is the checkpoint the estimator starts from (its ``model`` and ``tokenizer``), without any
 fine-tuning. A fit records their names and the digests of their files (:func:`similarity_source`; a model
-loaded with ``from_pretrained`` keeps them, while its ``model`` names the fine-tuned encoder); each later use
-loads them once per process and checks the digests, so a checkpoint whose files changed since the fit raises
-instead of giving the prior other similarities than those it was fitted on.
+loaded with ``from_pretrained`` keeps them, while its ``model`` names the fine-tuned encoder). The encoder is
+loaded once per process, from files with those digests only: a process that finds the checkpoint's files
+changed since the fit raises instead of giving the prior other similarities than those it was fitted on.
 """
 
 from __future__ import annotations
@@ -59,22 +59,34 @@ def similarity_source(model, tokenizer) -> dict:
 
 
 def _encoder(source: dict):
-    """The encoder and tokenizer of ``source`` (loaded once per process), after checking their files."""
+    """The encoder and tokenizer of ``source``. Loaded once per process, and only from files whose digests are
+    those the fit recorded (checked before and after loading); once loaded, the weights in memory are the
+    right ones whatever happens to the files, so later calls do not read them again."""
     key = (source["model"], source["tokenizer"])
-    digests = source_digests(*key)
-    if digests is None or list(digests) != list(source["digests"]):
-        raise ValueError(
-            f"The files of {source['model']!r} are not those the similarity prior was fitted with (they changed "
-            "or are missing), so its similarities would differ from the ones its weights were fitted on. Put the "
-            "original checkpoint back, or fit again."
-        )
     loaded = _LOADED.get(key)
-    if loaded is None or loaded[0] != list(digests):
+    if loaded is None or loaded[0] != list(source["digests"]):
+        if _digests(key) != list(source["digests"]):
+            _refuse(source)
         # Loading may initialise weights the checkpoint lacks: keep the seeded stream of the fit that asks.
         with torch.random.fork_rng(devices=[]):
             encoder, tokenizer = load_backbone(*key)
-        loaded = _LOADED[key] = (list(digests), encoder, tokenizer)
+        if _digests(key) != list(source["digests"]):  # the files changed while they were read
+            _refuse(source)
+        loaded = _LOADED[key] = (list(source["digests"]), encoder, tokenizer)
     return loaded[1], loaded[2]
+
+
+def _digests(key) -> list | None:
+    digests = source_digests(*key)
+    return None if digests is None else list(digests)
+
+
+def _refuse(source: dict):
+    raise ValueError(
+        f"The files of {source['model']!r} are not those the similarity prior was fitted with (they changed or "
+        "are missing), so its similarities would differ from the ones its weights were fitted on. Put the "
+        "original checkpoint back, or fit again."
+    )
 
 
 def pair_similarity(source: dict, questions, candidates, *, device, dtype, max_length: int) -> np.ndarray:
