@@ -3,11 +3,11 @@
 A model directory holds ``as2rank.json`` (the format version, the class, its parameters and fitted
 attributes as JSON), the numeric arrays of those in ``arrays.safetensors``, the weights of torch modules in
 ``*.safetensors`` files, and nested estimators (a ``PointwiseRanker``'s classifier, a ``SequentialRanker``'s
-steps, a ``Pipeline``'s steps) in subdirectories of the same format. The transformer family adds
-``encoder/`` (a transformers model and its tokenizer) and ``heads.safetensors``. Nothing in it is a pickle:
-loading reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of
-scikit-learn estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written
-in the file.
+steps, a ``Pipeline``'s steps) in subdirectories of the same format. The transformer family adds ``encoder/``
+(a transformers model and its tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``).
+Nothing in it is a pickle: loading reads tensors, numbers and strings, and instantiates only as2rank classes
+and an allow-list of scikit-learn estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a
+path written in the file.
 
 :func:`save` writes any supported estimator or pipeline and :func:`load` (``as2rank.load``) reads any
 directory back, whatever its class; the estimators' ``save_pretrained``/``from_pretrained`` are the same
@@ -33,6 +33,7 @@ FORMAT_VERSION = 1
 META_FILE = "as2rank.json"
 ARRAYS_FILE = "arrays.safetensors"
 HEADS_FILE = "heads.safetensors"
+INT8_FOLDER = "onnx"
 
 #: as2rank classes that a model directory may name, and their modules.
 AS2RANK_CLASSES = {
@@ -578,7 +579,7 @@ def read_transformer(cls, path, params: dict, meta=None):
     missing, unexpected = module.load_state_dict(heads, strict=False)
     if unexpected or any(not k.startswith("encoder.") for k in missing):
         raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
-    est.model_ = module.eval()
+    est.model_, est._int8_graphs = module.eval(), path / INT8_FOLDER  # used if they match (onnx_runtime.int8_copy)
     return est
 
 

@@ -11,11 +11,10 @@ supplies the torch module, its loss and its scoring. Importing this module does 
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
-import warnings
 from numbers import Integral
+from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -314,7 +313,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         device, shard = setup.device, setup.shard
         module = self.model_
         self._set_trainable(module)
-        self._int8_model_ = None
+        self._int8_model_ = self._int8_graphs = None  # the new weights need their own int8 copy
         encoded = self._encode(X)
         train_rows = np.arange(len(X))
         fraction = holdout_fraction(self, index, y)
@@ -434,7 +433,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         tags.non_deterministic = self.random_state is None
         return tags
 
-    def save_pretrained(self, path) -> None:
+    def save_pretrained(self, path, *, int8: bool = False) -> None:
         """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
 
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
@@ -448,14 +447,58 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         Parameters
         ----------
         path : str or pathlib.Path
+        int8 : bool, default=False
+            Also write ``onnx/``: the graphs that ``precision="int8"`` runs on ONNX Runtime, exported now
+            (:func:`~as2rank.neural.onnx_runtime.write_int8_copy`). A process that loads the directory then
+            predicts at int8 without exporting them, which takes seconds per graph. A loaded model uses them only
+            if they were exported from its weights by the same as2rank; otherwise it exports again. Needs
+            a model calibrated for int8 at fit and ``pip install as2rank[onnx]``.
         """
         from .neural.distributed import is_main_process, wait_for_everyone
-        from .persistence import write_transformer
+        from .persistence import INT8_FOLDER, write_transformer
 
         check_is_fitted(self, "model_")
+        if int8:
+            from .neural.onnx_runtime import onnx_available
+
+            if not hasattr(self, "activation_ranges_"):
+                raise ValueError(f"This {type(self).__name__} has no int8 calibration: its model cannot run on ONNX Runtime.")
+            if not onnx_available():
+                raise ImportError("int8=True exports to ONNX Runtime: pip install as2rank[onnx]")
         if is_main_process():
             write_transformer(self, path)
+            if int8:
+                from .neural.onnx_runtime import write_int8_copy
+
+                write_int8_copy(self._int8_copy_to_save(), Path(path) / INT8_FOLDER)
         wait_for_everyone()
+
+    def _int8_copy_to_save(self):
+        """The model's int8 copy on ONNX Runtime, traced on two made-up rows of the columns it reads (any rows
+        give the same graphs), or read from the graphs it was loaded with."""
+        import pandas as pd
+
+        from .data import check_X
+        from .neural import torch_threads
+        from .neural.int8 import onnx_copy
+
+        columns = getattr(self, "_input_columns", ("question", "candidate"))
+        rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
+        with torch_threads(self.n_threads):
+            encoded = self._encode(check_X(rows))
+            key, cached = self._int8_key(True, encoded), getattr(self, "_int8_model_", None)
+            if cached is None or cached[0] != key:  # else a predict at int8 built it already
+                saved = getattr(self, "_int8_graphs", None)
+                cached = self._int8_model_ = (key, onnx_copy(self.model_, encoded, self.activation_ranges_, saved))
+            return cached[1]
+
+    def _int8_key(self, onnx: bool, encoded) -> tuple:
+        """What an int8 copy was built for: the fitted module, the engine, the thread count, the inputs and (by
+        value: a copy quantized to other ranges is another model) the ranges."""
+        import torch
+
+        ranges = tuple((k, tuple(v)) for k, v in sorted(self.activation_ranges_.items())) if onnx else ()
+        return (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (), ranges)
 
     @classmethod
     def from_pretrained(cls, path, **params):
@@ -496,19 +539,16 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         check_is_fitted(self, "model_")
         if not (device.type == "cpu" and self._quantized()):
             return self.model_.to(device).eval()
-        import torch
-
+        from .neural.int8 import dynamic_copy, onnx_copy
         from .neural.onnx_runtime import onnx_available
 
         onnx = encoded is not None and hasattr(self, "activation_ranges_") and onnx_available()
-        # The ranges by value: a copy quantized to other ranges is another model.
-        ranges = tuple((k, tuple(v)) for k, v in sorted(self.activation_ranges_.items())) if onnx else ()
-        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded or ()) if onnx else (), ranges)
+        key = self._int8_key(onnx, encoded)
         cached = getattr(self, "_int8_model_", None)
         if cached is None or cached[0] != key:
-            cached = (key, _onnx_int8(self.model_, encoded, self.activation_ranges_) if onnx
-                      else _quantize_linear(self.model_))
-            self._int8_model_ = cached
+            saved = getattr(self, "_int8_graphs", None)
+            int8_model = onnx_copy(self.model_, encoded, self.activation_ranges_, saved) if onnx else dynamic_copy(self.model_)
+            cached = self._int8_model_ = (key, int8_model)
         return cached[1]
 
     def _row_logits(self, module, encoded, device):
@@ -541,26 +581,3 @@ def _is_learnt(name: str) -> bool:
     cache carry): the live module, a prediction's cost report and the cache-hit flag are not."""
     return name.endswith("_") and not name.startswith("_") and name not in ("model_", "cost_report_", "fit_cache_hit_")
 
-
-def _onnx_int8(module, encoded, ranges):
-    """An int8 copy of ``module`` on ONNX Runtime (static quantization to the input ``ranges`` of its linear
-    layers), exported on a few of the ``encoded`` rows."""
-    import torch
-
-    from .neural.backbone import batch_tensors
-    from .neural.onnx_runtime import int8_copy
-
-    example = batch_tensors(encoded, np.arange(4) % len(encoded["lengths"]))  # >= 2 rows: a dynamic axis
-    return int8_copy(module, example, ranges, threads=torch.get_num_threads())
-
-
-def _quantize_linear(module):
-    """An int8 copy of ``module`` (CPU, evaluation mode): dynamic quantization of every linear layer."""
-    import torch
-
-    quantized = copy.deepcopy(module).to("cpu").eval()
-    with warnings.catch_warnings():
-        # torch.ao.quantization is deprecated in favour of torchao (not a dependency); it still works.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.ao.quantization.quantize_dynamic(quantized, {torch.nn.Linear}, dtype=torch.qint8)

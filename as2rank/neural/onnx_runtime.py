@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import hashlib
 import importlib.util
 import logging
 import platform
@@ -241,6 +243,14 @@ class OnnxModule:
         depend on the other rows of its batch). ``None``: float32.
     threads : int
         ONNX Runtime's intra-op threads.
+    digest : str, optional
+        What the graph computes (:func:`copy_digest`), recorded in its metadata so that a saved graph is only
+        used for the model it was exported from (:func:`write_int8_copy`).
+
+    Attributes
+    ----------
+    graph : bytes
+        The ONNX graph the session runs.
 
     Raises
     ------
@@ -250,7 +260,7 @@ class OnnxModule:
         If the exported float32 graph disagrees with the module (checked before its int8 twin is exported).
     """
 
-    def __init__(self, module, example: dict, *, ranges: dict | None = None, threads: int):
+    def __init__(self, module, example: dict, *, ranges: dict | None = None, threads: int, digest: str = ""):
         if not onnx_available():
             raise ImportError(
                 "The ONNX Runtime backend needs onnxruntime, onnx and onnxscript: pip install as2rank[onnx]"
@@ -271,8 +281,18 @@ class OnnxModule:
                 graph = Path(folder) / "model.int8.onnx"
                 _export(_Positional(_export_copy(module, ranges), self.names), _padded(example, 1), graph)
                 self.session = self._session(graph, exact_integer_sums=not u8s8_sums_exact())
+            self.graph = _stamped(graph, digest)
 
-    def _session(self, graph: Path, exact_integer_sums: bool = False):
+    @classmethod
+    def from_graph(cls, graph: bytes, names, *, int8: bool, threads: int):
+        """The module of a graph that :class:`OnnxModule` exported (its :attr:`graph`), without exporting
+        again; ``names`` are its inputs in order."""
+        self = cls.__new__(cls)
+        self.names, self.int8, self.threads, self.graph = tuple(names), bool(int8), int(threads), graph
+        self.session = self._session(graph, exact_integer_sums=self.int8 and not u8s8_sums_exact())
+        return self
+
+    def _session(self, graph, exact_integer_sums: bool = False):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -283,7 +303,8 @@ class OnnxModule:
             # ONNX Runtime rewrites the int8 weights as uint8 so that its u8u8 kernels run: the same products,
             # summed without the 16-bit clamp, slower (see u8s8_sums_exact).
             options.add_session_config_entry("session.x64quantprecision", "1")
-        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
+        graph = graph if isinstance(graph, bytes) else str(graph)
+        return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"],
                                     disabled_optimizers=list(DISABLED_FUSIONS))
 
     def _check(self, module, session, example) -> None:
@@ -311,7 +332,7 @@ class OnnxModule:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def int8_copy(module, example: dict, ranges: dict, threads: int):
+def int8_copy(module, example: dict, ranges: dict, threads: int, saved=None):
     """An int8 copy on ONNX Runtime of a module that declares ``onnx_exportable``: the module as one graph
     (:class:`OnnxModule`), or a cascade (a module with ``segments()``) as one graph per segment
     (:class:`OnnxCascade`).
@@ -325,10 +346,105 @@ def int8_copy(module, example: dict, ranges: dict, threads: int):
         The input range of each linear layer of ``module``, by name (see :class:`OnnxModule`).
     threads : int
         ONNX Runtime's intra-op threads.
+    saved : path, optional
+        A folder that :func:`write_int8_copy` wrote: its graphs are used, without exporting, if they were
+        exported from this module's code and weights, these ranges and these inputs (:func:`copy_digest`);
+        otherwise (another model, another as2rank) the copy is exported again, with a warning.
     """
+    digest = copy_digest(module, ranges, tuple(example))
+    if saved is not None and Path(saved).is_dir():
+        loaded = _read_copy(module, Path(saved), digest, example, threads)
+        if loaded is not None:
+            return loaded
+        warnings.warn(f"The int8 graphs in {saved} were not exported from this model by this version of as2rank; "
+                      "exporting them again.", stacklevel=3)
     if hasattr(module, "segments"):
-        return OnnxCascade(module, example, ranges=ranges, threads=threads)
-    return OnnxModule(module, example, ranges=ranges, threads=threads)
+        return OnnxCascade(module, example, ranges=ranges, threads=threads, digest=digest)
+    return OnnxModule(module, example, ranges=ranges, threads=threads, digest=digest)
+
+
+def copy_digest(module, ranges: dict, names) -> str:
+    """A digest of what an int8 copy computes: the as2rank code that defines the module, its weights, the
+    input ranges of its int8 layers and the names of its inputs."""
+    digest = hashlib.blake2b(_source_digest().encode(), digest_size=20)
+    ranges = sorted((k, [float(x) for x in v]) for k, v in ranges.items())
+    digest.update(repr((type(module).__qualname__, ranges, list(names))).encode())
+    for name, tensor in module.state_dict().items():
+        tensor = tensor.detach().to("cpu").contiguous()
+        digest.update(repr((name, str(tensor.dtype), tuple(tensor.shape))).encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """Digest of the ``.py`` files of the installed as2rank (names and bytes)."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.blake2b(digest_size=20)
+    for file in sorted(root.rglob("*.py")):
+        name = file.relative_to(root).as_posix().encode()
+        digest.update(len(name).to_bytes(8, "little") + name + file.read_bytes())
+    return digest.hexdigest()
+
+
+def write_int8_copy(int8_module, folder) -> None:
+    """Write the graphs of an int8 copy (what :func:`int8_copy` returned) to ``folder``: ``int8-<i>.onnx``, one
+    per graph, each recording the copy's digest, its position and the number of graphs. Other files of
+    ``folder`` named so are removed."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("int8-*.onnx"):
+        old.unlink()
+    graphs = int8_module.segments if isinstance(int8_module, OnnxCascade) else [int8_module]
+    for i, graph in enumerate(graphs):
+        (folder / f"int8-{i}.onnx").write_bytes(_stamped(graph.graph, None, part=(i, len(graphs))))
+
+
+def _read_copy(module, folder: Path, digest: str, example: dict, threads: int):
+    """The int8 copy of ``module`` from the graphs in ``folder``, or None unless they are all there and record
+    ``digest``."""
+    segments = list(module.segments()) if hasattr(module, "segments") else [None]
+    graphs = []
+    for i in range(len(segments)):
+        file = folder / f"int8-{i}.onnx"
+        if not file.is_file():
+            return None
+        graph = file.read_bytes()
+        meta = _metadata(graph)
+        if meta.get(_DIGEST) != digest or meta.get(_PART) != f"{i}/{len(segments)}":
+            return None
+        graphs.append(graph)
+    if segments == [None]:
+        return OnnxModule.from_graph(graphs[0], tuple(example), int8=True, threads=threads)
+    # A segment's inputs, as OnnxCascade traces them: the token arrays for the first, then the hidden states.
+    first = tuple(name for name, value in example.items() if value.ndim == 2)
+    return OnnxCascade.from_graphs(module, graphs, [first] + [("hidden", "attention_mask")] * (len(graphs) - 1),
+                                   threads=threads)
+
+
+#: Metadata keys of a graph written by :class:`OnnxModule` and :func:`write_int8_copy`.
+_DIGEST, _PART = "as2rank.digest", "as2rank.part"
+
+
+def _stamped(graph, digest: str | None, part: tuple | None = None) -> bytes:
+    """The bytes of ``graph`` (a file or bytes) with ``digest`` (None: keep its own) and ``part`` (i, n) in its
+    metadata."""
+    import onnx
+
+    model = onnx.load_from_string(graph if isinstance(graph, bytes) else Path(graph).read_bytes())
+    props = {p.key: p.value for p in model.metadata_props}
+    if digest is not None:
+        props[_DIGEST] = digest
+    if part is not None:
+        props[_PART] = f"{part[0]}/{part[1]}"
+    onnx.helper.set_model_props(model, props)
+    return model.SerializeToString()
+
+
+def _metadata(graph: bytes) -> dict:
+    import onnx
+
+    return {p.key: p.value for p in onnx.load_from_string(graph).metadata_props}
 
 
 class OnnxCascade:
@@ -346,9 +462,11 @@ class OnnxCascade:
         The input range of each linear layer of ``module``, by its name in ``module`` (see
         :class:`OnnxModule`).
     threads : int
+    digest : str, optional
+        Recorded in every segment's graph (see :class:`OnnxModule`).
     """
 
-    def __init__(self, module, example: dict, *, ranges: dict, threads: int):
+    def __init__(self, module, example: dict, *, ranges: dict, threads: int, digest: str = ""):
         self.module = module.to("cpu").eval()
         self.segments = []
         by_layer = {self.module.get_submodule(name): r for name, r in ranges.items()}
@@ -356,10 +474,20 @@ class OnnxCascade:
         for segment in self.module.segments():
             # The same layers, named from the segment.
             own = {name: by_layer[layer] for name, layer in segment.named_modules() if layer in by_layer}
-            self.segments.append(OnnxModule(segment, state, ranges=own, threads=threads))
+            self.segments.append(OnnxModule(segment, state, ranges=own, threads=threads, digest=digest))
             with torch.inference_mode():
                 hidden, _ = segment(state)
             state = {"hidden": hidden, "attention_mask": state["attention_mask"]}
+
+    @classmethod
+    def from_graphs(cls, module, graphs: list, names: list, *, threads: int):
+        """The cascade of the segment graphs an :class:`OnnxCascade` of ``module`` exported, without exporting
+        again; ``names[i]`` are the inputs of graph ``i``."""
+        self = cls.__new__(cls)
+        self.module = module.to("cpu").eval()
+        self.segments = [OnnxModule.from_graph(graph, inputs, int8=True, threads=threads)
+                         for graph, inputs in zip(graphs, names, strict=True)]
+        return self
 
     def cascade(self, *args, **kwargs):
         """:meth:`CascadeEncoder.cascade <as2rank.neural.heads.CascadeEncoder.cascade>` on the graphs."""

@@ -1,0 +1,108 @@
+"""Int8 graphs saved with the model (``save_pretrained(int8=True)``, tiny random models): a loaded model predicts
+at int8 from them without exporting, with the scores of the process that saved them; graphs exported from
+other weights (another model, or the same model changed after loading) are never used."""
+
+import copy
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import as2rank.neural as neural  # noqa: E402
+from as2rank.neural import onnx_runtime  # noqa: E402
+from as2rank.transformer import TransformerRanker  # noqa: E402
+from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
+
+pytestmark = pytest.mark.skipif(not (onnx_runtime.onnx_available() and neural.int8_supported()),
+                                reason="needs onnxruntime, onnx, onnxscript and int8 kernels")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic(n_questions=10)
+
+
+@pytest.fixture(scope="module")
+def fitted(tokenizer, data):
+    return small(TransformerRanker, "bert", tokenizer, lexical_prior=True).fit(*data)
+
+
+def refuse_exports(monkeypatch):
+    def export(*args, **kwargs):
+        raise AssertionError("exported a graph")
+
+    monkeypatch.setattr(onnx_runtime, "_export", export)
+
+
+def predict_quietly(est, X):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return est.predict(X)
+
+
+def test_a_loaded_model_predicts_from_its_saved_graph_without_exporting(fitted, data, tmp_path, monkeypatch):
+    X, _ = data
+    ranker = copy.deepcopy(fitted).set_params(precision="int8")
+    scores = ranker.predict(X)
+    refuse_exports(monkeypatch)  # saving reuses the copy this process built to predict
+    ranker.save_pretrained(tmp_path / "m", int8=True)
+    assert sorted(p.name for p in (tmp_path / "m" / "onnx").iterdir()) == ["int8-0.onnx"]
+    loaded = TransformerRanker.from_pretrained(tmp_path / "m", precision="int8")
+    np.testing.assert_array_equal(predict_quietly(loaded, X), scores)
+    assert isinstance(loaded._int8_model_[1], onnx_runtime.OnnxModule) and loaded._int8_model_[1].int8
+
+
+def test_a_cascade_saves_one_graph_per_segment(tokenizer, data, tmp_path, monkeypatch):
+    from as2rank.cascade import CascadeTransformer
+
+    X, y = data
+    cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
+    cascade.save_pretrained(tmp_path / "c", int8=True)  # nothing predicted at int8 yet: exported now
+    scores = cascade.set_params(precision="int8").predict(X)
+    assert sorted(p.name for p in (tmp_path / "c" / "onnx").iterdir()) == ["int8-0.onnx", "int8-1.onnx"]
+    refuse_exports(monkeypatch)
+    loaded = CascadeTransformer.from_pretrained(tmp_path / "c", precision="int8")
+    np.testing.assert_array_equal(predict_quietly(loaded, X), scores)
+    np.testing.assert_array_equal(loaded.cost_report_["rows_per_layer"], cascade.cost_report_["rows_per_layer"])
+
+
+def test_graphs_of_another_model_are_not_used(fitted, tokenizer, data, tmp_path):
+    X, y = data
+    fitted.save_pretrained(tmp_path / "a", int8=True)
+    other = small(TransformerRanker, "bert", tokenizer, lexical_prior=True, random_state=1).fit(X, y)
+    other.save_pretrained(tmp_path / "b")
+    assert not (tmp_path / "b" / "onnx").exists()
+    own = copy.deepcopy(other).set_params(precision="int8").predict(X)
+    shutil.copytree(tmp_path / "a" / "onnx", tmp_path / "b" / "onnx")
+    loaded = TransformerRanker.from_pretrained(tmp_path / "b", precision="int8")
+    with pytest.warns(UserWarning, match="not exported from this model"):
+        scores = loaded.predict(X)
+    np.testing.assert_array_equal(scores, own)
+
+
+def test_a_model_changed_after_loading_exports_again(fitted, data, tmp_path):
+    X, y = data
+    fitted.save_pretrained(tmp_path / "m", int8=True)
+    loaded = TransformerRanker.from_pretrained(tmp_path / "m", precision="int8")
+    saved = predict_quietly(loaded, X)
+    changed = TransformerRanker.from_pretrained(tmp_path / "m", precision="int8")
+    with torch.no_grad():
+        next(changed.model_.head.parameters()).add_(0.5)
+    with pytest.warns(UserWarning, match="exporting them again"):
+        scores = changed.predict(X)
+    assert not np.allclose(scores, saved)
+    # A fit trains new weights: the saved graphs are forgotten, not checked and refused.
+    refit = TransformerRanker.from_pretrained(tmp_path / "m", precision="int8", epochs=1).fit(X, y)
+    assert refit._int8_graphs is None
+    predict_quietly(refit, X)
+
+
+def test_int8_saving_needs_a_calibrated_model(fitted, tmp_path):
+    uncalibrated = copy.deepcopy(fitted)
+    del uncalibrated.activation_ranges_
+    with pytest.raises(ValueError, match="no int8 calibration"):
+        uncalibrated.save_pretrained(tmp_path / "m", int8=True)
