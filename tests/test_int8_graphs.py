@@ -82,6 +82,11 @@ def test_graphs_of_another_model_are_not_used(fitted, tokenizer, data, tmp_path)
     with pytest.warns(UserWarning, match="not exported from this model"):
         scores = loaded.predict(X)
     np.testing.assert_array_equal(scores, own)
+    graph = tmp_path / "a" / "onnx" / "int8-0.onnx"
+    graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])  # a truncated copy: exported again
+    loaded = TransformerRanker.from_pretrained(tmp_path / "a", precision="int8")
+    with pytest.warns(UserWarning, match="not exported from this model"):
+        np.testing.assert_array_equal(loaded.predict(X), copy.deepcopy(fitted).set_params(precision="int8").predict(X))
 
 
 def test_a_model_changed_after_loading_exports_again(fitted, data, tmp_path):

@@ -21,6 +21,11 @@ export is checked against the torch module on a batch of another shape before it
 a shape as a constant, or any other disagreement, raises instead of scoring. The int8 graph is the checked
 float32 graph with the integer operators in place of the float ones.
 
+The exports take seconds, so the int8 graphs can be saved with the model (:func:`write_int8_copy`, which
+``save_pretrained(path, int8=True)`` calls) and read back instead of exporting (``int8_copy(..., saved=)``).
+Each records :func:`copy_digest` (as2rank's code, the weights, the int8 ranges and the inputs); graphs whose
+digest is not the model's are never used.
+
 Optional: needs ``onnxruntime``, ``onnx`` and ``onnxscript`` (``pip install as2rank[onnx]``).
 """
 
@@ -41,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["OnnxCascade", "OnnxModule", "int8_copy", "onnx_available", "u8s8_sums_exact"]
+__all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "int8_copy", "onnx_available", "u8s8_sums_exact", "write_int8_copy"]
 
 #: Packages the export and the runtime need.
 _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
@@ -285,7 +290,7 @@ class OnnxModule:
 
     @classmethod
     def from_graph(cls, graph: bytes, names, *, int8: bool, threads: int):
-        """The module of a graph that :class:`OnnxModule` exported (its :attr:`graph`), without exporting
+        """The module of a graph that :class:`OnnxModule` exported (its ``graph`` attribute), without exporting
         again; ``names`` are its inputs in order."""
         self = cls.__new__(cls)
         self.names, self.int8, self.threads, self.graph = tuple(names), bool(int8), int(threads), graph
@@ -442,9 +447,14 @@ def _stamped(graph, digest: str | None, part: tuple | None = None) -> bytes:
 
 
 def _metadata(graph: bytes) -> dict:
+    """The metadata of a graph file's bytes; empty if they are not an ONNX model (a truncated file)."""
     import onnx
+    from google.protobuf.message import DecodeError
 
-    return {p.key: p.value for p in onnx.load_from_string(graph).metadata_props}
+    try:
+        return {p.key: p.value for p in onnx.load_from_string(graph).metadata_props}
+    except DecodeError:
+        return {}
 
 
 class OnnxCascade:
