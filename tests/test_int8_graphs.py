@@ -111,3 +111,19 @@ def test_int8_saving_needs_a_calibrated_model(fitted, tmp_path):
     del uncalibrated.activation_ranges_
     with pytest.raises(ValueError, match="no int8 calibration"):
         uncalibrated.save_pretrained(tmp_path / "m", int8=True)
+
+
+def test_a_context_ranker_saves_its_graph_traced_on_its_own_columns(tokenizer, tmp_path, monkeypatch):
+    # ContextConcat reads context columns besides the pair: the rows that trace its graph at saving have them.
+    from as2rank.context import ContextConcat
+    from as2rank.context_features import ContextExtractor
+    from tests import test_context
+
+    X, y = test_context.synthetic()
+    X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+    ranker = test_context.small(ContextConcat, tokenizer, lexical_prior=True).fit(X, y)
+    ranker.save_pretrained(tmp_path / "m", int8=True)
+    scores = ranker.set_params(precision="int8").predict(X)
+    refuse_exports(monkeypatch)
+    loaded = ContextConcat.from_pretrained(tmp_path / "m", precision="int8")
+    np.testing.assert_array_equal(predict_quietly(loaded, X), scores)
