@@ -134,7 +134,9 @@ reuse_fit, random_state, verbose
         Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
         :class:`~as2rank.transformer.TransformerRanker`.
     cost_report_ : dict
-        Set by ``predict``/``predict_exits``: ``relative_cost``, ``rows_per_layer``, ``survivors`` (rows
+        Set by ``predict``/``predict_exits``: ``relative_cost`` (rows × layers run, over all rows × all
+        layers: the paper's cost), ``relative_token_cost`` (the same in tokens × layers: survivors longer than
+        the dropped rows save less than ``relative_cost`` says), ``rows_per_layer``, ``survivors`` (rows
         scored by each exit), ``n_rows``, ``n_questions``.
     """
 
@@ -259,6 +261,10 @@ reuse_fit, random_state, verbose
         report = _report(rows_per_layer, survivors, index.n_rows, index.n_groups)
         # The paper's cost is relative to the whole model, also when scoring at an earlier exit.
         report["relative_cost"] = float(rows_per_layer.sum() / (self.n_layers_ * index.n_rows))
+        # The same with each row weighted by its tokens: what a drop saves depends on how long the dropped rows are.
+        tokens = encoded["lengths"]
+        layers = tokens @ np.asarray(self.exits_)[reached]
+        report["relative_token_cost"] = float(layers / (self.n_layers_ * tokens.sum())) if len(tokens) else 0.0
         self.cost_report_ = report
         return logits, reached
 

@@ -228,3 +228,24 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
     assert np.array_equal(np.isnan(chunked), np.isnan(one))
     np.testing.assert_allclose(chunked, one, atol=1e-4)
     assert rows_chunked.tolist() == rows_one.tolist() == [80, 80, 56, 45, 45, 23]  # 50 -> 35 -> 28 -> 14, 30 -> 21 -> 17 -> 9
+
+
+def test_token_cost_weights_the_row_cost_by_tokens(fitted, monkeypatch):
+    X, _ = synthetic()
+    fitted.set_params(alpha=0.0)
+    fitted.predict(X)
+    assert fitted.cost_report_["relative_token_cost"] == 1.0  # every row through every layer
+    fitted.set_params(exit_layer=3)
+    fitted.predict(X)
+    assert fitted.cost_report_["relative_token_cost"] == pytest.approx(3 / 6)  # every row through 3 of 6
+    fitted.set_params(exit_layer=None)
+    # Hand-computed: rows that reached exits 6, 2 and 4 (of exits 2..6), of their own token lengths.
+    rows = X[X["qid"] == X["qid"].iloc[0]].head(3)
+    lengths = fitted._encode(rows)["lengths"]
+    logits = np.full((3, 5), np.nan)
+    logits[0, :], logits[1, :1], logits[2, :3] = 1.0, 1.0, 1.0
+    monkeypatch.setattr(fitted, "_run", lambda *args: (logits, np.zeros(6, dtype=np.int64)))
+    fitted.predict(rows)
+    expected = (6 * lengths[0] + 2 * lengths[1] + 4 * lengths[2]) / (6 * lengths.sum())
+    assert fitted.cost_report_["relative_token_cost"] == pytest.approx(expected)
+    assert lengths.min() < lengths.max() and expected != pytest.approx((6 + 2 + 4) / 18)
