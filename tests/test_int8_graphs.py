@@ -127,3 +127,16 @@ def test_a_context_ranker_saves_its_graph_traced_on_its_own_columns(tokenizer, t
     refuse_exports(monkeypatch)
     loaded = ContextConcat.from_pretrained(tmp_path / "m", precision="int8")
     np.testing.assert_array_equal(predict_quietly(loaded, X), scores)
+
+
+def test_copy_digest_reads_every_tensor_kind_and_each_input():
+    module = torch.nn.Module()
+    for name, value in {"scalar": torch.tensor(3.0), "empty": torch.zeros(0), "mask": torch.ones(2, dtype=torch.bool),
+                        "bf16": torch.ones(3, dtype=torch.bfloat16)}.items():
+        module.register_buffer(name, value)
+    digest = onnx_runtime.copy_digest(module, {"layer": [0.0, 1.0]}, ["input_ids"])
+    assert digest == onnx_runtime.copy_digest(module, {"layer": [0.0, 1.0]}, ["input_ids"])
+    assert digest != onnx_runtime.copy_digest(module, {"layer": [0.0, 2.0]}, ["input_ids"])
+    assert digest != onnx_runtime.copy_digest(module, {"layer": [0.0, 1.0]}, ["input_ids", "prior"])
+    module.mask[1] = False
+    assert digest != onnx_runtime.copy_digest(module, {"layer": [0.0, 1.0]}, ["input_ids"])

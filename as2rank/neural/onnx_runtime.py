@@ -377,7 +377,7 @@ def copy_digest(module, ranges: dict, names) -> str:
     for name, tensor in module.state_dict().items():
         tensor = tensor.detach().to("cpu").contiguous()
         digest.update(repr((name, str(tensor.dtype), tuple(tensor.shape))).encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
