@@ -480,25 +480,28 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         from .data import check_X
         from .neural import torch_threads
-        from .neural.int8 import onnx_copy
 
         columns = getattr(self, "_input_columns", ("question", "candidate"))
         rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
         with torch_threads(self.n_threads):
-            encoded = self._encode(check_X(rows))
-            key, cached = self._int8_key(True, encoded), getattr(self, "_int8_model_", None)
-            if cached is None or cached[0] != key:  # else a predict at int8 built it already
-                saved = getattr(self, "_int8_graphs", None)
-                cached = self._int8_model_ = (key, onnx_copy(self.model_, encoded, self.activation_ranges_, saved))
-            return cached[1]
+            return self._int8_model(True, self._encode(check_X(rows)))
 
-    def _int8_key(self, onnx: bool, encoded) -> tuple:
-        """What an int8 copy was built for: the fitted module, the engine, the thread count, the inputs and (by
-        value: a copy quantized to other ranges is another model) the ranges."""
+    def _int8_model(self, onnx: bool, encoded):
+        """The int8 copy on ONNX Runtime (``onnx``; read from the graphs the model was loaded with where they
+        match) or torch's, built once per fitted module, thread count, inputs and (by value: a copy quantized to
+        other ranges is another model) ranges."""
         import torch
 
+        from .neural.int8 import dynamic_copy, onnx_copy
+
         ranges = tuple((k, tuple(v)) for k, v in sorted(self.activation_ranges_.items())) if onnx else ()
-        return (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (), ranges)
+        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (), ranges)
+        cached = getattr(self, "_int8_model_", None)
+        if cached is None or cached[0] != key:
+            saved = getattr(self, "_int8_graphs", None)
+            int8_model = onnx_copy(self.model_, encoded, self.activation_ranges_, saved) if onnx else dynamic_copy(self.model_)
+            cached = self._int8_model_ = (key, int8_model)
+        return cached[1]
 
     @classmethod
     def from_pretrained(cls, path, **params):
@@ -539,17 +542,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         check_is_fitted(self, "model_")
         if not (device.type == "cpu" and self._quantized()):
             return self.model_.to(device).eval()
-        from .neural.int8 import dynamic_copy, onnx_copy
         from .neural.onnx_runtime import onnx_available
 
-        onnx = encoded is not None and hasattr(self, "activation_ranges_") and onnx_available()
-        key = self._int8_key(onnx, encoded)
-        cached = getattr(self, "_int8_model_", None)
-        if cached is None or cached[0] != key:
-            saved = getattr(self, "_int8_graphs", None)
-            int8_model = onnx_copy(self.model_, encoded, self.activation_ranges_, saved) if onnx else dynamic_copy(self.model_)
-            cached = self._int8_model_ = (key, int8_model)
-        return cached[1]
+        return self._int8_model(encoded is not None and hasattr(self, "activation_ranges_") and onnx_available(), encoded)
 
     def _row_logits(self, module, encoded, device):
         """The module's output for every encoded row (the one batched predict loop of the per-row models:

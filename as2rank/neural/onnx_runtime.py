@@ -249,13 +249,14 @@ class OnnxModule:
     threads : int
         ONNX Runtime's intra-op threads.
     digest : str, optional
-        What the graph computes (:func:`copy_digest`), recorded in its metadata so that a saved graph is only
-        used for the model it was exported from (:func:`write_int8_copy`).
+        What the graph computes (:func:`copy_digest`); :func:`write_int8_copy` records it in the graph's
+        metadata, so that a saved graph is only used for the model it was exported from.
 
     Attributes
     ----------
     graph : bytes
         The ONNX graph the session runs.
+    digest : str
 
     Raises
     ------
@@ -286,14 +287,15 @@ class OnnxModule:
                 graph = Path(folder) / "model.int8.onnx"
                 _export(_Positional(_export_copy(module, ranges), self.names), _padded(example, 1), graph)
                 self.session = self._session(graph, exact_integer_sums=not u8s8_sums_exact())
-            self.graph = _stamped(graph, digest)
+            self.graph, self.digest = graph.read_bytes(), digest
 
     @classmethod
-    def from_graph(cls, graph: bytes, names, *, int8: bool, threads: int):
+    def from_graph(cls, graph: bytes, names, *, int8: bool, threads: int, digest: str):
         """The module of a graph that :class:`OnnxModule` exported (its ``graph`` attribute), without exporting
         again; ``names`` are its inputs in order."""
         self = cls.__new__(cls)
         self.names, self.int8, self.threads, self.graph = tuple(names), bool(int8), int(threads), graph
+        self.digest = digest
         self.session = self._session(graph, exact_integer_sums=self.int8 and not u8s8_sums_exact())
         return self
 
@@ -402,7 +404,7 @@ def write_int8_copy(int8_module, folder) -> None:
         old.unlink()
     graphs = int8_module.segments if isinstance(int8_module, OnnxCascade) else [int8_module]
     for i, graph in enumerate(graphs):
-        (folder / f"int8-{i}.onnx").write_bytes(_stamped(graph.graph, None, part=(i, len(graphs))))
+        (folder / f"int8-{i}.onnx").write_bytes(_stamped(graph.graph, graph.digest, part=(i, len(graphs))))
 
 
 def _read_copy(module, folder: Path, digest: str, example: dict, threads: int):
@@ -420,28 +422,24 @@ def _read_copy(module, folder: Path, digest: str, example: dict, threads: int):
             return None
         graphs.append(graph)
     if segments == [None]:
-        return OnnxModule.from_graph(graphs[0], tuple(example), int8=True, threads=threads)
+        return OnnxModule.from_graph(graphs[0], tuple(example), int8=True, threads=threads, digest=digest)
     # A segment's inputs, as OnnxCascade traces them: the token arrays for the first, then the hidden states.
     first = tuple(name for name, value in example.items() if value.ndim == 2)
     return OnnxCascade.from_graphs(module, graphs, [first] + [("hidden", "attention_mask")] * (len(graphs) - 1),
-                                   threads=threads)
+                                   threads=threads, digest=digest)
 
 
-#: Metadata keys of a graph written by :class:`OnnxModule` and :func:`write_int8_copy`.
+#: Metadata keys of a graph written by :func:`write_int8_copy`.
 _DIGEST, _PART = "as2rank.digest", "as2rank.part"
 
 
-def _stamped(graph, digest: str | None, part: tuple | None = None) -> bytes:
-    """The bytes of ``graph`` (a file or bytes) with ``digest`` (None: keep its own) and ``part`` (i, n) in its
-    metadata."""
+def _stamped(graph: bytes, digest: str, part: tuple) -> bytes:
+    """The bytes of ``graph`` with ``digest`` and ``part`` (i, n) in its metadata."""
     import onnx
 
-    model = onnx.load_from_string(graph if isinstance(graph, bytes) else Path(graph).read_bytes())
+    model = onnx.load_from_string(graph)
     props = {p.key: p.value for p in model.metadata_props}
-    if digest is not None:
-        props[_DIGEST] = digest
-    if part is not None:
-        props[_PART] = f"{part[0]}/{part[1]}"
+    props.update({_DIGEST: digest, _PART: f"{part[0]}/{part[1]}"})
     onnx.helper.set_model_props(model, props)
     return model.SerializeToString()
 
@@ -490,12 +488,12 @@ class OnnxCascade:
             state = {"hidden": hidden, "attention_mask": state["attention_mask"]}
 
     @classmethod
-    def from_graphs(cls, module, graphs: list, names: list, *, threads: int):
+    def from_graphs(cls, module, graphs: list, names: list, *, threads: int, digest: str):
         """The cascade of the segment graphs an :class:`OnnxCascade` of ``module`` exported, without exporting
         again; ``names[i]`` are the inputs of graph ``i``."""
         self = cls.__new__(cls)
         self.module = module.to("cpu").eval()
-        self.segments = [OnnxModule.from_graph(graph, inputs, int8=True, threads=threads)
+        self.segments = [OnnxModule.from_graph(graph, inputs, int8=True, threads=threads, digest=digest)
                          for graph, inputs in zip(graphs, names, strict=True)]
         return self
 
