@@ -20,7 +20,7 @@ from .data import GroupIndex, check_X, ragged_arange
 from .pruning import EXIT_GAP, SequentialRanker, simulate_cascade, tune_alpha  # noqa: F401 (re-exported)
 from .params import Interval, Options, SequenceOf
 from .pruning import _DROP_RATIOS, _drop_ratios, _report, _stage_scores
-from .prior import LexicalPriorMixin
+from .prior import SegmentSimilarityMixin
 from .transformer_base import AUTO_BATCH_TOKENS, _TransformerEstimator
 
 __all__ = ["CascadeTransformer", "default_exits"]
@@ -51,7 +51,7 @@ def _group_rows(index: GroupIndex, groups: np.ndarray):
     return rows, np.repeat(np.arange(len(groups)), sizes)
 
 
-class CascadeTransformer(LexicalPriorMixin, _TransformerEstimator):
+class CascadeTransformer(SegmentSimilarityMixin, _TransformerEstimator):
     """Cascade Transformer (Soldaini & Moschitti, 2020, §4.3): early exits with per-question candidate drops.
 
     A classifier after each exit layer ρ(i) reads the mean of all token encodings of that layer (padding
@@ -99,7 +99,11 @@ class CascadeTransformer(LexicalPriorMixin, _TransformerEstimator):
         (``docs/benchmarks/cascade.md`` and ``docs/guide/neural.md``).
     lexical_prior : bool, default=True
         Add a lexical model's logit to every exit's logit (see ``TransformerRanker``); the drops then
-        rank by the sum too. ``False`` trains the pure cascade of the paper.
+        rank by the sum too. ``False`` (with ``segment_similarity=False``) trains the pure cascade of the paper.
+    segment_similarity : bool, default=True
+        As in :class:`~as2rank.transformer.TransformerRanker`, at every exit: each exit's logit gains its own
+        trained ``w × cos(q, c)`` of its layer's encodings, every ``w`` starting at the coefficient of the
+        pretrained last exit layer's cosine (``docs/benchmarks/defaults-cascade.md`` measures it).
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
@@ -148,7 +152,7 @@ reuse_fit, random_state, verbose
     _head_modules = ("classifiers",)
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **LexicalPriorMixin._parameter_constraints,
+        **SegmentSimilarityMixin._parameter_constraints,
         "exits": [None, SequenceOf(Interval(Integral, 1, None))],
         "exit_sampling": [Options(EXIT_SAMPLING)],
         "alpha": _DROP_RATIOS,
@@ -156,7 +160,7 @@ reuse_fit, random_state, verbose
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, exits=None, alpha=0.0, exit_layer=None,
-        exit_sampling="all", lexical_prior=True, similarity_prior=False, max_length=128,
+        exit_sampling="all", lexical_prior=True, segment_similarity=True, similarity_prior=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
@@ -183,7 +187,7 @@ reuse_fit, random_state, verbose
     def _build_module(self, encoder):
         from .neural.heads import CascadeEncoder
 
-        return CascadeEncoder(encoder, self.exits_)
+        return CascadeEncoder(encoder, self.exits_, similarity=self.segment_similarity)
 
     def _loss(self, module, batch):
         import torch.nn.functional as F

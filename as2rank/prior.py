@@ -17,10 +17,10 @@ import numpy as np
 
 from .params import Boolean
 
-__all__ = ["LexicalPriorMixin", "fit_lexical_prior", "lexical_prior_logits"]
+__all__ = ["LexicalPriorMixin", "SegmentSimilarityMixin", "fit_lexical_prior", "lexical_prior_logits"]
 
 
-def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None) -> tuple:
+def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None, lexical: bool = True) -> tuple:
     """Fit the lexical prior on the training rows.
 
     Parameters
@@ -32,12 +32,14 @@ def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None) -> tuple:
     C : float, default=1.0
         Inverse L2 strength of the logistic regression (on standardised features).
     extra : ndarray of shape (n_rows, n_extra), default=None
-        More feature columns of the rows (the similarity feature), after the lexical ones.
+        More feature columns of the rows (the similarity features), after the lexical ones.
+    lexical : bool, default=True
+        Whether the regression reads the lexical features; without them it reads ``extra`` only.
 
     Returns
     -------
-    features : LexicalFeatures
-        Fitted (its IDF comes from the training candidates).
+    features : LexicalFeatures or None
+        Fitted (its IDF comes from the training candidates); None without ``lexical``.
     coef : ndarray of float64 of shape (n_features + n_extra + 1,)
         Weights on the raw feature columns, intercept last (the standardisation is folded in).
 
@@ -53,11 +55,12 @@ def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None) -> tuple:
     positive = np.asarray(y) > 0
     if positive.all() or not positive.any():
         raise ValueError(
-            "lexical_prior fits a logistic regression on lexical features, which needs both correct and wrong "
-            f"candidates; all {len(positive)} training labels are {'positive' if positive.any() else 'negative'}. "
-            "Set lexical_prior=False to train without it."
+            "The prior of a transformer ranker is a logistic regression on lexical and similarity features, which "
+            f"needs both correct and wrong candidates; all {len(positive)} training labels are "
+            f"{'positive' if positive.any() else 'negative'}. Set lexical_prior=False (and segment_similarity=False, "
+            "where the estimator has it) to train without it."
         )
-    features = LexicalFeatures().fit(X)
+    features = LexicalFeatures().fit(X) if lexical else None
     F = _matrix(features, X, extra)
     mean, scale = F.mean(axis=0), F.std(axis=0)
     scale[scale == 0] = 1.0
@@ -75,7 +78,7 @@ def lexical_prior_logits(features, coef, X, extra=None) -> np.ndarray:
 
 
 def _matrix(features, X, extra=None) -> np.ndarray:
-    F = features.transform(X)[list(features.feature_names)].to_numpy(dtype=np.float64)
+    F = np.empty((len(X), 0)) if features is None else features.transform(X)[list(features.feature_names)].to_numpy(dtype=np.float64)
     return F if extra is None else np.column_stack([F, np.asarray(extra, dtype=np.float64)])
 
 
@@ -107,15 +110,34 @@ class LexicalPriorMixin:
     def _init_module(self, X, y, groups, eval_set):
         for name in self._prior_attrs:
             self.__dict__.pop(name, None)
-        if self.lexical_prior:
-            extra = None
-            if self.similarity_prior:
-                from .neural.similarity import similarity_source
+        module = super()._init_module(X, y, groups, eval_set)
+        extra = []
+        if self.similarity_prior:
+            from .neural.similarity import similarity_source
 
-                self.similarity_source_ = similarity_source(self.model, self.tokenizer)
-                extra = self._similarity(X)
-            self.lexical_features_, self.lexical_coef_ = fit_lexical_prior(X, y, extra=extra)
-        return super()._init_module(X, y, groups, eval_set)
+            self.similarity_source_ = similarity_source(self.model, self.tokenizer)
+            extra.append(self._similarity(X))
+        terms = self._term_features(module, X)
+        if terms is not None:
+            extra.append(terms)
+        if self.lexical_prior or terms is not None:
+            features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
+                                               lexical=self.lexical_prior)
+            if terms is not None:  # its weight goes to the module, which computes the feature itself
+                self._init_terms(module, float(coef[-2]))
+                coef = np.delete(coef, -2)
+            if self.lexical_prior:
+                self.lexical_features_, self.lexical_coef_ = features, coef
+        return module
+
+    def _term_features(self, module, X):
+        """Features of the rows of ``X``, shape (n_rows, 1), that the module computes itself and weighs by a
+        parameter that the prior's regression initialises (:meth:`_init_terms`); None: no such term."""
+        return None
+
+    def _init_terms(self, module, weight: float) -> None:
+        """Set the module's weight on :meth:`_term_features` to the regression's ``weight``."""
+        raise NotImplementedError
 
     def _training_params(self) -> dict:
         params = super()._training_params()
@@ -150,3 +172,59 @@ class LexicalPriorMixin:
         for k in self._prior_attrs:
             if k in attrs:
                 setattr(self, k, attrs[k])
+
+
+class SegmentSimilarityMixin(LexicalPriorMixin):
+    """The ``segment_similarity`` parameter of a transformer estimator whose module has
+    :class:`~as2rank.neural.heads.SegmentSimilarity` terms (:class:`~as2rank.transformer.TransformerRanker`,
+    :class:`~as2rank.cascade.CascadeTransformer`): the logit gains ``w × cos(question, candidate)``, the cosine of
+    the mean encodings of the pair's question and candidate tokens inside its own encoding. A fresh fit runs the
+    pretrained encoder over the training rows once, fits the prior's regression on its cosines beside the
+    lexical features, and starts ``w`` (every exit's, for a cascade) at the cosine's coefficient there; the
+    network then trains ``w`` with the rest. The batches carry the ``question_mask`` the term needs."""
+
+    _parameter_constraints = {**LexicalPriorMixin._parameter_constraints, "segment_similarity": [Boolean()]}
+
+    def _check_continuation(self):
+        super()._check_continuation()
+        fitted = self.model_.similarity is not None
+        if bool(self.segment_similarity) != fitted:
+            raise ValueError(
+                f"segment_similarity={self.segment_similarity} but the fitted model was trained "
+                f"{'with' if fitted else 'without'} it; set segment_similarity={fitted}, or fit afresh (warm_start=False)."
+            )
+
+    def _term_features(self, module, X):
+        if not self.segment_similarity:
+            return None
+        from .neural import resolve_device
+        from .neural.predict import no_progress, predict_logits
+
+        device = resolve_device(self.device)
+        home = next(module.parameters()).device
+        module.to(device).eval()
+        try:
+            cosines = predict_logits(module.segment_cosines, self._encode_for(module, X), device,
+                                     batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device),
+                                     progress=no_progress)
+        finally:
+            module.to(home).train()
+        return cosines[:, -1:]  # a cascade's last exit: the layer the single-exit model would read
+
+    def _init_terms(self, module, weight: float) -> None:
+        import torch
+
+        from .neural.heads import SegmentSimilarity
+
+        with torch.no_grad():
+            for term in module.modules():
+                if isinstance(term, SegmentSimilarity):
+                    term.weight.fill_(weight)
+
+    def _encode_for(self, module, X):
+        encoded = super()._encode_for(module, X)
+        if module.similarity is not None:
+            from .neural.backbone import question_mask
+
+            encoded["question_mask"] = question_mask(encoded["input_ids"], self.tokenizer_)
+        return encoded

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .data import check_X
 from .params import POOLINGS, Interval, Options
-from .prior import LexicalPriorMixin
+from .prior import SegmentSimilarityMixin
 from .transformer_base import _TransformerEstimator
 
 __all__ = ["TransformerRanker"]
@@ -53,7 +53,7 @@ class _PointwiseScoring:
             return self._row_logits(self._module_on(device, encoded), encoded, device)
 
 
-class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstimator):
+class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerEstimator):
     """Monolithic transformer cross-encoder (the TANDA baseline of the Cascade Transformer paper, §4.1).
 
     Each (question, candidate) pair is encoded jointly; the first token's final encoding (the paper's
@@ -88,8 +88,19 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
         the training rows when a fresh ``fit`` (or the first ``partial_fit``) starts; a warm start keeps the
         fitted prior. On by default because the defaults benchmark (``docs/benchmarks/defaults.md``) found
         it best or indistinguishable from the best at every training size of both data sets, while the pure
-        model falls below word overlap on small training sets. ``False`` trains the pure cross-encoder (the
-        papers' model); the training labels must hold both classes otherwise.
+        model falls below word overlap on small training sets. ``False`` (with ``segment_similarity=False``)
+        trains the pure cross-encoder (the papers' model); the training labels must hold both classes otherwise.
+    segment_similarity : bool, default=True
+        Add a trained term ``w × cos(q, c)`` to the logit: the cosine of the mean encodings of the pair's
+        question tokens and of its candidate tokens, taken from the same encoder pass as the head's input, so
+        it costs nothing at prediction (:class:`~as2rank.neural.heads.SegmentSimilarity`). Sentence-embedding
+        checkpoints such as the default were trained to compare sentences by such means, which a score head
+        initialised at random cannot learn from a few hundred questions. A fresh ``fit`` first runs the
+        pretrained encoder over the training rows and starts ``w`` at the cosine's coefficient in the
+        prior's logistic regression (fitted beside the lexical features, or alone without
+        ``lexical_prior``); training then adapts ``w`` and the encoder together. On by default: the defaults
+        benchmark (``docs/benchmarks/defaults.md``) measures it against the plain head at each training size of
+        both data sets. Needs a tokenizer with a separator token (BERT's ``[SEP]``, RoBERTa's ``</s>``).
     similarity_prior : bool, default=False
         Give the lexical prior one more feature: the cosine of the question's and the candidate's sentence
         embeddings (the mean of the token encodings) from ``model`` as it was before fine-tuning, frozen
@@ -183,7 +194,8 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     Attributes
     ----------
     model_ : torch.nn.Module
-        Encoder (``model_.encoder``) and head (``model_.head``).
+        Encoder (``model_.encoder``), head (``model_.head``) and, with ``segment_similarity``, the similarity
+        term (``model_.similarity``, its trained weight ``model_.similarity.weight``).
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
         Transformer blocks used.
@@ -221,14 +233,14 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     _auto_holdout = True
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **LexicalPriorMixin._parameter_constraints,
+        **SegmentSimilarityMixin._parameter_constraints,
         "num_layers": [Interval(Integral, 1, None), None],
         "pooling": [Options(POOLINGS)],
     }
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
-        similarity_prior=False, max_length=128,
+        segment_similarity=True, similarity_prior=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
@@ -241,7 +253,7 @@ class TransformerRanker(LexicalPriorMixin, _PointwiseScoring, _TransformerEstima
     def _build_module(self, encoder):
         from .neural.heads import CrossEncoder
 
-        return CrossEncoder(encoder, self.pooling_)
+        return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
     def _export_attrs(self):
         return {**super()._export_attrs(), "pooling_": self.pooling_}

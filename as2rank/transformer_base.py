@@ -121,6 +121,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         check_early_stopping(self)
 
     def _encode(self, X):
+        return self._encode_for(self.model_, X)
+
+    def _encode_for(self, module, X):
+        """The rows of ``X`` encoded as ``module`` reads them (the fitted ``model_`` once fit has built it)."""
         from .neural.backbone import encode_pairs, uses_token_types
 
         return encode_pairs(
@@ -128,7 +132,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             X["question"].to_numpy(),
             X["candidate"].to_numpy(),
             max_length=self.max_length,
-            token_types=uses_token_types(self.model_.encoder, self.tokenizer_),
+            token_types=uses_token_types(module.encoder, self.tokenizer_),
         )
 
     def _compute_dtype(self, device, *, training: bool = False):

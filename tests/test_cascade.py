@@ -13,6 +13,7 @@ from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 from as2rank.cascade import CascadeTransformer, default_exits, simulate_cascade, tune_alpha  # noqa: E402
 from as2rank.neural.backbone import masked_mean  # noqa: E402
 from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
+from as2rank.neural.heads import segment_cosine  # noqa: E402
 from tests import utils  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import WORDS, small, synthetic, tokenizer  # noqa: E402,F401
@@ -59,8 +60,9 @@ def test_alpha_zero_equals_full_encoder_and_final_classifier(kind, tokenizer):
         inputs = {k: torch.from_numpy(v) for k, v in enc.items() if k not in ("lengths", "prior")}
         hidden = module.encoder(**inputs).last_hidden_state
         expected = module.classifiers[-1](masked_mean(hidden, inputs["attention_mask"])).squeeze(-1).numpy()
-    # The last classifier's logit plus the lexical prior's (on by default).
-    np.testing.assert_allclose(scores, expected + enc["prior"], atol=1e-5, rtol=0)
+        similarity = (module.similarity[-1].weight * segment_cosine(hidden, inputs)).numpy()
+    # The last classifier's logit plus its similarity term and the lexical prior's (both on by default).
+    np.testing.assert_allclose(scores, expected + similarity + enc["prior"], atol=1e-5, rtol=0)
 
 
 def test_exit_sampling_all_trains_every_exit_on_every_batch(tokenizer):
@@ -217,8 +219,9 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
     lengths = rng.integers(4, width + 1, n)
     mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
     ids = rng.integers(5, module.encoder.config.vocab_size, (n, width)) * mask
+    questions = (np.arange(width) < rng.integers(1, 4, n)[:, None]).astype(np.int64)  # the similarity term's mask
     batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-             "token_type_ids": torch.zeros(n, width, dtype=torch.int64)}
+             "token_type_ids": torch.zeros(n, width, dtype=torch.int64), "question_mask": torch.from_numpy(questions)}
     codes = np.repeat([0, 1], [50, 30])
     with torch.inference_mode():
         full = module.all_exits(batch).numpy()

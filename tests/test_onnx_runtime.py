@@ -51,7 +51,7 @@ def test_float32_export_matches_the_module_on_any_shape(fitted):
     ranker, X, encoded = fitted
     model = ranker.model_.eval()
     graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), threads=1)
-    assert set(graph.names) == {"input_ids", "attention_mask", "token_type_ids", "prior"}
+    assert set(graph.names) == {"input_ids", "attention_mask", "token_type_ids", "question_mask", "prior"}
     rows = np.argsort(encoded["lengths"])
     # one row, padded rows of several widths, and every row at once
     for part in (rows[:1], rows[:2], rows[-5:], rows[::3], rows):
@@ -338,8 +338,10 @@ def test_int8_score_of_a_row_does_not_depend_on_its_batch(fitted):
     alone = np.concatenate([ranker.predict(X.iloc[[i]]) for i in range(len(X))])
     pairs = np.concatenate([ranker.predict(X.iloc[i:i + 2]) for i in range(0, len(X) - 1, 2)])
     ranker.set_params(precision="fp32")
-    np.testing.assert_array_equal(alone, together)
-    np.testing.assert_array_equal(pairs, together[: len(pairs)])
+    # The int8 layers' ranges are fixed, so no batch changes a quantized value; the float32 similarity term's
+    # sums over a row's tokens may round differently at another padded width (~1e-7 of the logit).
+    np.testing.assert_allclose(alone, together, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(pairs, together[: len(pairs)], atol=1e-5, rtol=0)
 
 
 @needs_onnx

@@ -34,7 +34,7 @@ def test_prior_needs_both_classes():
 
 def test_prediction_is_network_logit_plus_prior(tokenizer):
     X, y = synthetic(n_questions=12)
-    ranker = small(TransformerRanker, "bert", tokenizer, lexical_prior=True).fit(X, y)
+    ranker = small(TransformerRanker, "bert", tokenizer, lexical_prior=True, segment_similarity=False).fit(X, y)
     prior = lexical_prior_logits(ranker.lexical_features_, ranker.lexical_coef_, X)
     encoded = ranker._encode(X)
     del encoded["prior"]
@@ -205,7 +205,8 @@ def _sentence_cosines(path, X):
 
 def test_similarity_prior_adds_the_pretrained_encoders_cosine(checkpoint):
     X, y = synthetic(n_questions=12)
-    ranker = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True).fit(X, y)
+    ranker = small(TransformerRanker, "bert", None, model=checkpoint, similarity_prior=True,
+                   segment_similarity=False).fit(X, y)
     cosines = _sentence_cosines(checkpoint, X)
     # The prior is the regression on the lexical features and the cosine, fitted on the training rows.
     features, coef = fit_lexical_prior(X, y, extra=cosines[:, None])

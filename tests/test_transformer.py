@@ -254,7 +254,7 @@ def test_pooling_mean_reads_the_token_mean_and_survives_save_pretrained(tokenize
     from as2rank.neural.backbone import masked_mean
 
     X, y = synthetic()
-    ranker = small(TransformerRanker, "bert", tokenizer, pooling="mean", lexical_prior=False).fit(X, y)
+    ranker = small(TransformerRanker, "bert", tokenizer, pooling="mean", lexical_prior=False, segment_similarity=False).fit(X, y)
     assert ranker.pooling_ == "mean"
     enc = ranker._encode(X)
     module = ranker.model_.eval()

@@ -33,6 +33,7 @@ __all__ = [
     "layer_list",
     "load_backbone",
     "native_pooling",
+    "question_mask",
     "resolve_model",
     "token_budget_batches",
     "truncate_layers",
@@ -310,6 +311,38 @@ def _encode_with_backend(tokenizer, questions, candidates, max_length, token_typ
         out["token_type_ids"] = padded((e.type_ids for e in encodings), tokenizer.pad_token_type_id)
     out["lengths"] = lengths
     return out
+
+
+def question_mask(input_ids: np.ndarray, tokenizer) -> np.ndarray:
+    """Which tokens of each encoded pair belong to its question: the first token through the first separator.
+
+    Pairs are encoded ``[CLS] question [SEP] candidate [SEP]`` (or the tokenizer's equivalent, e.g. RoBERTa's
+    ``<s> question </s></s> candidate </s>``), so the question segment ends at the first separator token
+    whatever the tokenizer's segment ids say (RoBERTa's are all 0).
+
+    Parameters
+    ----------
+    input_ids : ndarray of int of shape (n_pairs, width)
+    tokenizer : transformers.PreTrainedTokenizerBase
+
+    Returns
+    -------
+    ndarray of int64 of shape (n_pairs, width)
+        1 on the question's tokens, 0 elsewhere (the candidate's tokens and padding).
+
+    Raises
+    ------
+    ValueError
+        If the tokenizer has no separator token.
+    """
+    sep = getattr(tokenizer, "sep_token_id", None)
+    if sep is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no separator token, so a pair's question and candidate tokens cannot "
+            "be told apart: set segment_similarity=False."
+        )
+    is_sep = np.asarray(input_ids) == sep
+    return (np.cumsum(is_sep, axis=1) - is_sep == 0).astype(np.int64)
 
 
 def uses_token_types(encoder, tokenizer) -> bool:

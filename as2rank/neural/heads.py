@@ -11,15 +11,21 @@ from ..pruning import n_dropped
 from .backbone import LayerStack, masked_mean, truncate_layers
 
 __all__ = [
+    "CARRIED",
     "CascadeEncoder",
     "CrossEncoder",
     "ExitSegment",
+    "SegmentSimilarity",
     "classifier_dropout",
     "feed_forward",
     "head_logits",
     "pool",
+    "segment_cosine",
     "with_prior",
 ]
+
+#: The token arrays that a cascade's chunks carry from one exit segment to the next, beside their hidden states.
+CARRIED = ("attention_mask", "question_mask")
 
 
 def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequential:
@@ -61,23 +67,67 @@ def classifier_dropout(config) -> float:
 
 class CrossEncoder(nn.Module):
     """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit,
-    plus the batch's ``prior`` logits when it has them."""
+    plus the :class:`SegmentSimilarity` term when built with ``similarity=True`` and the batch's ``prior``
+    logits when it has them."""
 
     #: Its forward has no data-dependent control flow, so one ONNX export of it scores batches of any shape
     #: (:class:`~as2rank.neural.onnx_runtime.OnnxModule`).
     onnx_exportable = True
 
-    def __init__(self, encoder, pooling: str = "cls"):
+    def __init__(self, encoder, pooling: str = "cls", similarity: bool = False):
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling
         self.head = feed_forward(encoder.config.hidden_size, 2, classifier_dropout(encoder.config))
+        self.similarity = SegmentSimilarity() if similarity else None
+
+    def _hidden(self, batch: dict) -> torch.Tensor:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+        return self.encoder(**inputs).last_hidden_state
 
     def forward(self, batch: dict) -> torch.Tensor:
         """One logit per row of ``batch``, shape (rows,)."""
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        hidden = self.encoder(**inputs).last_hidden_state
-        return with_prior(head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1), batch)
+        hidden = self._hidden(batch)
+        logits = head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1)
+        if self.similarity is not None:
+            logits = logits + self.similarity(hidden, batch)
+        return with_prior(logits, batch)
+
+    def segment_cosines(self, batch: dict) -> torch.Tensor:
+        """The cosine that the :class:`SegmentSimilarity` term weighs, for every row, shape (rows, 1)."""
+        return segment_cosine(self._hidden(batch), batch)[:, None]
+
+
+def segment_cosine(hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+    """The cosine of the mean encodings of each row's question and candidate tokens, in float32, shape (rows,).
+
+    ``batch["question_mask"]`` marks the question segment of each pair (its first token through the first
+    separator, :func:`~as2rank.neural.backbone.question_mask`); the candidate is the rest of the row's real
+    tokens. Both means are taken inside the pair's own encoding, so the cosine costs no pass of its own.
+    """
+    with torch.autocast(hidden.device.type, enabled=False):
+        hidden = hidden.float()
+        mask, question = batch["attention_mask"], batch["question_mask"]
+        return nn.functional.cosine_similarity(
+            masked_mean(hidden, mask * question), masked_mean(hidden, mask * (1 - question)), dim=-1)
+
+
+class SegmentSimilarity(nn.Module):
+    """A trained term of a ranker's logit: ``weight × cos(question mean, candidate mean)`` (:func:`segment_cosine`).
+
+    Sentence-embedding checkpoints such as the default all-MiniLM-L6-v2 were trained so that mean token
+    encodings compare sentences; a score head initialised at random cannot use that on a few hundred training
+    questions. The weight starts at the value a logistic regression on the pretrained encoder's cosines gives
+    it (:class:`~as2rank.prior.LexicalPriorMixin`), so training starts from a ranking that already uses the
+    similarity, and is then trained with the rest of the model.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+
+    def forward(self, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+        return self.weight * segment_cosine(hidden, batch)
 
 
 def with_prior(logits: torch.Tensor, batch: dict) -> torch.Tensor:
@@ -102,39 +152,51 @@ class CascadeEncoder(nn.Module):
         BERT-style (see :class:`~as2rank.neural.backbone.LayerStack`); cut to the last exit.
     exits : tuple of int
         Increasing 1-based layer numbers ρ(i).
+    similarity : bool, default=False
+        Give each exit a :class:`SegmentSimilarity` term of its layer's encodings.
     """
 
     #: Its exit segments have no data-dependent control flow (the drops happen between them), so one ONNX
     #: export of each runs any chunk (:class:`~as2rank.neural.onnx_runtime.OnnxCascade`).
     onnx_exportable = True
 
-    def __init__(self, encoder, exits):
+    def __init__(self, encoder, exits, similarity: bool = False):
         super().__init__()
         self.encoder = truncate_layers(encoder, exits[-1])
         self.exits = tuple(int(e) for e in exits)
         self.classifiers = nn.ModuleList(feed_forward(encoder.config.hidden_size, 3) for _ in self.exits)
+        self.similarity = nn.ModuleList(SegmentSimilarity() for _ in self.exits) if similarity else None
         LayerStack(self.encoder)  # fail early on an unsupported architecture
+
+    def exit_logits(self, exit_index: int, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Exit ``exit_index``'s logits (without the prior) from the hidden states of its layer, shape (rows,)."""
+        similarity = None if self.similarity is None else self.similarity[exit_index]
+        return _exit_logits(self.classifiers[exit_index], similarity, hidden, batch)
 
     def forward(self, batch: dict, exit_index: int = -1) -> torch.Tensor:
         """Logits of one exit for every row (training, and ``exit_layer=`` scoring)."""
         exit_index = exit_index % len(self.exits)
         stack = LayerStack(self.encoder)
-        mask = batch["attention_mask"]
-        hidden = stack.run(stack.embed(batch), mask, 0, self.exits[exit_index])
-        return with_prior(head_logits(self.classifiers[exit_index], masked_mean(hidden, mask)).squeeze(-1), batch)
+        hidden = stack.run(stack.embed(batch), batch["attention_mask"], 0, self.exits[exit_index])
+        return with_prior(self.exit_logits(exit_index, hidden, batch), batch)
+
+    def _exit_states(self, batch: dict):
+        """The hidden states at each exit, in turn, from one pass."""
+        stack = LayerStack(self.encoder)
+        hidden, start = stack.embed(batch), 0
+        for stop in self.exits:
+            hidden = stack.run(hidden, batch["attention_mask"], start, stop)
+            start = stop
+            yield hidden
 
     def all_exits(self, batch: dict) -> torch.Tensor:
         """Logits of every exit for every row, shape (n_rows, n_exits), from one pass (no drop)."""
-        stack = LayerStack(self.encoder)
-        mask = batch["attention_mask"]
-        hidden = stack.embed(batch)
-        start, logits = 0, []
-        for classifier, stop in zip(self.classifiers, self.exits):
-            hidden = stack.run(hidden, mask, start, stop)
-            start = stop
-            logits.append(head_logits(classifier, masked_mean(hidden, mask)).squeeze(-1))
-        logits = torch.stack(logits, dim=1)
-        return with_prior(logits, batch)
+        logits = [self.exit_logits(e, hidden, batch) for e, hidden in enumerate(self._exit_states(batch))]
+        return with_prior(torch.stack(logits, dim=1), batch)
+
+    def segment_cosines(self, batch: dict) -> torch.Tensor:
+        """The cosine each exit's :class:`SegmentSimilarity` term weighs, shape (rows, n_exits)."""
+        return torch.stack([segment_cosine(hidden, batch) for hidden in self._exit_states(batch)], dim=1)
 
     def segments(self) -> list:
         """The cascade cut at its exits: one :class:`ExitSegment` per exit, run in turn by
@@ -215,7 +277,7 @@ class CascadeEncoder(nn.Module):
             stop = self.exits[e]
             rows_per_layer[start:stop] = alive[e].sum()
             outputs = [segments[e](state) for state in states]
-            states = [{"hidden": h, "attention_mask": state["attention_mask"]} for (h, _), state in zip(outputs, states)]
+            states = [{"hidden": h, **{k: state[k] for k in CARRIED if k in state}} for (h, _), state in zip(outputs, states)]
             start = stop
             scores = torch.cat([out[1] for out in outputs]).float()
             if "prior" in batch:
@@ -243,7 +305,7 @@ class CascadeEncoder(nn.Module):
                 padded = torch.cat([nn.functional.pad(h[:, :need], (0, 0, 0, max(0, need - h.shape[1]))) for h, _ in outputs])
                 # Contiguous copies, like the chunks the first exit runs on.
                 hidden = [padded[survivors[first:end], :width].contiguous() for first, end, width in spans_now]
-            states = [{"hidden": h, "attention_mask": full_mask[order[first:end], :width]}
+            states = [{"hidden": h, **{k: batch[k][order[first:end], :width] for k in CARRIED if k in batch}}
                       for h, (first, end, width) in zip(hidden, spans_now)]
         return logits.cpu().double().numpy(), rows_per_layer
 
@@ -257,16 +319,22 @@ class ExitSegment(nn.Module):
         super().__init__()
         self.encoder = cascade.encoder
         self.classifier = cascade.classifiers[e]
+        self.similarity = None if cascade.similarity is None else cascade.similarity[e]
         self.start = cascade.exits[e - 1] if e else 0
         self.stop = cascade.exits[e]
 
     def forward(self, state: dict) -> tuple:
         """``(hidden, logits)`` of the chunk ``state`` at this segment's exit."""
         stack = LayerStack(self.encoder)
-        mask = state["attention_mask"]
         hidden = stack.embed(state) if self.start == 0 else state["hidden"]
-        hidden = stack.run(hidden, mask, self.start, self.stop)
-        return hidden, head_logits(self.classifier, masked_mean(hidden, mask)).squeeze(-1)
+        hidden = stack.run(hidden, state["attention_mask"], self.start, self.stop)
+        return hidden, _exit_logits(self.classifier, self.similarity, hidden, state)
+
+
+def _exit_logits(classifier, similarity, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+    """A cascade exit's logits: its classifier on the mean token encoding, plus its similarity term if any."""
+    logits = head_logits(classifier, masked_mean(hidden, batch["attention_mask"])).squeeze(-1)
+    return logits if similarity is None else logits + similarity(hidden, batch)
 
 
 def _gather_survivors(hidden: list, kept: np.ndarray, spans: list) -> list:

@@ -46,6 +46,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .heads import CARRIED
+
 __all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "int8_copy", "onnx_available", "u8s8_sums_exact", "write_int8_copy"]
 
 #: Packages the export and the runtime need.
@@ -425,7 +427,8 @@ def _read_copy(module, folder: Path, digest: str, example: dict, threads: int):
         return OnnxModule.from_graph(graphs[0], tuple(example), int8=True, threads=threads, digest=digest)
     # A segment's inputs, as OnnxCascade traces them: the token arrays for the first, then the hidden states.
     first = tuple(name for name, value in example.items() if value.ndim == 2)
-    return OnnxCascade.from_graphs(module, graphs, [first] + [("hidden", "attention_mask")] * (len(graphs) - 1),
+    later = ("hidden", *(name for name in CARRIED if name in example))
+    return OnnxCascade.from_graphs(module, graphs, [first] + [later] * (len(graphs) - 1),
                                    threads=threads, digest=digest)
 
 
@@ -485,7 +488,7 @@ class OnnxCascade:
             self.segments.append(OnnxModule(segment, state, ranges=own, threads=threads, digest=digest))
             with torch.inference_mode():
                 hidden, _ = segment(state)
-            state = {"hidden": hidden, "attention_mask": state["attention_mask"]}
+            state = {"hidden": hidden, **{k: state[k] for k in CARRIED if k in state}}
 
     @classmethod
     def from_graphs(cls, module, graphs: list, names: list, *, threads: int, digest: str):
