@@ -295,9 +295,16 @@ def cells(res, data, estimator):
             picks.setdefault(sel, []).append(best + 1)
         for e, t in enumerate(c["test"], start=c.get("first_epoch", 1)):
             table.setdefault((f"{curve_label(c)}, epoch {e} of {c['epochs']}", c["size"]), []).append(np.asarray(t["ap"]))
+    # A reference row is the estimator as it was built when it ran: a cell averages the runs of the code of its
+    # latest run only (a library default measured again after the defaults changed replaces the earlier runs,
+    # and its seeds that were not run again drop out of the cell).
+    runs = [r for r in res["refs"].values() if r["data"] == data]
+    code = {}
+    for r in sorted(runs, key=lambda r: r["date"]):
+        code[(r["name"], r["size"])] = r.get("library")
     for name in REFS:
-        for r in res["refs"].values():
-            if r["data"] == data and r["name"] == name:
+        for r in runs:
+            if r["name"] == name and r.get("library") == code[(name, r["size"])]:
                 table.setdefault((previous_label(estimator) if name == "today's default" else name, r["size"]), []).append(np.asarray(r["test"]["ap"]))
     return table, picks
 
@@ -401,9 +408,10 @@ def describe(res, estimator) -> dict:
         "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "cosinet_ref_params": cosinet_ref_params(res),
         "streamed": hasattr(default, "partial_fit"),
         "auto_holdout": bool(getattr(type(default), "_auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
-        "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "batch_size",
-                                                             "early_stopping")
+        "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "segment_similarity",
+                                                             "batch_size", "early_stopping")
                             if k in before or k == "lexical_prior" and not cosinet
+                            or k == "segment_similarity" and hasattr(default, k)
                             or k == "early_stopping" and default_row == "library default"},
         "default_row": default_row,
         "tables": tables,
@@ -433,7 +441,7 @@ def plot(res, path):
                 first = runs[0].get("first_epoch", 1)
                 ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
                         label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
-        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3))), strict=True):
+        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)), (0, (5, 2, 1, 2))), strict=True):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
                 # The library's default row stands out in black.
