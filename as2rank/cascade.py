@@ -113,7 +113,7 @@ reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.TransformerRanker`, with the same defaults (``epochs=4``,
         ``learning_rate=5e-5``), chosen for this class by its own sweep (``docs/benchmarks/defaults-cascade.md``,
         scored at α=0); the paper's fine-tuning setting is ``epochs=2, learning_rate=2e-5,
-        lexical_prior=False, early_stopping=False``. Early stopping watches the dev MAP of the last exit and is
+        lexical_prior=False, segment_similarity=False, early_stopping=False``. Early stopping watches the dev MAP of the last exit and is
         on by default from 300 answered training questions, as for ``TransformerRanker``.
     batch_tokens : int or "auto", default="auto"
         The layers run on chunks of rows of similar length holding at most this many padded tokens (rows ×

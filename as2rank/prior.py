@@ -78,7 +78,10 @@ def lexical_prior_logits(features, coef, X, extra=None) -> np.ndarray:
 
 
 def _matrix(features, X, extra=None) -> np.ndarray:
-    F = np.empty((len(X), 0)) if features is None else features.transform(X)[list(features.feature_names)].to_numpy(dtype=np.float64)
+    if features is None:
+        F = np.empty((len(X), 0))
+    else:
+        F = features.transform(X)[list(features.feature_names)].to_numpy(dtype=np.float64)
     return F if extra is None else np.column_stack([F, np.asarray(extra, dtype=np.float64)])
 
 

@@ -115,7 +115,8 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     epochs : int, default=4
         Passes over the training data. With ``learning_rate`` and ``lexical_prior``, chosen by the defaults
         benchmark (``docs/benchmarks/defaults.md``) over training sizes and data sets; the TANDA papers'
-        fine-tuning setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False, early_stopping=False``.
+        fine-tuning setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False, segment_similarity=False,
+        early_stopping=False``.
     batch_size : int, default=32
         Training pairs per optimizer step (batches group pairs of similar length).
     learning_rate : float, default=5e-5
