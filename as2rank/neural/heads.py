@@ -127,6 +127,7 @@ class SegmentSimilarity(nn.Module):
         self.weight = nn.Parameter(torch.zeros(()))
 
     def forward(self, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+        """The term for every row of ``batch`` from its encodings ``hidden``, in float32, shape (rows,)."""
         return self.weight * segment_cosine(hidden, batch)
 
 
