@@ -204,14 +204,14 @@ class SegmentSimilarityMixin(LexicalPriorMixin):
         from .neural.predict import no_progress, predict_logits
 
         device = resolve_device(self.device)
-        home = next(module.parameters()).device
+        home, training = next(module.parameters()).device, module.training
         module.to(device).eval()
         try:
             cosines = predict_logits(module.segment_cosines, self._encode_for(module, X), device,
                                      batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device),
                                      progress=no_progress)
         finally:
-            module.to(home).train()
+            module.to(home).train(training)
         return cosines[:, -1:]  # a cascade's last exit: the layer the single-exit model would read
 
     def _init_terms(self, module, weight: float) -> None:
