@@ -130,7 +130,7 @@ reuse_fit, random_state, verbose
     exits_ : tuple of int
     n_layers_ : int
         Layers of the cut encoder (the last exit).
-    activation_ranges_ : dict of str to list of float
+    activation_ranges_ : dict of str to ndarray of shape (2, n_inputs)
         The int8 copy's quantization ranges, as in :class:`~as2rank.transformer.TransformerRanker` (every
         exit's classifier included).
     history_ : as2rank.neural.TrainingHistory

@@ -210,9 +210,10 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     similarity_source_ : dict
         With ``similarity_prior``: the ``model`` and ``tokenizer`` the similarity feature loads and the
         digests of their files at fit, which it checks each time it loads them.
-    activation_ranges_ : dict of str to list of float
-        Smallest and largest input of each linear layer (by name in ``model_``) on up to 128 training rows,
-        spread evenly, after training: the fixed quantization ranges of the int8 copy (``precision="int8"``).
+    activation_ranges_ : dict of str to ndarray of shape (2, n_inputs)
+        Smallest and largest value of each input channel of each linear layer (by name in ``model_``) on up
+        to 128 training rows, spread evenly, after training: they fix the smoothing and the quantization
+        ranges of the int8 copy (``precision="int8"``).
         ``partial_fit`` widens them with each chunk's rows.
     history_ : as2rank.neural.TrainingHistory
         Losses, learning rates and dev scores of the last ``fit``.

@@ -314,19 +314,21 @@ def batch_dependence(fit_questions: int) -> dict:
 
 #: Calibration rows of the int8 ranges compared by :func:`calibration` (``None``: every training row).
 CALIBRATION_SIZES = (128, 512, None)
+#: Smoothing strengths compared by :func:`calibration` at the default calibration rows (``None``: none).
+SMOOTHINGS = (None, 0.5, 0.8, 1.0)
 
 
 def calibration(fit_questions: int) -> dict:
-    """Static int8 with ranges calibrated on 128, 512 or all training rows (evenly spread), per data set of
-    :func:`accuracy`: how well int8 reproduces fp32 on WikiQA-dev (no labels: the mean absolute change of a
-    logit, and the share of its questions with two or more candidates whose top candidate stays the same),
-    and test MAP."""
+    """Static int8 with ranges calibrated on 128, 512 or all training rows (evenly spread) at the library's
+    smoothing, and at 128 rows with each of :data:`SMOOTHINGS`, per data set of :func:`accuracy`: how well
+    int8 reproduces fp32 on WikiQA-dev (no labels: the mean absolute change of a logit, and the share of its
+    questions with two or more candidates whose top candidate stays the same), and test MAP."""
     import numpy as np
 
     from as2rank.data import GroupIndex
     from as2rank.metrics import mean_average_precision
-    from as2rank.neural import resolve_device
-    from as2rank.neural.calibration import activation_ranges, calibration_rows
+    from as2rank.neural import onnx_runtime, resolve_device
+    from as2rank.neural.calibration import CALIBRATION_ROWS, activation_ranges, calibration_rows
     from as2rank.suite import load_benchmark_data
     from as2rank.transformer import TransformerRanker
 
@@ -336,65 +338,34 @@ def calibration(fit_questions: int) -> dict:
     questions = [index.order[a:b] for a, b in zip(index.offsets[:-1], index.offsets[1:]) if b - a > 1]
     data = {"WikiQA": (*fit_subset(*splits["train"], fit_questions), *splits["test"]),
             "SQuAD sample": load_benchmark_data("sample")}
-    out = {"dev_questions": len(questions)}
+    default = onnx_runtime.SMOOTHING
+    settings = [("rows", size, default) for size in CALIBRATION_SIZES]
+    settings += [("smoothing", CALIBRATION_ROWS, a) for a in SMOOTHINGS]
+    out = {"dev_questions": len(questions), "default_rows": CALIBRATION_ROWS, "default_smoothing": default}
     for name, (Xa, ya, Xt, yt) in data.items():
         est = fitted(TransformerRanker(random_state=0), Xa, ya)
         fitted_ranges, encoded = est.activation_ranges_, est._encode(Xa)
         ref_dev, ref_test = est.set_params(precision="fp32").predict(X_dev), est.predict(Xt)
-        out[name] = {"fp32_map": mean_average_precision(yt, ref_test, Xt["qid"])}
-        for size in CALIBRATION_SIZES:
-            rows = calibration_rows(np.arange(len(Xa)), size or len(Xa))
-            est.activation_ranges_ = activation_ranges(est.model_, encoded, rows, resolve_device("cpu"))
-            est.set_params(precision="int8")
-            dev, test = est.predict(X_dev), est.predict(Xt)
-            out[name][str(size or "all")] = {
-                "mean_abs_dev": float(np.abs(dev - ref_dev).mean()),
-                "same_top_dev": float(np.mean([dev[q].argmax() == ref_dev[q].argmax() for q in questions])),
-                "map": mean_average_precision(yt, test, Xt["qid"]),
-            }
-            log(f"[calibration] {name}, {size or 'all'} rows: {out[name][str(size or 'all')]}")
-        est.activation_ranges_ = fitted_ranges
-        est.set_params(precision="fp32")
+        out[name] = {"fp32_map": mean_average_precision(yt, ref_test, Xt["qid"]), "rows": {}, "smoothing": {}}
+        try:
+            for table, size, alpha in settings:
+                rows = calibration_rows(np.arange(len(Xa)), size or len(Xa))
+                est.activation_ranges_ = activation_ranges(est.model_, encoded, rows, resolve_device("cpu"))
+                onnx_runtime.SMOOTHING = alpha
+                est.set_params(precision="int8")
+                dev, test = est.predict(X_dev), est.predict(Xt)
+                key = str(size or "all") if table == "rows" else str(alpha or "none")
+                out[name][table][key] = {
+                    "mean_abs_dev": float(np.abs(dev - ref_dev).mean()),
+                    "same_top_dev": float(np.mean([dev[q].argmax() == ref_dev[q].argmax() for q in questions])),
+                    "map": mean_average_precision(yt, test, Xt["qid"]),
+                }
+                log(f"[calibration] {name}, {table} {key}: {out[name][table][key]}")
+        finally:
+            onnx_runtime.SMOOTHING = default
+            est.activation_ranges_ = fitted_ranges
+            est.set_params(precision="fp32")
     return out
-
-
-def summarise(res: dict) -> dict:
-    """Per row: median, min and max pairs/s over the rounds and the median same-round ratio to :data:`REFERENCE`."""
-    ref = [r["pairs_per_s"] for r in res["runs"][REFERENCE]]
-    out = {}
-    for name, runs in res["runs"].items():
-        pps = [r["pairs_per_s"] for r in runs]
-        out[name] = {"median": statistics.median(pps), "min": min(pps), "max": max(pps),
-                     "vs_reference": statistics.median(p / q for p, q in zip(pps, ref)),
-                     "process_seconds": statistics.median(r["process_seconds"] for r in runs)}
-    return out
-
-
-def _version(package: str) -> str | None:
-    """The installed version of ``package``, or None."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def in_repo(path) -> str:
-    """``path`` relative to the repository when it lies inside it (pages name no machine's folders)."""
-    try:
-        return str(Path(path).relative_to(ROOT))
-    except ValueError:
-        return path
-
-
-def cpu_flags() -> list:
-    """The CPU's instruction sets that decide the int8 and bfloat16 kernels (from /proc/cpuinfo)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    return sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
 
 
 def checks(res: dict) -> list:

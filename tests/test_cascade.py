@@ -227,10 +227,27 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
         full = module.all_exits(batch).numpy()
         one, rows_one = module.cascade(batch, codes, [0.3, 0.2, 0.0, 0.5], 4)
         chunked, rows_chunked = module.cascade(batch, codes, [0.3, 0.2, 0.0, 0.5], 4, chunk_tokens=100)
+        # the CPU's way: each chunk keeps its own survivors, cut to their real lengths
+        exact, rows_exact = module.cascade(batch, codes, [0.3, 0.2, 0.0, 0.5], 4, chunk_tokens=100,
+                                           lengths=lengths, exact_widths=True)
     assert min(np.diff(np.sort(full[:, e])).min() for e in range(5)) > 1e-4  # far above the rounding (~1e-5 here)
-    assert np.array_equal(np.isnan(chunked), np.isnan(one))
-    np.testing.assert_allclose(chunked, one, atol=1e-4)
-    assert rows_chunked.tolist() == rows_one.tolist() == [80, 80, 56, 45, 45, 23]  # 50 -> 35 -> 28 -> 14, 30 -> 21 -> 17 -> 9
+    for got in (chunked, exact):
+        assert np.array_equal(np.isnan(got), np.isnan(one))
+        np.testing.assert_allclose(got, one, atol=1e-4)
+    assert rows_chunked.tolist() == rows_exact.tolist() == rows_one.tolist() == [80, 80, 56, 45, 45, 23]  # 50 -> 35 -> 28 -> 14, 30 -> 21 -> 17 -> 9
+
+
+def test_survivor_chunks_keep_each_chunk_s_survivors_cut_to_their_longest():
+    from as2rank.neural.heads import _survivor_chunks
+
+    hidden = [torch.arange(3 * 5 * 2, dtype=torch.float32).reshape(3, 5, 2),
+              100 + torch.arange(2 * 6 * 2, dtype=torch.float32).reshape(2, 6, 2)]
+    kept = np.array([0, 2, 4])  # rows 0 and 2 of the first chunk, row 1 of the second
+    spans, states = _survivor_chunks(hidden, kept, lengths=np.array([2, 4, 6]))
+    assert spans == [(0, 2, 4), (2, 3, 6)]
+    torch.testing.assert_close(states[0], hidden[0][[0, 2], :4])
+    torch.testing.assert_close(states[1], hidden[1][[1], :6])
+    assert all(s.is_contiguous() for s in states)
 
 
 def test_token_cost_weights_the_row_cost_by_tokens(fitted, monkeypatch):

@@ -216,22 +216,52 @@ class _First(torch.nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
+def _channel_ranges(x):
+    """Per-channel [lows, highs] of ``x`` (..., channels), as calibration records them."""
+    flat = x.reshape(-1, x.shape[-1])
+    return np.stack([flat.amin(0).numpy(), flat.amax(0).numpy()])
+
+
 @needs_onnx
-def test_int8_linear_layer_exports_the_arithmetic_it_computes():
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel):
     torch.manual_seed(0)
     linear = torch.nn.Linear(48, 16)
     x = torch.randn(3, 5, 48) * 3
-    layer = onnx_runtime._Int8Linear(linear, float(x.min()), float(x.max()))
+    ranges = _channel_ranges(x) if per_channel else [float(x.min()), float(x.max())]
+    layer = onnx_runtime._Int8Linear(linear, ranges)
+    assert (layer.inverse is not None) == per_channel  # a whole-input range: no smoothing
     with torch.inference_mode():
         eager, exact = layer(x), linear(x)
     np.testing.assert_allclose(_run_exported(_First(layer), x), eager.numpy(), atol=1e-5)
-    # int8 rounding, and nothing else: close to the float layer, not equal to it
-    step = float(layer.scale) * linear.weight.abs().sum(dim=1).max().item() + float(layer.weight_scale.max()) * x.abs().sum(-1).max().item()
+    # int8 rounding, and nothing else: close to the float layer, not equal to it. Smoothing divides input
+    # channel j by s_j and multiplies the weights it meets by s_j.
+    s = 1 / layer.inverse if per_channel else torch.ones(48)
+    step = (float(layer.scale) * (linear.weight * s).abs().sum(dim=1).max().item()
+            + float(layer.weight_scale.max()) * (x / s).abs().sum(-1).max().item())
     assert 0 < (eager - exact).abs().max() <= step
     # values beyond the calibrated range saturate to its ends
     wide = x * 10
     with torch.inference_mode():
         assert (layer(wide) - linear(wide)).abs().max() > 10 * (eager - exact).abs().max()
+
+
+def test_smoothing_moves_an_outlier_channel_s_range_into_the_weights(monkeypatch):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    x = torch.randn(4, 10, 64)
+    x[..., 3] *= 60  # one channel far wider than the others, as in transformer encodings
+    ranges = _channel_ranges(x)
+    errors = {}
+    for alpha in (None, onnx_runtime.SMOOTHING):
+        monkeypatch.setattr(onnx_runtime, "SMOOTHING", alpha)
+        layer = onnx_runtime._Int8Linear(linear, ranges)
+        with torch.inference_mode():
+            errors[alpha] = (layer(x) - linear(x)).abs().mean().item()
+            if alpha is not None:  # the smoothed product is the same product before rounding
+                s = 1 / layer.inverse
+                torch.testing.assert_close((x / s) @ (linear.weight * s).T + linear.bias, linear(x), rtol=1e-5, atol=1e-4)
+    assert errors[onnx_runtime.SMOOTHING] < errors[None] / 3
 
 
 @needs_onnx
@@ -244,7 +274,7 @@ def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8):
     keep = torch.ones(3, 6)
     keep[1, 4:], keep[2, 2:] = 0, 0
     additive = ((1 - keep) * -10000.0)[:, None, None, :]
-    fused = onnx_runtime._FusedSelfAttention(block, (float(hidden.min()), float(hidden.max())) if int8 else None)
+    fused = onnx_runtime._FusedSelfAttention(block, _channel_ranges(hidden) if int8 else None)
     with torch.inference_mode():
         eager, exact = fused(hidden, additive)[0], block(hidden, attention_mask=additive)[0]
     real = keep.bool().numpy()  # padded queries' outputs are never read
@@ -285,15 +315,21 @@ def test_calibration_records_each_linear_input_over_real_tokens(fitted):
         with torch.inference_mode():
             out = model.encoder.embeddings(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
         seen.append(out.flatten())
-    seen = torch.cat(seen)
-    np.testing.assert_allclose(ranges["encoder.encoder.layer.0.attention.self.query"],
-                               [seen.min().item(), seen.max().item()], rtol=1e-5)
+    seen = torch.cat(seen).reshape(-1, model.encoder.config.hidden_size)
+    query = ranges["encoder.encoder.layer.0.attention.self.query"]
+    assert query.shape == (2, model.encoder.config.hidden_size)  # one low and one high per input channel
+    np.testing.assert_allclose(query, np.stack([seen.amin(0).numpy(), seen.amax(0).numpy()]), rtol=1e-5, atol=1e-6)
     # more data widens a range, never narrows it
     half = activation_ranges(model, encoded, rows[::2], torch.device("cpu"))
     both = activation_ranges(model, encoded, rows[1::2], torch.device("cpu"), previous=half)
     for name, (low, high) in ranges.items():
-        np.testing.assert_allclose([low, high], both[name], rtol=1e-5)
-        assert half[name][0] >= low and half[name][1] <= high
+        np.testing.assert_allclose(np.stack([low, high]), both[name], rtol=1e-5)
+        assert (half[name][0] >= low).all() and (half[name][1] <= high).all()
+    # a whole-input range of an older model bounds every channel
+    whole = {name: [float(low.min()) - 1, float(high.max())] for name, (low, high) in half.items()}
+    merged = activation_ranges(model, encoded, rows[1::2], torch.device("cpu"), previous=whole)
+    for name, (low, high) in merged.items():
+        assert (low == whole[name][0]).all() and (high >= both[name][1]).all()
     np.testing.assert_array_equal(calibration_rows(np.arange(10), 4), [0, 3, 6, 9])
     np.testing.assert_array_equal(calibration_rows(np.arange(3), 4), [0, 1, 2])
 
@@ -363,11 +399,13 @@ def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_p
     ranker, X, _ = fitted
     ranker.save_pretrained(tmp_path / "m")
     loaded = TransformerRanker.from_pretrained(tmp_path / "m")
-    assert loaded.activation_ranges_ == ranker.activation_ranges_
+    assert loaded.activation_ranges_.keys() == ranker.activation_ranges_.keys()
+    for name, r in ranker.activation_ranges_.items():
+        np.testing.assert_array_equal(loaded.activation_ranges_[name], r)
     np.testing.assert_array_equal(loaded.set_params(precision="int8").predict(X),
                                   ranker.set_params(precision="int8").predict(X))
     # other ranges are another int8 model, never the copy built for the old ones
-    loaded.activation_ranges_ = {k: [2 * low, 2 * high] for k, (low, high) in loaded.activation_ranges_.items()}
+    loaded.activation_ranges_ = {k: 2 * r for k, r in loaded.activation_ranges_.items()}
     assert not np.array_equal(loaded.predict(X), ranker.predict(X))
     ranker.set_params(precision="fp32")
     stream = small(TransformerRanker, "bert", tokenizer)
@@ -378,4 +416,4 @@ def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_p
     before = dict(stream.activation_ranges_)
     stream.partial_fit(X[rest], y[rest])
     for name, (low, high) in before.items():
-        assert stream.activation_ranges_[name][0] <= low and stream.activation_ranges_[name][1] >= high
+        assert (stream.activation_ranges_[name][0] <= low).all() and (stream.activation_ranges_[name][1] >= high).all()

@@ -1,7 +1,9 @@
-"""Calibration of static int8 quantization: the range of every linear layer's input over some training rows.
+"""Calibration of static int8 quantization: the range of each input channel of every linear layer over some
+training rows.
 
 ``precision="int8"`` on ONNX Runtime quantizes each matrix product's input with a fixed scale and zero point
-(:mod:`as2rank.neural.onnx_runtime`), taken from these ranges. Fixed scales make a row's score a function of
+(:mod:`as2rank.neural.onnx_runtime`), taken from these ranges (after smoothing, which the per-channel ranges
+decide). Fixed scales make a row's score a function of
 that row alone; dynamic quantization would scale each input by the range of its whole batch, so a score
 would change with the other rows predicted beside it.
 """
@@ -34,7 +36,8 @@ def calibration_rows(rows: np.ndarray, n: int = CALIBRATION_ROWS) -> np.ndarray:
 
 
 def activation_ranges(module: nn.Module, encoded: dict, rows: np.ndarray, device, previous: dict | None = None) -> dict:
-    """The smallest and largest value of each linear layer's input while ``module`` scores ``rows``.
+    """The smallest and largest value of each input channel of each linear layer while ``module`` scores
+    ``rows``.
 
     The module runs in float32, without gradients, on batches of rows of similar length; inputs with a
     token axis count the real tokens only (padding never reaches a score). A cascade (a module with
@@ -50,14 +53,17 @@ def activation_ranges(module: nn.Module, encoded: dict, rows: np.ndarray, device
         The rows of ``encoded`` to run.
     device : torch.device
     previous : dict, optional
-        Ranges of earlier data (``partial_fit``'s earlier chunks): the result covers both.
+        Ranges of earlier data (``partial_fit``'s earlier chunks): the result covers both. A range of the
+        whole input (``[low, high]``, as models calibrated before per-channel ranges hold) bounds every
+        channel.
 
     Returns
     -------
-    dict of str to list of float
-        ``{name of the linear layer in module: [low, high]}``, for every linear layer that ran.
+    dict of str to ndarray of float32 of shape (2, n_inputs)
+        ``{name of the linear layer in module: [lows, highs]}``, one low and one high per input channel, for
+        every linear layer that ran.
     """
-    ranges = {name: list(r) for name, r in (previous or {}).items()}
+    ranges = {name: np.asarray(r, dtype=np.float32) for name, r in (previous or {}).items()}
     mask = {}
 
     def record(name):
@@ -65,9 +71,13 @@ def activation_ranges(module: nn.Module, encoded: dict, rows: np.ndarray, device
             x = inputs[0].detach()
             if x.dim() == 3 and mask["real"].shape == x.shape[:2]:
                 x = x[mask["real"]]
-            low, high = torch.aminmax(x.float())
-            old = ranges.get(name, [float("inf"), float("-inf")])
-            ranges[name] = [min(old[0], float(low)), max(old[1], float(high))]
+            low, high = torch.aminmax(x.float().reshape(-1, x.shape[-1]), dim=0)
+            seen = np.stack([low.cpu().numpy(), high.cpu().numpy()])
+            old = ranges.get(name)
+            if old is not None:
+                old = old.reshape(2, -1)  # a whole-input range bounds every channel
+                seen = np.stack([np.minimum(old[0], seen[0]), np.maximum(old[1], seen[1])])
+            ranges[name] = seen
 
         return hook
 

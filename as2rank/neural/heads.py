@@ -232,9 +232,10 @@ class CascadeEncoder(nn.Module):
             Tokens of each row (its attention mask's sum), as the host's encoding knows them; ``None``
             reads them from the mask.
         exact_widths : bool, default=False
-            After each drop, read which rows survived and cut their chunks to their real lengths rather
-            than to the bound: one read per drop, which costs nothing where the batch already lives in host
-            memory (the CPU), and saves the padding that the bound leaves.
+            After each drop, read which rows survived and keep each chunk's survivors as a chunk of their own,
+            cut to their real lengths rather than to the bound: one read per drop, which costs nothing where
+            the batch already lives in host memory (the CPU), and saves the padding that the bound leaves and
+            the copies that regrouping rows across chunks would make (chunks shrink with each drop).
         segments : list of callable, default=None
             What computes each exit's step, called like :class:`ExitSegment` (e.g. their ONNX Runtime
             copies, :class:`~as2rank.neural.onnx_runtime.OnnxModule`); ``None``: :meth:`segments`.
@@ -291,13 +292,12 @@ class CascadeEncoder(nn.Module):
             # Survivors first, each group in its order (shortest first still): a static number of rows.
             survivors = torch.argsort((~keep).to(torch.uint8), stable=True)[: int(alive[e + 1].sum())]
             if exact_widths:
-                # The one read of this drop: which rows survived, so each new chunk is cut to their lengths
-                # and gathered from the chunks that hold them.
+                # The one read of this drop: which rows survived, so that each chunk keeps its own survivors
+                # (one gather, no copy across chunks), cut to their longest.
                 kept = survivors.numpy()
                 order_host = order_host[kept]
                 order = torch.from_numpy(order_host)
-                spans_now = spans(lengths[order_host])
-                hidden = _gather_survivors([h for h, _ in outputs], kept, spans_now)
+                spans_now, hidden = _survivor_chunks([h for h, _ in outputs], kept, lengths[order_host])
             else:
                 order = order[survivors]
                 spans_now = spans(widths[e + 1])
@@ -338,22 +338,34 @@ def _exit_logits(classifier, similarity, hidden: torch.Tensor, batch: dict) -> t
     return logits if similarity is None else logits + similarity(hidden, batch)
 
 
-def _gather_survivors(hidden: list, kept: np.ndarray, spans: list) -> list:
-    """The hidden states of each new chunk (``spans``: first, end, width along ``kept``), gathered from the
-    chunks of the last exit (``hidden``, in order) by the positions ``kept`` of the survivors in them (ascending).
-    Each chunk is a copy of its survivors' states only, cut or zero-padded to its width."""
+def _survivor_chunks(hidden: list, kept: np.ndarray, lengths: np.ndarray) -> tuple[list, list]:
+    """The chunks after a drop: the survivors of each chunk of the last exit, as a chunk of their own.
+
+    Parameters
+    ----------
+    hidden : list of Tensor
+        The hidden states of the last exit's chunks, in order.
+    kept : ndarray of int
+        The survivors' positions along those chunks' rows, ascending.
+    lengths : ndarray of int
+        The survivors' lengths, in order (ascending inside each chunk).
+
+    Returns
+    -------
+    spans : list of (int, int, int)
+        (first, end, width) of each new chunk along ``kept``; its width is its longest survivor's.
+    states : list of Tensor
+        Each new chunk's hidden states: one gather of its survivors from their old chunk, cut to its width.
+    """
     starts = np.cumsum([0] + [len(h) for h in hidden])
     chunk = np.searchsorted(starts, kept, side="right") - 1
-    out = []
-    for first, end, width in spans:
-        pieces = []
-        # The chunk's rows come from consecutive old chunks (both are sorted by length): one gather per run.
-        for c in np.unique(chunk[first:end]):
-            at = np.flatnonzero(chunk[first:end] == c) + first
-            part = hidden[c][:, :width][torch.from_numpy(kept[at] - starts[c])]
-            pieces.append(nn.functional.pad(part, (0, 0, 0, width - part.shape[1])) if part.shape[1] < width else part)
-        out.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
-    return out
+    ends = np.flatnonzero(np.diff(chunk, append=-1)) + 1
+    spans, states = [], []
+    for first, end in zip(np.concatenate([[0], ends[:-1]]), ends):
+        c, width = chunk[first], int(lengths[first:end].max())
+        spans.append((int(first), int(end), width))
+        states.append(hidden[c][:, :width][torch.from_numpy(kept[first:end] - starts[c])])
+    return spans, states
 
 
 def _survivor_widths(codes: np.ndarray, lengths: np.ndarray, alphas, last_exit: int) -> tuple[list, list]:

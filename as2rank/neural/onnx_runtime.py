@@ -3,7 +3,10 @@ matrix products in int8 for ``precision="int8"``, and run by an ``InferenceSessi
 
 Int8 is static quantization: weights are int8 per output column, and each matrix product's input is
 rounded to a uint8 grid fixed by the range it took on calibration rows at fit time
-(:mod:`as2rank.neural.calibration`). ONNX Runtime's integer kernels (AVX-512 VNNI where the CPU has it)
+(:mod:`as2rank.neural.calibration`). Before that the input is smoothed (SmoothQuant, Xiao et al., 2023,
+https://arxiv.org/abs/2211.10438): input channel j is divided by a factor s_j and the weights it meets are
+multiplied by it, the same product in exact arithmetic, so that the few channels of a transformer whose range
+is far wider than the others' no longer set the grid's step for all of them. ONNX Runtime's integer kernels (AVX-512 VNNI where the CPU has it)
 then compute a row's score from that row alone. Dynamic quantization, which scales each input by the range
 of its whole batch, would make the score depend on the rows predicted beside it. On x86 CPUs without
 AVX-512 VNNI, whose uint8 × int8 kernels clamp partial sums to 16 bits (:func:`u8s8_sums_exact`), the int8
@@ -59,6 +62,12 @@ _EXPORT_TOLERANCE = 1e-3
 #: Add and the LayerNormalization after it, as one node) ran slower on the CPU of ``docs/benchmarks/cpu_inference.md``
 #: than the two nodes it replaces. Same arithmetic either way.
 DISABLED_FUSIONS = ("SkipLayerNormFusion",)
+#: SmoothQuant's migration strength α: input channel j of an int8 matrix product is divided by
+#: ``s_j = peak_j ** α / weight_peak_j ** (1 - α)`` (its largest absolute value on the calibration rows, and
+#: that of the weights it meets), shifting the quantization error from the inputs to the weights. 0.8
+#: reproduced float32 scores best among the strengths of ``docs/benchmarks/cpu_inference.md``; ``None``: no
+#: smoothing.
+SMOOTHING = 0.8
 
 
 def onnx_available() -> bool:
@@ -85,6 +94,21 @@ def _activation_quantization(low: float, high: float) -> tuple[float, int]:
     return scale, int(np.clip(round(-low / scale), 0, 255))
 
 
+def _smoothed_range(ranges, weight: torch.Tensor, alpha: float | None) -> tuple[float, float, np.ndarray | None]:
+    """The range of a matrix product's smoothed input and the smoothing factors ``s`` (one per input channel):
+    ``ranges`` holds each channel's low and high (shape (2, n_inputs)) or the whole input's (``[low, high]``,
+    as models calibrated before per-channel ranges hold: no smoothing), ``weight`` is (out, in)."""
+    r = np.asarray(ranges, dtype=np.float64)
+    if r.ndim == 1 or alpha is None:
+        return float(r[0].min()), float(r[1].max()), None
+    peak = np.maximum(np.abs(r[0]), np.abs(r[1]))
+    weight_peak = weight.detach().abs().amax(dim=0).double().cpu().numpy()
+    usable = (peak > 0) & (weight_peak > 0)  # a channel never seen non-zero, or meeting zero weights: left as is
+    s = np.ones_like(peak)
+    s[usable] = peak[usable] ** alpha / weight_peak[usable] ** (1 - alpha)
+    return float((r[0] / s).min()), float((r[1] / s).max()), s
+
+
 def _weight_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 weights per output column: ``weight`` (out, in) as int8 of shape (in, out), and the
     scale of each column."""
@@ -98,22 +122,34 @@ class _Int8Input(nn.Module):
     whose weights are int8 per output column. Eagerly it computes the same arithmetic in float32 (the
     the tests compare the exported operators with); exported it writes ONNX Runtime's integer operators."""
 
-    def _set_int8(self, weight: torch.Tensor, bias: torch.Tensor, low: float, high: float) -> None:
+    def _set_int8(self, weight: torch.Tensor, bias: torch.Tensor, ranges) -> None:
+        """Quantize ``weight`` (out, in) for inputs of ``ranges`` (see :func:`_smoothed_range`)."""
+        weight = weight.detach().float()
+        low, high, smoothing = _smoothed_range(ranges, weight, SMOOTHING)
         scale, zero = _activation_quantization(low, high)
         self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
         self.register_buffer("zero", torch.tensor(zero, dtype=torch.uint8))
-        codes, column_scale = _weight_int8(weight.detach().float())
+        if smoothing is not None:
+            weight = weight * torch.from_numpy(smoothing).float()
+        self.register_buffer("inverse", None if smoothing is None else torch.from_numpy(1 / smoothing).float())
+        codes, column_scale = _weight_int8(weight)
         self.register_buffer("weight", codes)
         self.register_buffer("weight_scale", column_scale)
         self.register_buffer("bias", bias.detach().float().clone())
 
+    def _smoothed(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` with each channel divided by its smoothing factor (a ``Mul`` node in the graph)."""
+        return x if self.inverse is None else x * self.inverse
+
     def _quantized(self, x: torch.Tensor) -> torch.Tensor:
-        """The ``QuantizeLinear`` node of ``x`` (export only)."""
-        return torch.onnx.ops.symbolic("QuantizeLinear", (x, self.scale, self.zero), dtype=torch.uint8, shape=x.shape)
+        """The ``QuantizeLinear`` node of the smoothed ``x`` (export only)."""
+        return torch.onnx.ops.symbolic("QuantizeLinear", (self._smoothed(x), self.scale, self.zero),
+                                       dtype=torch.uint8, shape=x.shape)
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` rounded to its uint8 grid, times the int8 weights, plus the bias, in float32 (eager only)."""
-        codes = torch.clamp(torch.round(x / self.scale) + self.zero.float(), 0, 255)
+        """``x`` smoothed and rounded to its uint8 grid, times the int8 weights, plus the bias, in float32 (eager
+        only)."""
+        codes = torch.clamp(torch.round(self._smoothed(x) / self.scale) + self.zero.float(), 0, 255)
         return ((codes - self.zero.float()) * self.scale) @ (self.weight.float() * self.weight_scale) + self.bias
 
 
@@ -121,10 +157,10 @@ class _Int8Linear(_Int8Input):
     """A linear layer in int8 with a static input range (see :class:`_Int8Input`), exported as
     ``QuantizeLinear`` then ``com.microsoft.MatMulIntegerToFloat``."""
 
-    def __init__(self, linear: nn.Linear, low: float, high: float):
+    def __init__(self, linear: nn.Linear, ranges):
         super().__init__()
         bias = linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
-        self._set_int8(linear.weight, bias, low, high)
+        self._set_int8(linear.weight, bias, ranges)
 
     def forward(self, x):
         if not torch.onnx.is_in_onnx_export():
@@ -150,7 +186,7 @@ class _FusedSelfAttention(_Int8Input):
         bias = torch.cat([p.bias for p in projections]).detach()
         self.int8 = input_range is not None
         if self.int8:
-            self._set_int8(weight, bias, *input_range)
+            self._set_int8(weight, bias, input_range)
         else:
             self.register_buffer("weight", weight.T.contiguous())
             self.register_buffer("bias", bias.clone())
@@ -197,7 +233,7 @@ def _is_bert_self_attention(block) -> bool:
 
 def _export_copy(module, ranges: dict | None = None):
     """What is exported of ``module``: its BERT-style self-attention blocks (``<...>.attention.self``) as fused
-    ``Attention`` nodes and, given ``ranges`` (``{name of a linear layer: [low, high]}`` of its input,
+    ``Attention`` nodes and, given ``ranges`` (``{name of a linear layer: the range of its input}``,
     :func:`~as2rank.neural.calibration.activation_ranges`), every linear layer with a range in int8 (an
     attention block takes its ``query``'s). A copy, or ``module`` itself where nothing changes; the export
     check compares the graph with the copy's eager arithmetic."""
@@ -213,7 +249,7 @@ def _export_copy(module, ranges: dict | None = None):
         block = _FusedSelfAttention(copied.get_submodule(name), ranges.get(f"{name}.query"))
         copied.set_submodule(name, block)
     for name in linear:
-        copied.set_submodule(name, _Int8Linear(copied.get_submodule(name), *ranges[name]))
+        copied.set_submodule(name, _Int8Linear(copied.get_submodule(name), ranges[name]))
     return copied
 
 
@@ -244,10 +280,11 @@ class OnnxModule:
         or more axes are (rows, tokens, ...) arrays that zeros pad along the tokens. The export traces it
         padded; the check runs the module and the graph on it with one row fewer and more padding.
     ranges : dict, optional
-        ``{name of a linear layer in module: [low, high]}``, the range of its input over calibration rows
-        (:func:`~as2rank.neural.calibration.activation_ranges`): those layers' matrix products run in int8,
-        their input quantized with the fixed scale of its range (static quantization: a row's output does not
-        depend on the other rows of its batch). ``None``: float32.
+        ``{name of a linear layer in module: [lows, highs]}``, the range of each channel of its input over
+        calibration rows (:func:`~as2rank.neural.calibration.activation_ranges`; a whole-input ``[low, high]``
+        is used without smoothing): those layers' matrix products run in int8, their input smoothed
+        (:data:`SMOOTHING`) and quantized with the fixed scale of its range (static quantization: a row's
+        output does not depend on the other rows of its batch). ``None``: float32.
     threads : int
         ONNX Runtime's intra-op threads.
     digest : str, optional
@@ -376,8 +413,9 @@ def copy_digest(module, ranges: dict, names) -> str:
     """A digest of what an int8 copy computes: the as2rank code that defines the module, its weights, the
     input ranges of its int8 layers and the names of its inputs."""
     digest = hashlib.blake2b(_source_digest().encode(), digest_size=20)
-    ranges = sorted((k, [float(x) for x in v]) for k, v in ranges.items())
-    digest.update(repr((type(module).__qualname__, ranges, list(names))).encode())
+    digest.update(repr((type(module).__qualname__, SMOOTHING, list(names), sorted(ranges))).encode())
+    for name in sorted(ranges):
+        digest.update(np.ascontiguousarray(ranges[name], dtype=np.float64).tobytes())
     for name, tensor in module.state_dict().items():
         tensor = tensor.detach().to("cpu").contiguous()
         digest.update(repr((name, str(tensor.dtype), tuple(tensor.shape))).encode())
