@@ -283,7 +283,7 @@ class OnnxModule:
         ``{name of a linear layer in module: [lows, highs]}``, the range of each channel of its input over
         calibration rows (:func:`~as2rank.neural.calibration.activation_ranges`; a whole-input ``[low, high]``
         is used without smoothing): those layers' matrix products run in int8, their input smoothed
-        (:data:`SMOOTHING`) and quantized with the fixed scale of its range (static quantization: a row's
+        (``SMOOTHING``) and quantized with the fixed scale of its range (static quantization: a row's
         output does not depend on the other rows of its batch). ``None``: float32.
     threads : int
         ONNX Runtime's intra-op threads.
