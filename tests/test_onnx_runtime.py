@@ -395,6 +395,21 @@ def test_int8_score_of_a_row_does_not_depend_on_its_batch(tokenizer, fitted):
 
 @needs_onnx
 @needs_int8
+def test_another_smoothing_is_another_int8_model(fitted, monkeypatch):
+    ranker, X, _ = fitted
+    try:
+        smoothed = ranker.set_params(precision="int8").predict(X)
+        monkeypatch.setattr(onnx_runtime, "SMOOTHING", None)
+        plain = ranker.predict(X)  # never the copy built for the other strength
+        assert not np.array_equal(plain, smoothed)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(ranker.predict(X), smoothed)
+    finally:
+        ranker.set_params(precision="fp32")
+
+
+@needs_onnx
+@needs_int8
 def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_path):
     ranker, X, _ = fitted
     ranker.save_pretrained(tmp_path / "m")
