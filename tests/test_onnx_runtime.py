@@ -127,6 +127,7 @@ def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
     graphs = cascade._int8_model_[1]
     assert isinstance(graphs, onnx_runtime.OnnxCascade) and len(graphs.segments) == 2
     assert all(isinstance(g, onnx_runtime.OnnxModule) and g.int8 for g in graphs.segments)
+    assert [_spinning(g) for g in graphs.segments] == ["0", "0"]  # the cascade's work between them needs the cores
     np.testing.assert_array_equal(cascade.cost_report_["rows_per_layer"], rows32)  # the same drops' sizes
     np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
 
@@ -391,6 +392,24 @@ def test_int8_score_of_a_row_does_not_depend_on_its_batch(tokenizer, fitted):
     together, alone, pairs = _int8_in_batches(fitted[0], X)
     np.testing.assert_allclose(alone, together, atol=1e-5, rtol=0)
     np.testing.assert_allclose(pairs, together[: len(pairs)], atol=1e-5, rtol=0)
+
+
+def _spinning(module):
+    """The session's ``allow_spinning`` entry (None: ONNX Runtime's default, spinning)."""
+    try:
+        return module.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+    except RuntimeError:
+        return None
+
+
+@needs_onnx
+def test_a_session_that_does_not_spin_scores_the_same(fitted):
+    ranker, X, encoded = fitted
+    example = batch_tensors(encoded, np.arange(4))
+    whole = onnx_runtime.OnnxModule(ranker.model_, example, threads=1)
+    quiet = onnx_runtime.OnnxModule.from_graph(whole.graph, whole.names, int8=False, threads=1, digest="", spinning=False)
+    assert _spinning(whole) is None and _spinning(quiet) == "0"
+    np.testing.assert_array_equal(quiet(example).numpy(), whole(example).numpy())
 
 
 @needs_onnx

@@ -287,6 +287,10 @@ class OnnxModule:
         output does not depend on the other rows of its batch). ``None``: float32.
     threads : int
         ONNX Runtime's intra-op threads.
+    spinning : bool, default=True
+        Let ONNX Runtime's worker threads spin after a run, waiting for the next: faster for calls that follow
+        each other directly; ``False`` where other work runs between calls and needs the cores (the cascade's
+        segments, see :class:`OnnxCascade`).
     digest : str, optional
         What the graph computes (:func:`copy_digest`); :func:`write_int8_copy` records it in the graph's
         metadata, so that a saved graph is only used for the model it was exported from.
@@ -305,14 +309,15 @@ class OnnxModule:
         If the exported float32 graph disagrees with the module (checked before its int8 twin is exported).
     """
 
-    def __init__(self, module, example: dict, *, ranges: dict | None = None, threads: int, digest: str = ""):
+    def __init__(self, module, example: dict, *, ranges: dict | None = None, threads: int, spinning: bool = True,
+                 digest: str = ""):
         if not onnx_available():
             raise ImportError(
                 "The ONNX Runtime backend needs onnxruntime, onnx and onnxscript: pip install as2rank[onnx]"
             )
         self.names = tuple(example)
         self.int8 = ranges is not None
-        self.threads = int(threads)
+        self.threads, self.spinning = int(threads), bool(spinning)
         module = module.to("cpu").eval()
         with tempfile.TemporaryDirectory() as folder, _quiet():
             graph = Path(folder) / "model.onnx"
@@ -329,11 +334,12 @@ class OnnxModule:
             self.graph, self.digest = graph.read_bytes(), digest
 
     @classmethod
-    def from_graph(cls, graph: bytes, names, *, int8: bool, threads: int, digest: str):
+    def from_graph(cls, graph: bytes, names, *, int8: bool, threads: int, digest: str, spinning: bool = True):
         """The module of a graph that :class:`OnnxModule` exported (its ``graph`` attribute), without exporting
         again; ``names`` are its inputs in order."""
         self = cls.__new__(cls)
         self.names, self.int8, self.threads, self.graph = tuple(names), bool(int8), int(threads), graph
+        self.spinning = bool(spinning)
         self.digest = digest
         self.session = self._session(graph, exact_integer_sums=self.int8 and not u8s8_sums_exact())
         return self
@@ -345,6 +351,8 @@ class OnnxModule:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        if not self.spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if exact_integer_sums:
             # ONNX Runtime rewrites the int8 weights as uint8 so that its u8u8 kernels run: the same products,
             # summed without the 16-bit clamp, slower (see u8s8_sums_exact).
@@ -499,7 +507,9 @@ def _metadata(graph: bytes) -> dict:
 class OnnxCascade:
     """A :class:`~as2rank.neural.heads.CascadeEncoder` whose exit segments run on ONNX Runtime, in int8: its
     ``cascade`` is the module's, with the drops decided as there and each segment's blocks and
-    classifier computed by its graph.
+    classifier computed by its graph. The segments' sessions do not spin between runs: the cascade's own work
+    between them (the drops, the survivors' gathers) runs on torch's threads, which spinning ONNX Runtime
+    workers would keep off the cores (the cascade rows of ``docs/benchmarks/cpu_inference.md``).
 
     Parameters
     ----------
@@ -523,7 +533,7 @@ class OnnxCascade:
         for segment in self.module.segments():
             # The same layers, named from the segment.
             own = {name: by_layer[layer] for name, layer in segment.named_modules() if layer in by_layer}
-            self.segments.append(OnnxModule(segment, state, ranges=own, threads=threads, digest=digest))
+            self.segments.append(OnnxModule(segment, state, ranges=own, threads=threads, spinning=False, digest=digest))
             with torch.inference_mode():
                 hidden, _ = segment(state)
             state = {"hidden": hidden, **{k: state[k] for k in CARRIED if k in state}}
@@ -534,7 +544,7 @@ class OnnxCascade:
         again; ``names[i]`` are the inputs of graph ``i``."""
         self = cls.__new__(cls)
         self.module = module.to("cpu").eval()
-        self.segments = [OnnxModule.from_graph(graph, inputs, int8=True, threads=threads, digest=digest)
+        self.segments = [OnnxModule.from_graph(graph, inputs, int8=True, threads=threads, digest=digest, spinning=False)
                          for graph, inputs in zip(graphs, names, strict=True)]
         return self
 
