@@ -497,12 +497,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         import torch
 
         from .neural.int8 import dynamic_copy, onnx_copy
+        from .neural.onnx_runtime import ranges_key
 
-        from .neural.onnx_runtime import SMOOTHING
-
-        ranges = tuple((k, np.asarray(v, dtype=np.float64).tobytes()) for k, v in sorted(self.activation_ranges_.items())) if onnx else ()
-        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (),
-               ranges, SMOOTHING if onnx else None)
+        ranges = ranges_key(self.activation_ranges_) if onnx else b""
+        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (), ranges)
         cached = getattr(self, "_int8_model_", None)
         if cached is None or cached[0] != key:
             saved = getattr(self, "_int8_graphs", None)

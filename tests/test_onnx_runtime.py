@@ -412,6 +412,17 @@ def test_a_session_that_does_not_spin_scores_the_same(fitted):
     np.testing.assert_array_equal(quiet(example).numpy(), whole(example).numpy())
 
 
+def test_ranges_key_tells_every_input_of_an_int8_copy_apart(monkeypatch):
+    per_channel = {"a": np.array([[-1.0, 0.0], [2.0, 3.0]]), "b": np.array([[0.0], [1.0]])}
+    key = onnx_runtime.ranges_key(per_channel)
+    assert key == onnx_runtime.ranges_key(dict(reversed(per_channel.items())))  # the order of the layers is not
+    assert key != onnx_runtime.ranges_key({**per_channel, "a": per_channel["a"] * 2})
+    # a whole-input range (no smoothing) is not a one-channel range of the same values
+    assert key != onnx_runtime.ranges_key({**per_channel, "b": [0.0, 1.0]})
+    monkeypatch.setattr(onnx_runtime, "SMOOTHING", 0.5)
+    assert key != onnx_runtime.ranges_key(per_channel)
+
+
 @needs_onnx
 @needs_int8
 def test_another_smoothing_is_another_int8_model(fitted, monkeypatch):

@@ -1,11 +1,11 @@
 """Calibration of static int8 quantization: the range of each input channel of every linear layer over some
 training rows.
 
-``precision="int8"`` on ONNX Runtime quantizes each matrix product's input with a fixed scale and zero point
-(:mod:`as2rank.neural.onnx_runtime`), taken from these ranges (after smoothing, which the per-channel ranges
-decide). Fixed scales make a row's score a function of
-that row alone; dynamic quantization would scale each input by the range of its whole batch, so a score
-would change with the other rows predicted beside it.
+``precision="int8"`` on ONNX Runtime smooths each matrix product's input by factors that the per-channel
+ranges decide, then quantizes it with a fixed scale and zero point taken from them
+(:mod:`as2rank.neural.onnx_runtime`). Fixed scales make a row's score a function of that row alone; dynamic
+quantization would scale each input by the range of its whole batch, so a score would change with the other
+rows predicted beside it.
 """
 
 from __future__ import annotations

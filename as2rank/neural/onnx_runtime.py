@@ -6,12 +6,12 @@ rounded to a uint8 grid fixed by the range it took on calibration rows at fit ti
 (:mod:`as2rank.neural.calibration`). Before that the input is smoothed (SmoothQuant, Xiao et al., 2023,
 https://arxiv.org/abs/2211.10438): input channel j is divided by a factor s_j and the weights it meets are
 multiplied by it, the same product in exact arithmetic, so that the few channels of a transformer whose range
-is far wider than the others' no longer set the grid's step for all of them. ONNX Runtime's integer kernels (AVX-512 VNNI where the CPU has it)
-then compute a row's score from that row alone. Dynamic quantization, which scales each input by the range
-of its whole batch, would make the score depend on the rows predicted beside it. On x86 CPUs without
-AVX-512 VNNI, whose uint8 × int8 kernels clamp partial sums to 16 bits (:func:`u8s8_sums_exact`), the int8
-session asks ONNX Runtime for its exact uint8 × uint8 kernels instead (``session.x64quantprecision``): the
-same scores, computed more slowly.
+is far wider than the others' no longer set the grid's step for all of them. ONNX Runtime's integer kernels
+(AVX-512 VNNI where the CPU has it) then compute a row's score from that row alone. Dynamic quantization,
+which scales each input by the range of its whole batch, would make the score depend on the rows predicted
+beside it. On x86 CPUs without AVX-512 VNNI, whose uint8 × int8 kernels clamp partial sums to 16 bits
+(:func:`u8s8_sums_exact`), the int8 session asks ONNX Runtime for its exact uint8 × uint8 kernels instead
+(``session.x64quantprecision``): the same scores, computed more slowly.
 
 BERT-style self-attention blocks are exported as one ONNX Runtime node, ``com.microsoft.Attention`` (or
 ``QAttention`` in int8): the query, key and value projections as one matrix product, then the attention
@@ -51,7 +51,8 @@ from torch import nn
 
 from .heads import CARRIED
 
-__all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "int8_copy", "onnx_available", "u8s8_sums_exact", "write_int8_copy"]
+__all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "int8_copy", "onnx_available", "ranges_key", "u8s8_sums_exact",
+           "write_int8_copy"]
 
 #: Packages the export and the runtime need.
 _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
@@ -62,11 +63,10 @@ _EXPORT_TOLERANCE = 1e-3
 #: Add and the LayerNormalization after it, as one node) ran slower on the CPU of ``docs/benchmarks/cpu_inference.md``
 #: than the two nodes it replaces. Same arithmetic either way.
 DISABLED_FUSIONS = ("SkipLayerNormFusion",)
-#: SmoothQuant's migration strength α: input channel j of an int8 matrix product is divided by
-#: ``s_j = peak_j ** α / weight_peak_j ** (1 - α)`` (its largest absolute value on the calibration rows, and
-#: that of the weights it meets), shifting the quantization error from the inputs to the weights. 0.8
-#: reproduced float32 scores best among the strengths of ``docs/benchmarks/cpu_inference.md``; ``None``: no
-#: smoothing.
+#: SmoothQuant's migration strength α: input channel j of an int8 matrix product is divided by ``s_j = peak_j ** α
+#: / weight_peak_j ** (1 - α)`` (its largest absolute value on the calibration rows, and that of the weights it
+#: meets), shifting the quantization error from the inputs to the weights. 0.8 reproduced float32 scores best
+#: among the strengths of ``docs/benchmarks/cpu_inference.md``; ``None``: no smoothing.
 SMOOTHING = 0.8
 
 
@@ -129,8 +129,7 @@ class _Int8Input(nn.Module):
         scale, zero = _activation_quantization(low, high)
         self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
         self.register_buffer("zero", torch.tensor(zero, dtype=torch.uint8))
-        if smoothing is not None:
-            weight = weight * torch.from_numpy(smoothing).float()
+        weight = weight if smoothing is None else weight * torch.from_numpy(smoothing).float()
         self.register_buffer("inverse", None if smoothing is None else torch.from_numpy(1 / smoothing).float())
         codes, column_scale = _weight_int8(weight)
         self.register_buffer("weight", codes)
@@ -147,8 +146,7 @@ class _Int8Input(nn.Module):
                                        dtype=torch.uint8, shape=x.shape)
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` smoothed and rounded to its uint8 grid, times the int8 weights, plus the bias, in float32 (eager
-        only)."""
+        """``x`` smoothed, rounded to its uint8 grid, times the int8 weights, plus the bias (eager only)."""
         codes = torch.clamp(torch.round(self._smoothed(x) / self.scale) + self.zero.float(), 0, 255)
         return ((codes - self.zero.float()) * self.scale) @ (self.weight.float() * self.weight_scale) + self.bias
 
@@ -339,8 +337,7 @@ class OnnxModule:
         again; ``names`` are its inputs in order."""
         self = cls.__new__(cls)
         self.names, self.int8, self.threads, self.graph = tuple(names), bool(int8), int(threads), graph
-        self.spinning = bool(spinning)
-        self.digest = digest
+        self.spinning, self.digest = bool(spinning), digest
         self.session = self._session(graph, exact_integer_sums=self.int8 and not u8s8_sums_exact())
         return self
 
@@ -421,14 +418,23 @@ def copy_digest(module, ranges: dict, names) -> str:
     """A digest of what an int8 copy computes: the as2rank code that defines the module, its weights, the
     input ranges of its int8 layers and the names of its inputs."""
     digest = hashlib.blake2b(_source_digest().encode(), digest_size=20)
-    digest.update(repr((type(module).__qualname__, SMOOTHING, list(names), sorted(ranges))).encode())
-    for name in sorted(ranges):
-        digest.update(np.ascontiguousarray(ranges[name], dtype=np.float64).tobytes())
+    digest.update(repr((type(module).__qualname__, list(names))).encode())
+    digest.update(ranges_key(ranges))
     for name, tensor in module.state_dict().items():
         tensor = tensor.detach().to("cpu").contiguous()
         digest.update(repr((name, str(tensor.dtype), tuple(tensor.shape))).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def ranges_key(ranges: dict) -> bytes:
+    """What of the int8 ranges decides an int8 copy: the smoothing strength, and each layer's name, the shape
+    of its ranges (whole input or per channel) and their values."""
+    parts = [repr(SMOOTHING).encode()]
+    for name in sorted(ranges):
+        r = np.ascontiguousarray(ranges[name], dtype=np.float64)
+        parts += [repr((name, r.shape)).encode(), r.tobytes()]
+    return b"\0".join(parts)
 
 
 @functools.lru_cache(maxsize=1)
