@@ -35,7 +35,7 @@ def refuse_exports(monkeypatch):
     def export(*args, **kwargs):
         raise AssertionError("exported a graph")
 
-    monkeypatch.setattr(onnx_runtime, "_export", export)
+    monkeypatch.setattr(onnx_runtime, "export_graph", export)
 
 
 def predict_quietly(est, X):

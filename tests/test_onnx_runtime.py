@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import as2rank.neural as neural  # noqa: E402
-from as2rank.neural import onnx_runtime  # noqa: E402
+from as2rank.neural import onnx_export, onnx_runtime  # noqa: E402
 from as2rank.neural.backbone import batch_tensors  # noqa: E402
 from as2rank.transformer import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
@@ -152,6 +152,41 @@ def test_sessions_run_without_the_fused_skip_layer_norm(fitted, written):
     assert "SkipLayerNormalization" in ops(default)
     # Each self-attention block is one fused Attention node (no Softmax or Transpose of its own left).
     assert "Attention" in ops(ours) and not {"Softmax", "Transpose"} & ops(ours)
+    # The encoder's exact GELU runs as ONNX Runtime's own operator (here fused with the bias before it as
+    # BiasGelu), none as the standard one.
+    gelus = {(node.domain, node.op_type) for node in onnx.load(ours).graph.node if "Gelu" in node.op_type}
+    assert gelus and {domain for domain, _ in gelus} == {"com.microsoft"}
+
+
+@needs_onnx
+def test_only_exact_gelu_is_rewritten_and_it_computes_the_same():
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def graph(**attributes):
+        node = helper.make_node("Gelu", ["x"], ["y"], **attributes)
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 7])]
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 7])]
+        return helper.make_model(helper.make_graph([node], "g", inputs, outputs),
+                                 opset_imports=[helper.make_opsetid("", 20)])
+
+    x = np.linspace(-6, 6, 70, dtype=np.float32).reshape(10, 7)
+
+    def run(model):
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    for attributes in ({}, {"approximate": "none"}):
+        model = graph(**attributes)
+        standard = run(model)
+        assert onnx_export.contrib_gelu(model) == 1
+        assert model.graph.node[0].domain == "com.microsoft" and not model.graph.node[0].attribute
+        onnx.checker.check_model(model)
+        np.testing.assert_allclose(run(model), standard, rtol=0, atol=1e-6)
+        expected = 0.5 * x * (1 + torch.erf(torch.from_numpy(x) / 2**0.5).numpy())
+        np.testing.assert_allclose(run(model), expected, rtol=0, atol=1e-5)
+    tanh = graph(approximate="tanh")
+    assert onnx_export.contrib_gelu(tanh) == 0 and tanh.graph.node[0].domain == ""
 
 
 @needs_onnx
@@ -199,7 +234,7 @@ def _run_exported(module, *inputs):
     import onnxruntime as ort
 
     names = [f"x{i}" for i in range(len(inputs))]
-    with tempfile.TemporaryDirectory() as folder, onnx_runtime._quiet():
+    with tempfile.TemporaryDirectory() as folder, onnx_export.quiet():
         path = Path(folder) / "m.onnx"
         torch.onnx.export(module, inputs, str(path), input_names=names, dynamo=True, external_data=False)
         return ort.InferenceSession(str(path)).run(None, {n: x.numpy() for n, x in zip(names, inputs)})[0]

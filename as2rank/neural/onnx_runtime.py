@@ -34,12 +34,10 @@ Optional: needs ``onnxruntime``, ``onnx`` and ``onnxscript`` (``pip install as2r
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
 import importlib.util
-import logging
 import platform
 import tempfile
 import warnings
@@ -50,6 +48,7 @@ import torch
 from torch import nn
 
 from .heads import CARRIED
+from .onnx_export import export_graph, padded, quiet
 
 __all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "int8_copy", "onnx_available", "ranges_key", "u8s8_sums_exact",
            "write_int8_copy"]
@@ -251,18 +250,6 @@ def _export_copy(module, ranges: dict | None = None):
     return copied
 
 
-class _Positional(torch.nn.Module):
-    """The module with its batch dict as positional tensors (ONNX graphs take named positional inputs)."""
-
-    def __init__(self, module, names):
-        super().__init__()
-        self.module = module
-        self.names = tuple(names)
-
-    def forward(self, *tensors):
-        return self.module(dict(zip(self.names, tensors)))
-
-
 class OnnxModule:
     """A fitted module on ONNX Runtime, called like the module: ``onnx_module(batch)`` -> its output tensor
     (or tuple of tensors).
@@ -317,9 +304,9 @@ class OnnxModule:
         self.int8 = ranges is not None
         self.threads, self.spinning = int(threads), bool(spinning)
         module = module.to("cpu").eval()
-        with tempfile.TemporaryDirectory() as folder, _quiet():
+        with tempfile.TemporaryDirectory() as folder, quiet():
             graph = Path(folder) / "model.onnx"
-            _export(_Positional(_export_copy(module), self.names), _padded(example, 1), graph)
+            export_graph(_export_copy(module), padded(example, 1), graph)
             self.session = self._session(graph)
             self._check(module, self.session, example)
             if self.int8:
@@ -327,7 +314,7 @@ class OnnxModule:
                 # with torch's: a value on the edge of two uint8 steps may round either way, and the flip
                 # carries through the layers (tests compare each int8 operator with its torch arithmetic).
                 graph = Path(folder) / "model.int8.onnx"
-                _export(_Positional(_export_copy(module, ranges), self.names), _padded(example, 1), graph)
+                export_graph(_export_copy(module, ranges), padded(example, 1), graph)
                 self.session = self._session(graph, exact_integer_sums=not u8s8_sums_exact())
             self.graph, self.digest = graph.read_bytes(), digest
 
@@ -360,7 +347,7 @@ class OnnxModule:
 
     def _check(self, module, session, example) -> None:
         """Compare the float32 graph with the module on a batch of another shape than the traced one."""
-        batch = {k: v[:-1] for k, v in _padded(example, 3).items()}
+        batch = {k: v[:-1] for k, v in padded(example, 3).items()}
         with torch.inference_mode():
             expected = _as_tuple(module(batch))
         got = session.run(None, {k: v.numpy() for k, v in batch.items()})
@@ -559,42 +546,5 @@ class OnnxCascade:
         return self.module.cascade(*args, segments=self.segments, **kwargs)
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Silence the exporter's and the quantizer's log lines (notes on optional operators, advice to
-    pre-process) and warnings for the duration of a build."""
-    before = logging.root.manager.disable  # the process's own level, put back afterwards
-    logging.disable(max(before, logging.WARNING))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(before)
-
-
-def _padded(batch: dict, columns: int) -> dict:
-    """``batch`` with ``columns`` padding tokens (zeros, masked) after every row: traced and checked batches
-    always hold padding, so no graph can specialise on an all-ones attention mask."""
-    return {k: torch.nn.functional.pad(v, (0, 0) * (v.ndim - 2) + (0, columns)) if v.ndim >= 2 else v
-            for k, v in batch.items()}
-
-
 def _as_tuple(out) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-def _export(module, example: dict, path: Path) -> None:
-    """Export ``module`` (positional tensors) with dynamic rows and tokens."""
-    rows, tokens = torch.export.Dim("rows"), torch.export.Dim("tokens")
-    shapes = tuple({0: rows, 1: tokens} if v.ndim >= 2 else {0: rows} for v in example.values())
-    torch.onnx.export(
-        module,
-        tuple(example.values()),
-        str(path),
-        input_names=list(example),
-        dynamic_shapes=(shapes,),  # forward(*tensors): one varargs entry
-        dynamo=True,
-        external_data=False,
-        verbose=False,
-    )
