@@ -101,7 +101,8 @@ def teacher_specs(seed, epochs, teacher_model):
     # num_layers=6 keeps the cache key of the cascade benchmark's 6-layer TR (same model, same data).
     layers = STUDENT_LAYERS if teacher_model == "minilm-l6" else None
     return {
-        "TR": TransformerRanker(model=teacher_model, num_layers=layers, lexical_prior=False, **budget(seed, epochs)),
+        "TR": TransformerRanker(model=teacher_model, num_layers=layers, lexical_prior=False, segment_similarity=False,
+                                **budget(seed, epochs)),
         "Cosinet": Cosinet(random_state=seed, **COSINET_PAPER_BUDGET),
         "Lexical": make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000))),
     }
@@ -261,7 +262,7 @@ def run(args):
         kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, "lexical_prior": False, **b}
         hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS]
         students = {
-            "student": TransformerRanker(num_layers=STUDENT_LAYERS, lexical_prior=False, **b),
+            "student": TransformerRanker(num_layers=STUDENT_LAYERS, lexical_prior=False, segment_similarity=False, **b),
             **{f"KD {n}": DistilledRanker(teachers=[c], **kd) for n, c in zip(TEACHERS, cols)},
             "KD_Sum": DistilledRanker(teachers=cols, multi_teacher="sum", **kd),
             "KD_RR": DistilledRanker(teachers=cols, multi_teacher="round_robin", **kd),

@@ -124,7 +124,7 @@ def make(row: str, epochs: int, seed: int):
     """The estimator of a table row, and the global-context method of the frame it reads."""
     b = budget(epochs, seed)
     if row == "No context":
-        return TransformerRanker(max_length=NO_CONTEXT_LENGTH, lexical_prior=False, **b), None
+        return TransformerRanker(max_length=NO_CONTEXT_LENGTH, lexical_prior=False, segment_similarity=False, **b), None
     if row in ("Local", "Global"):
         return ContextConcat(contexts=(row.lower(),), lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
     if row == "Concat":

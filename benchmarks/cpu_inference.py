@@ -249,6 +249,54 @@ def cascade_section(args, work: Path, est, X_exp, y_exp, out) -> dict:
     return out
 
 
+def time_split(model_dir: Path, X, threads: int | None) -> dict:
+    """Where one int8 ``TransformerRanker.predict`` on ``X`` spends its time, after a warm-up call: ONNX
+    Runtime's kernels by operator (its profiler, from the timed call's first session run on), the session runs
+    as a whole, and the rest of ``predict`` (tokenisation, the lexical prior, batching). One call in this
+    process, profiled, so its total is a little slower than the rows' timed calls."""
+    import onnxruntime as ort
+
+    from as2rank.neural import onnx_runtime
+    from as2rank.transformer import TransformerRanker
+
+    prefix = str(model_dir.parent / "ort-profile")
+
+    class Profiled(ort.SessionOptions):
+        def __init__(self):
+            super().__init__()
+            self.enable_profiling, self.profile_file_prefix = True, prefix
+
+    calls, run = [], onnx_runtime.OnnxModule.__call__
+
+    def timed(module, batch):
+        start = time.perf_counter()
+        out = run(module, batch)
+        calls.append((module, time.perf_counter() - start))
+        return out
+
+    with contextlib.ExitStack() as undo:
+        for owner, name, value in ((ort, "SessionOptions", Profiled), (onnx_runtime.OnnxModule, "__call__", timed)):
+            undo.callback(setattr, owner, name, getattr(owner, name))
+            setattr(owner, name, value)
+        est = TransformerRanker.from_pretrained(model_dir, precision="int8", n_threads=threads)
+        est.predict(X.head(WARMUP_PAIRS))
+        warmup_runs = len(calls)
+        start = time.perf_counter()
+        est.predict(X)
+        seconds = time.perf_counter() - start
+    (session,) = {module.session for module, _ in calls}
+    events = json.loads(Path(session.end_profiling()).read_text())
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    operators: dict = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= runs[warmup_runs]:
+            operators[e["args"]["op_name"]] = operators.get(e["args"]["op_name"], 0) + e["dur"] / 1e6
+    session_seconds = sum(s for _, s in calls[warmup_runs:])
+    return {"pairs": len(X), "seconds": seconds, "session_runs": len(calls) - warmup_runs,
+            "session_seconds": session_seconds, "other_seconds": seconds - session_seconds,
+            "operators": dict(sorted(operators.items(), key=lambda kv: -kv[1]))}
+
+
 def accuracy(fit_questions: int) -> dict:
     """MAP at each precision of :data:`ACCURACY_ROWS` on whole test sets, per data set, with the paired test
     of each row against fp32: WikiQA (the timed model, on all of WikiQA-test) and the bundled SQuAD sample
@@ -520,6 +568,7 @@ def main(argv=None) -> None:
                     scores[name] = np.asarray(json.loads(out.read_text()))
         if cascade is not None:
             res["cascade"] = cascade_section(args, work, *cascade)
+        res["time_split"] = time_split(work / "model", X, args.threads)
     res["map"] = {n: evaluate(y, scores[n], X, metrics=("map",))["map"] for n in names}
     res["summary"] = summarise(res)
     if not args.no_accuracy:

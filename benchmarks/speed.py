@@ -96,11 +96,11 @@ CANDIDATES = 100
 def budget(args) -> dict:
     """The training budget of both sides: ``TransformerRanker``'s parameters, which ``peer_fit`` reads too
     (``warmup``, ``weight_decay`` and ``max_grad_norm`` are the library's defaults, spelled out for the peer)."""
-    # The model the peer trains too: no lexical prior and the whole budget (no held-out questions), as the
-    # peer trains.
+    # The model the peer trains too: no lexical prior, no segment similarity term, and the whole budget (no
+    # held-out questions), as the peer trains.
     return {"epochs": args.epochs, "batch_size": 32, "learning_rate": args.learning_rate, "max_length": 128,
-            "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0, "lexical_prior": False, "early_stopping": False,
-            "random_state": 0}
+            "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0, "lexical_prior": False,
+            "segment_similarity": False, "early_stopping": False, "random_state": 0}
 
 
 def subset_questions(X, y, n, seed):
