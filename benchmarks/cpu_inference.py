@@ -2,6 +2,7 @@
 
     python benchmarks/cpu_inference.py [--pairs 2000] [--rounds 3] [--threads N]
                                        [--peer-python .venv-peer/bin/python]
+    python benchmarks/cpu_inference.py --only {calibration,time-split}   # one section into the saved results
     python benchmarks/render.py cpu_inference     # the page alone, from its saved results
 
 The peer is sentence-transformers' ``CrossEncoder`` on its default torch backend, on ONNX Runtime
@@ -249,17 +250,26 @@ def cascade_section(args, work: Path, est, X_exp, y_exp, out) -> dict:
     return out
 
 
-def time_split(model_dir: Path, X, threads: int | None) -> dict:
-    """Where one int8 ``TransformerRanker.predict`` on ``X`` spends its time, after a warm-up call: ONNX
-    Runtime's kernels by operator (its profiler, from the timed call's first session run on), the session runs
-    as a whole, and the rest of ``predict`` (tokenisation, the lexical prior, batching). One call in this
-    process, profiled, so its total is a little slower than the rows' timed calls."""
+def time_split(fit_questions: int, pairs: int, threads: int | None) -> dict:
+    """Where one int8 ``TransformerRanker.predict`` of the rows' model on the rows' pairs spends its time, after
+    a warm-up call: ONNX Runtime's kernels by operator (its profiler, from the timed call's first session run
+    on), the session runs as a whole, and the rest of ``predict`` (tokenisation, the lexical prior, batching).
+    One call in this process, profiled, so its total is a little slower than the rows' timed calls."""
+    with tempfile.TemporaryDirectory(prefix="as2rank-cpu-profile-") as tmp:
+        return _time_split(fit_questions, pairs, threads, Path(tmp))
+
+
+def _time_split(fit_questions: int, pairs: int, threads: int | None, work: Path) -> dict:
     import onnxruntime as ort
 
     from as2rank.neural import onnx_runtime
     from as2rank.transformer import TransformerRanker
 
-    prefix = str(model_dir.parent / "ort-profile")
+    splits = wikiqa_splits()
+    fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], fit_questions)).save_pretrained(
+        work / "model", int8=True)
+    X = splits["test"][0].head(pairs)
+    prefix = str(work / "ort-profile")
 
     class Profiled(ort.SessionOptions):
         def __init__(self):
@@ -278,7 +288,7 @@ def time_split(model_dir: Path, X, threads: int | None) -> dict:
         for owner, name, value in ((ort, "SessionOptions", Profiled), (onnx_runtime.OnnxModule, "__call__", timed)):
             undo.callback(setattr, owner, name, getattr(owner, name))
             setattr(owner, name, value)
-        est = TransformerRanker.from_pretrained(model_dir, precision="int8", n_threads=threads)
+        est = TransformerRanker.from_pretrained(work / "model", precision="int8", n_threads=threads)
         est.predict(X.head(WARMUP_PAIRS))
         warmup_runs = len(calls)
         start = time.perf_counter()
@@ -504,8 +514,8 @@ def main(argv=None) -> None:
     parser.add_argument("--cascade-questions", type=int, default=20,
                         help="expanded WikiQA-test questions (~100 candidates each) of the cascade rounds (0: none)")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the untimed MAP table on whole test sets")
-    parser.add_argument("--calibration-only", action="store_true",
-                        help="re-run only the table of calibration rows into the saved results, and re-render the page")
+    parser.add_argument("--only", choices=("calibration", "time-split"), default=None,
+                        help="re-run only this section into the saved results, and re-render the page")
     # The subprocess of an as2rank row (started by run_row).
     parser.add_argument("--as2rank-round", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
@@ -516,11 +526,13 @@ def main(argv=None) -> None:
     if args.as2rank_round:
         as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores, args.alpha)
         return
-    if args.calibration_only:
+    if args.only:
         from _common import RESULTS
 
         res = json.loads((RESULTS / "cpu_inference.json").read_text())
-        res["calibration"] = {**calibration(args.fit_questions), "rerun": run_header("cpu_inference.py", argv)}
+        section = (calibration(args.fit_questions) if args.only == "calibration"
+                   else time_split(args.fit_questions, args.pairs, args.threads))
+        res[args.only.replace("-", "_")] = {**section, "rerun": run_header("cpu_inference.py", argv)}
         log(f"wrote {publish(res, 'cpu_inference')}")
         return
     import numpy as np
@@ -568,9 +580,9 @@ def main(argv=None) -> None:
                     scores[name] = np.asarray(json.loads(out.read_text()))
         if cascade is not None:
             res["cascade"] = cascade_section(args, work, *cascade)
-        res["time_split"] = time_split(work / "model", X, args.threads)
     res["map"] = {n: evaluate(y, scores[n], X, metrics=("map",))["map"] for n in names}
     res["summary"] = summarise(res)
+    res["time_split"] = time_split(args.fit_questions, args.pairs, args.threads)
     if not args.no_accuracy:
         res["accuracy"] = accuracy(args.fit_questions)
         res["batch_dependence"] = batch_dependence(args.fit_questions)
