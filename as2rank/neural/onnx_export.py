@@ -1,7 +1,7 @@
 """Export of a torch module that takes a batch dict to one ONNX graph (``torch.onnx.export``, dynamo), with
 rows and tokens as dynamic axes, and the rewrites of the exported graph that ONNX Runtime runs faster.
 
-The one rewrite so far: the exporter writes an exact GELU as the standard ``Gelu`` operator, and ONNX Runtime's
+The rewrite: the exporter writes an exact GELU as the standard ``Gelu`` operator, and ONNX Runtime's
 CPU kernel for that operator is slower than its own ``com.microsoft.Gelu``, which computes the same
 ``x * Φ(x)`` (its erf-based form, not the tanh approximation). ONNX Runtime does not make that substitution
 itself. Only ``Gelu`` nodes without the tanh approximation are rewritten; the export check of
