@@ -1,5 +1,5 @@
 """Export of a torch module that takes a batch dict to one ONNX graph (``torch.onnx.export``, dynamo), with
-rows and tokens as dynamic axes, and the rewrites of the exported graph that ONNX Runtime runs faster.
+rows and tokens as dynamic axes, and the rewrite of the exported graph that ONNX Runtime runs faster.
 
 The rewrite: the exporter writes an exact GELU as the standard ``Gelu`` operator, and ONNX Runtime's
 CPU kernel for that operator is slower than its own ``com.microsoft.Gelu``, which computes the same
