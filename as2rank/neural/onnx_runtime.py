@@ -118,8 +118,8 @@ def _weight_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class _Int8Input(nn.Module):
     """A matrix product whose input is quantized with a fixed scale and zero point (static quantization) and
-    whose weights are int8 per output column. Eagerly it computes the same arithmetic in float32 (the
-    the tests compare the exported operators with); exported it writes ONNX Runtime's integer operators."""
+    whose weights are int8 per output column. Eagerly it computes the same arithmetic in float32 (what the
+    tests compare the exported operators with); exported it writes ONNX Runtime's integer operators."""
 
     def _set_int8(self, weight: torch.Tensor, bias: torch.Tensor, ranges) -> None:
         """Quantize ``weight`` (out, in) for inputs of ``ranges`` (see :func:`_smoothed_range`)."""
