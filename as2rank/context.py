@@ -125,6 +125,9 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
         )
         if not self._needs_segments:
             del encoded["segments"]
+        else:
+            # Tokens of each segment in each row, in host memory: the module sizes its packed segments from them.
+            encoded["host_segment_counts"] = np.stack([(encoded["segments"] == s).sum(axis=1) for s in range(len(SEGMENTS))], axis=1)
         return encoded
 
     def _encode(self, X):

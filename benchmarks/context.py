@@ -248,6 +248,9 @@ def latency_batches(est, X, fixed_width):
             continue
         batch = {}
         for key, value in encoded.items():
+            if key.startswith("host_"):  # host-side arrays stay NumPy, as batch_tensors leaves them
+                batch[key] = value[rows]
+                continue
             if key == "lengths":
                 continue
             fill = est.tokenizer_.pad_token_id if key.endswith("input_ids") else 0

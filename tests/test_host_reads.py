@@ -71,9 +71,9 @@ def test_cascade_reads_its_logits_once_per_batch(tokenizer, batch_tokens, monkey
 
 
 @pytest.mark.parametrize("cls", ["ContextMWA", "ContextConcat"])
-def test_context_rankers_read_once_or_twice_per_batch(cls):
-    """Multi-way attention reads the widths of its segments once (all contexts at once, before the
-    encoder) and its logits once, per batch; the concatenation reads its logits only."""
+def test_context_rankers_read_once_per_predict(cls):
+    """The logits of every batch are read together after the last one, and multi-way attention sizes its
+    packed segments from host-side counts: one transfer per predict, whatever the number of batches."""
     import transformers
 
     from as2rank import context
@@ -82,12 +82,36 @@ def test_context_rankers_read_once_or_twice_per_batch(cls):
     X, y = tc.synthetic(n_questions=12)
     X = context.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
     ranker = tc.small(getattr(context, cls), tok).fit(X, y)
-    per_batch = 3 if cls == "ContextMWA" else 2
-    for batch_tokens, batches in ((100_000, 1), (256, None)):
+    forwards = []
+    ranker.model_.register_forward_hook(lambda *args: forwards.append(1))
+    for batch_tokens in (100_000, 256):
         ranker.set_params(batch_tokens=batch_tokens)
+        forwards.clear()
         with counted_reads() as calls:
             ranker.predict(X)
-        if batches is None:  # several batches: count them by their logits' transfers
-            batches = calls.count("numpy")
-            assert batches > 1
-        assert len(calls) == per_batch * batches, calls
+        assert calls == ["cpu", "numpy"], calls
+    assert len(forwards) > 1  # the second predict ran several batches
+
+
+def test_mwa_widths_from_host_counts_match_the_device_read():
+    """Sizing the packed segments from the host-side counts gives the logits that reading them from the
+    device gives (the batch without its counts)."""
+    import transformers
+
+    from as2rank import context
+    from as2rank.neural.backbone import batch_tensors
+
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})
+    X, y = tc.synthetic(n_questions=12)
+    X = context.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+    ranker = tc.small(context.ContextMWA, tok).fit(X, y)
+    encoded = ranker._encode(X)
+    batch = batch_tensors(encoded, np.arange(len(X)))
+    assert isinstance(batch["host_segment_counts"], np.ndarray)
+    with torch.inference_mode(), counted_reads() as calls:
+        host = ranker.model_(batch)
+    assert "tolist" not in calls
+    with torch.inference_mode(), counted_reads() as calls:
+        read = ranker.model_({k: v for k, v in batch.items() if k != "host_segment_counts"})
+    assert "tolist" in calls
+    torch.testing.assert_close(host, read)

@@ -341,23 +341,50 @@ def test_fitted_model_keeps_no_gradients(tokenizer):
     assert all(p.grad is None for p in est.model_.parameters())
 
 
-@pytest.mark.parametrize("max_length", [8, 16, 64])
-@pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_encode_pairs_matches_the_tokenizer_call(tokenizer, max_length, padding_side):
-    # encode_pairs calls the Rust tokenizer directly; it must give what tokenizer(...) gives, right-padded.
+@pytest.mark.parametrize("max_length", [8, 9, 16, 17, 64])
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("token_types", [True, False])
+def test_encode_pairs_matches_the_tokenizer_call(tokenizer, max_length, side, token_types):
+    """encode_pairs tokenises each distinct text once and lays the pairs out itself; it must give what
+    tokenizer(...) gives, right-padded, whatever the tokenizer's padding and truncation sides: repeated
+    questions and candidates, empty texts, pairs cut in every case of the longest-first rule."""
     rng = np.random.default_rng(0)
-    questions = [" ".join(rng.choice(WORDS + ["zebra", "a,", "don't"], int(rng.integers(1, 30)))) for _ in range(50)]
-    candidates = [" ".join(rng.choice(WORDS, int(rng.integers(1, 60)))) for _ in range(50)]
-    tokenizer.padding_side = padding_side
+    questions = [" ".join(rng.choice(WORDS + ["zebra", "a,", "don't"], int(rng.integers(0, 30)))) for _ in range(20)]
+    candidates = [" ".join(rng.choice(WORDS, int(rng.integers(0, 60)))) for _ in range(40)]
+    questions = [questions[i] for i in rng.integers(0, 20, 120)]
+    candidates = [candidates[i] for i in rng.integers(0, 40, 120)]
+    tokenizer.padding_side, tokenizer.truncation_side = side, side
     try:
-        got = encode_pairs(tokenizer, questions, candidates, max_length=max_length)
+        got = encode_pairs(tokenizer, questions, candidates, max_length=max_length, token_types=token_types)
         ref = tokenizer(questions, candidates, truncation="longest_first", max_length=max_length,
-                        padding="longest", padding_side="right", return_tensors="np")
+                        padding="longest", padding_side="right", return_tensors="np", return_token_type_ids=token_types)
     finally:
-        tokenizer.padding_side = "right"
-    assert set(got) == {"input_ids", "attention_mask", "token_type_ids", "lengths"}
-    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        tokenizer.padding_side, tokenizer.truncation_side = "right", "right"
+    keys = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
+    assert set(got) == {*keys, "lengths"}
+    for key in keys:
         np.testing.assert_array_equal(got[key], ref[key])
         assert got[key].dtype == np.int64
     np.testing.assert_array_equal(got["lengths"], ref["attention_mask"].sum(axis=1))
     assert got["lengths"].max() <= max_length
+
+
+def test_pair_lengths_follow_the_longest_first_rule():
+    from as2rank.neural.tokens import pair_lengths
+
+    # (first, second, target) -> kept: whole when it fits; the short text whole and the long one cut when
+    # the long one stays at least as long; else halves, the longer text (the second on a tie) taking the odd token.
+    cases = {(2, 3, 10): (2, 3), (3, 20, 10): (3, 7), (20, 3, 10): (7, 3), (8, 8, 10): (5, 5),
+             (8, 8, 9): (4, 5), (7, 6, 9): (5, 4), (6, 7, 9): (4, 5), (12, 30, 9): (4, 5), (0, 30, 9): (0, 9)}
+    first, second, target = (np.array(v) for v in zip(*cases))
+    for t in np.unique(target):
+        sel = target == t
+        kept = np.column_stack(pair_lengths(first[sel], second[sel], int(t)))
+        np.testing.assert_array_equal(kept, np.array([cases[k] for k in zip(first[sel], second[sel], target[sel])]))
+
+
+def test_pair_template_reads_the_special_tokens_and_types(tokenizer):
+    from as2rank.neural.tokens import pair_template
+
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    assert pair_template(tokenizer) == ((cls,), (sep,), (sep,), (0, 0, 0, 1, 1))

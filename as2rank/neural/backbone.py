@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -257,7 +255,7 @@ def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, tok
         raise ValueError(f"max_length must be an integer >= 8, got {max_length!r}.")
     questions, candidates = list(questions), list(candidates)
     if getattr(tokenizer, "is_fast", False) and questions:
-        return _encode_with_backend(tokenizer, questions, candidates, int(max_length), token_types)
+        return _encode_distinct(tokenizer, questions, candidates, int(max_length), token_types)
     enc = tokenizer(
         questions,
         candidates,
@@ -276,40 +274,31 @@ def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, tok
     return out
 
 
-@functools.lru_cache(maxsize=8)
-def _pair_backend(tokenizer, max_length: int):
-    """A copy of a fast tokenizer's Rust tokenizer that truncates pairs as ``tokenizer(..., truncation=
-    "longest_first", max_length=max_length)`` does, without padding (the copy leaves the caller's untouched)."""
-    from tokenizers import Tokenizer
+def _encode_distinct(tokenizer, questions, candidates, max_length, token_types) -> dict:
+    """:func:`encode_pairs` from the tokens of each distinct question and candidate (:mod:`as2rank.neural.tokens`).
 
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.enable_truncation(max_length, stride=0, strategy="longest_first", direction=tokenizer.truncation_side)
-    backend.no_padding()
-    return backend
-
-
-def _encode_with_backend(tokenizer, questions, candidates, max_length, token_types) -> dict:
-    """:func:`encode_pairs` through the Rust tokenizer directly, padded here in numpy.
-
-    The same ids as the ``tokenizer(...)`` call (tested), without its per-pair Python post-processing, which
-    took most of the tokenisation time (about a tenth of a MiniLM ``predict`` on the CPU).
+    The same ids as the ``tokenizer(...)`` call (tested), without tokenising a question once per candidate
+    or the per-pair Python post-processing of that call.
     """
-    encodings = _pair_backend(tokenizer, max_length).encode_batch(list(zip(questions, candidates)))
-    n = len(encodings)
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=n)
-    filled = np.arange(lengths.max()) < lengths[:, None]
-    total = int(lengths.sum())
+    from .tokens import distinct_tokens, lay_out, pair_lengths, pair_template
 
-    def padded(values, pad):
-        out = np.full(filled.shape, pad, dtype=np.int64)
-        out[filled] = np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64, count=total)
-        return out
-
-    out = {"input_ids": padded((e.ids for e in encodings), tokenizer.pad_token_id or 0),
-           "attention_mask": filled.astype(np.int64)}
-    if token_types:
-        out["token_type_ids"] = padded((e.type_ids for e in encodings), tokenizer.pad_token_type_id)
-    out["lengths"] = lengths
+    codes, pool, text_starts, text_lengths = distinct_tokens(tokenizer, [questions, candidates])
+    prefix, mid, suffix, types = pair_template(tokenizer)
+    specials = np.asarray(prefix + mid + suffix, dtype=np.int64)
+    lengths = text_lengths[codes]
+    kept = np.stack(pair_lengths(lengths[:, 0], lengths[:, 1], max_length - len(specials)), axis=1)
+    text_starts = text_starts[codes] + len(specials)
+    if tokenizer.truncation_side == "left":
+        text_starts += lengths - kept
+    # Pieces of every row: prefix, question, mid, candidate, suffix; the special tokens lead the pool.
+    starts = np.column_stack([np.zeros(len(codes), dtype=np.int64), text_starts[:, 0], np.full(len(codes), len(prefix)),
+                              text_starts[:, 1], np.full(len(codes), len(prefix) + len(mid))])
+    sizes = np.column_stack([np.full(len(codes), len(prefix)), kept[:, 0], np.full(len(codes), len(mid)), kept[:, 1],
+                             np.full(len(codes), len(suffix))])
+    out = lay_out(np.concatenate([specials, pool]), starts, sizes, tokenizer.pad_token_id or 0,
+                  **({"token_type_ids": types} if token_types else {}))
+    if token_types and tokenizer.pad_token_type_id:
+        out["token_type_ids"][out["attention_mask"] == 0] = tokenizer.pad_token_type_id
     return out
 
 
@@ -352,13 +341,20 @@ def uses_token_types(encoder, tokenizer) -> bool:
 
 def batch_tensors(encoded: dict, rows: np.ndarray) -> dict:
     """Tensors of ``rows`` of an :func:`encode_pairs` result, token arrays cut to the batch's longest row
-    (per-row arrays, such as a ``prior`` logit, are taken whole)."""
+    (per-row arrays, such as a ``prior`` logit, are taken whole).
+
+    Entries named ``host_*`` stay NumPy arrays (their ``rows``): what a module must know of its batch before
+    it runs, such as the shapes of its intermediate tensors, read without a device-to-host transfer (which
+    on a GPU waits for all the work queued before it).
+    """
     width = int(encoded["lengths"][rows].max())
-    return {
-        key: torch.from_numpy(np.ascontiguousarray(value[rows, :width] if value.ndim == 2 else value[rows]))
-        for key, value in encoded.items()
-        if key != "lengths"
-    }
+    out = {}
+    for key, value in encoded.items():
+        if key.startswith("host_"):
+            out[key] = value[rows]
+        elif key != "lengths":
+            out[key] = torch.from_numpy(np.ascontiguousarray(value[rows, :width] if value.ndim == 2 else value[rows]))
+    return out
 
 
 def token_budget_batches(unit_sizes: np.ndarray, unit_lengths: np.ndarray, max_tokens: int) -> list:

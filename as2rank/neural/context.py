@@ -31,9 +31,9 @@ def classifier(in_features: int, hidden: int, dropout: float = 0.1) -> nn.Sequen
 def segment_widths(segments: torch.Tensor, groups) -> list[int]:
     """For each group of segment ids, the largest number of its tokens in a row (at least 1).
 
-    One host read for all groups: called before the encoder runs, it waits on the batch's copy to the device
-    alone, so the launches of the layers after the encoder overlap the encoder's work on a GPU (each width
-    read after the encoder would make the device idle while the rest is launched).
+    One device-to-host read for all groups, made before the encoder runs (a read after the encoder would make
+    a GPU idle while the rest is launched). It still waits for the work queued before it, so
+    :class:`MultiwayContextEncoder` reads the widths from the batch's host-side counts where it has them.
 
     Parameters
     ----------
@@ -229,11 +229,19 @@ class MultiwayContextEncoder(nn.Module):
 
     def forward(self, batch: dict) -> torch.Tensor:
         """One logit per row of ``batch`` (its ``segments`` tell the question, candidate and context
-        tokens apart), shape (rows,)."""
+        tokens apart), shape (rows,).
+
+        The packed segments' widths come from the batch's ``host_segment_counts`` (tokens of each segment id
+        in each row, a host array) when it has them, else from one read of the device (see
+        :func:`segment_widths`)."""
         groups = [(SEGMENTS["question"], SEGMENTS["candidate"])] + [(SEGMENTS[c],) for c in self.contexts]
         keeps = [_kept(batch["segments"], ids) for ids in groups]
         counts = [keep.sum(dim=1) for keep in keeps]
-        widths = _widths(counts)  # before the encoder: see segment_widths
+        host = batch.get("host_segment_counts")
+        if host is None:
+            widths = _widths(counts)  # before the encoder: see segment_widths
+        else:
+            widths = [max(1, int(host[:, list(ids)].sum(axis=1).max(initial=0))) for ids in groups]
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.encoder(**inputs).last_hidden_state
         query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])

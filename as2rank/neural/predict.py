@@ -16,6 +16,9 @@ from .devices import autocast, to_device
 
 __all__ = ["no_progress", "predict_batches", "predict_logits"]
 
+#: Outputs kept on the device before :func:`predict_batches` reads them (16M values: 64 MiB in float32).
+PENDING_VALUES = 1 << 24
+
 
 def no_progress(batches, n_batches: int, desc: str):
     """The ``progress`` of a loop that shows no bar: the batches themselves."""
@@ -48,15 +51,35 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
     ndarray of float64 of shape (n_rows, ...)
         Each row's output; NaN for rows no batch scored.
     """
-    scores = None
+    rows, values, pending = [], [], []
+
+    def read():
+        # One device-to-host transfer for every output not yet read.
+        values.append(torch.cat([out.float() for out in pending]).cpu().numpy())
+        pending.clear()
+
     with torch.inference_mode(), autocast(device, dtype):
         for batch in progress(batches, len(batches), desc):
-            rows, out = run(batch)
-            out = out.float().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
-            if scores is None:
-                scores = np.full((n_rows, *out.shape[1:]), np.nan)
-            scores[rows] = out
-    return np.full(n_rows, np.nan) if scores is None else scores
+            batch_rows, out = run(batch)
+            rows.append(np.asarray(batch_rows))
+            if not isinstance(out, torch.Tensor):
+                if pending:  # keep the values in the order of their rows
+                    read()
+                values.append(np.asarray(out))
+                continue
+            # Tensors stay where ``run`` left them, so that a GPU never idles while the next batch is prepared
+            # and launched; they are read once per call (or per PENDING_VALUES values, bounding device memory).
+            pending.append(out)
+            if sum(t.numel() for t in pending) >= PENDING_VALUES:
+                read()
+    if pending:
+        read()
+    if not rows:
+        return np.full(n_rows, np.nan)
+    values = np.concatenate(values)
+    scores = np.full((n_rows, *values.shape[1:]), np.nan)
+    scores[np.concatenate(rows)] = values
+    return scores
 
 
 def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, progress) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 :func:`encode_segments` encodes ``prefix question mid candidate mid local mid global suffix``, where
 ``prefix``, ``mid`` and ``suffix`` are the special tokens the tokenizer puts around a sentence pair
-(``[CLS] … [SEP] … [SEP]`` for BERT, ``<s> … </s></s> … </s>`` for RoBERTa; :func:`special_tokens`). The
+(``[CLS] … [SEP] … [SEP]`` for BERT, ``<s> … </s></s> … </s>`` for RoBERTa; :func:`~as2rank.neural.tokens.pair_template`). The
 question and candidate get their own budget, ``max_pair_length`` tokens with their special tokens
 (shortened longest first, as :class:`~as2rank.transformer.TransformerRanker` does with its ``max_length``),
 so no context can crowd them out; the contexts share what is left of ``max_length``, again longest first (a
@@ -11,52 +11,17 @@ Segment ids alternate 0, 1, 0, 1 over question, candidate, first and second cont
 them; every token also carries its segment (:data:`as2rank.neural.context.SEGMENTS`) for the models that
 tell the parts apart.
 
-Every distinct text is tokenised once, and rows are laid out with whole-array operations (NumPy, pandas).
+Every distinct text is tokenised once, and rows are laid out with whole-array operations
+(:mod:`as2rank.neural.tokens`).
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
-import pandas as pd
 
-from ..data import ragged_arange
+from .tokens import distinct_tokens, lay_out, pair_template
 
-__all__ = ["encode_segments", "share_budget", "special_tokens"]
-
-
-def special_tokens(tokenizer) -> tuple[list, list, list]:
-    """The special tokens a tokenizer puts before, between and after a sentence pair.
-
-    Read from the tokenizer itself (BERT: ``[CLS]``, ``[SEP]``, ``[SEP]``; RoBERTa: ``<s>``, ``</s></s>``,
-    ``</s>``), so that every segment boundary of a context input looks like the pair boundary the model
-    was pre-trained on.
-
-    Parameters
-    ----------
-    tokenizer : transformers tokenizer
-
-    Returns
-    -------
-    prefix, mid, suffix : list of int
-        Token ids before the first sentence, between the two, and after the second.
-
-    Raises
-    ------
-    ValueError
-        When the pair encoding does not contain the two sentences' own tokens.
-    """
-    a = tokenizer("a", add_special_tokens=False)["input_ids"]
-    b = tokenizer("b", add_special_tokens=False)["input_ids"]
-    full = list(tokenizer("a", "b")["input_ids"])
-    for i in range(len(full) - len(a) + 1):
-        if full[i : i + len(a)] != a:
-            continue
-        for j in range(i + len(a), len(full) - len(b) + 1):
-            if full[j : j + len(b)] == b:
-                return full[:i], full[i + len(a) : j], full[j + len(b) :]
-    raise ValueError(f"Cannot tell where {type(tokenizer).__name__} puts its special tokens around a sentence pair.")
+__all__ = ["encode_segments", "share_budget"]
 
 
 def share_budget(lengths: np.ndarray, budget: np.ndarray) -> np.ndarray:
@@ -107,14 +72,11 @@ def encode_segments(tokenizer, texts, segment_ids, *, max_length, max_pair_lengt
         padded at the end; ``lengths`` of shape (n,).
     """
     n, k = len(texts[0]), len(texts)
-    codes, uniques = pd.factorize(np.concatenate([np.asarray(t, dtype=object) for t in texts]))
-    codes = codes.reshape(k, n).T
     # Each distinct text is tokenised once; none can use more than max_length tokens.
-    token_lists = tokenizer(list(uniques), add_special_tokens=False, truncation=True, max_length=int(max_length))["input_ids"]
-    text_lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
-    prefix, mid, suffix = special_tokens(tokenizer)
-    pool = np.concatenate([np.asarray(prefix + mid + suffix, dtype=np.int64), np.fromiter(itertools.chain.from_iterable(token_lists), dtype=np.int64, count=int(text_lengths.sum()))])
-    text_starts = len(prefix) + len(mid) + len(suffix) + np.cumsum(text_lengths) - text_lengths
+    codes, pool, text_starts, text_lengths = distinct_tokens(tokenizer, texts, max_length=int(max_length))
+    prefix, mid, suffix, _ = pair_template(tokenizer)
+    prefix, mid, suffix = list(prefix), list(mid), list(suffix)
+    text_starts = text_starts + len(prefix) + len(mid) + len(suffix)
 
     lengths = text_lengths[codes]
     kept = np.empty_like(lengths)
@@ -136,25 +98,6 @@ def encode_segments(tokenizer, texts, segment_ids, *, max_length, max_pair_lengt
     piece_segment[1::2] = segment_ids
     # Segment type alternates over the texts; a special token takes the type of the text before it.
     piece_type = np.r_[0, np.repeat(np.arange(k) % 2, 2)]
-
-    flat = sizes.ravel()
-    row_lengths = sizes.sum(axis=1)
-    rows = np.repeat(np.arange(n), row_lengths)
-    cols = ragged_arange(row_lengths)
-    source = np.repeat(starts.ravel(), flat) + ragged_arange(flat)
-    width = int(row_lengths.max())
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    out = {
-        "input_ids": np.full((n, width), pad, dtype=np.int64),
-        "attention_mask": np.zeros((n, width), dtype=np.int64),
-        "segments": np.zeros((n, width), dtype=np.int64),
-    }
-    out["input_ids"][rows, cols] = pool[source]
-    out["attention_mask"][rows, cols] = 1
-    out["segments"][rows, cols] = np.repeat(np.tile(piece_segment, n), flat)
-    if token_types:
-        out["token_type_ids"] = np.zeros((n, width), dtype=np.int64)
-        out["token_type_ids"][rows, cols] = np.repeat(np.tile(piece_type, n), flat)
-    out["lengths"] = row_lengths
-    return out
-
+    pool = np.concatenate([np.asarray(prefix + mid + suffix, dtype=np.int64), pool])
+    return lay_out(pool, starts, sizes, pad, segments=piece_segment, **({"token_type_ids": piece_type} if token_types else {}))

@@ -1,0 +1,165 @@
+"""Token ids of model inputs built from the tokens of each distinct text: pairs and multi-text sequences.
+
+A question is paired with every one of its candidates, and candidate sets built by retrieval repeat candidates
+across questions; tokenising whole pairs would tokenise each question once per candidate. Here every distinct
+text is tokenised once (:func:`distinct_tokens`, through the fast tokenizer's Rust backend where there is one)
+and each row is then laid out with array operations (:func:`lay_out`) from its pieces: the special tokens the
+tokenizer puts around a pair (:func:`pair_template`) and the kept part of each text.
+
+:func:`pair_lengths` is the tokenizer's own ``longest_first`` pair truncation, so that a pair laid out here has
+the ids, token types and length that ``tokenizer(question, candidate, truncation="longest_first",
+max_length=...)`` gives (tested against it). NumPy and pandas only: no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from ..data import ragged_arange
+
+__all__ = ["distinct_tokens", "lay_out", "pair_lengths", "pair_template"]
+
+
+@functools.lru_cache(maxsize=8)
+def _text_backend(tokenizer, max_length):
+    """A copy of a fast tokenizer's Rust tokenizer that encodes single texts without special tokens, cut at
+    ``max_length`` tokens (``None``: whole), unpadded (the copy leaves the caller's settings untouched)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_padding()
+    if max_length is None:
+        backend.no_truncation()
+    else:
+        backend.enable_truncation(int(max_length), stride=0, direction=tokenizer.truncation_side)
+    return backend
+
+
+def distinct_tokens(tokenizer, columns, max_length: int | None = None) -> tuple:
+    """Tokenise the distinct texts of some columns once, without special tokens.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+    columns : list of array-like of str, each of shape (n,)
+    max_length : int, default=None
+        Keep at most this many tokens of each text (the first ones, or the last where the tokenizer truncates
+        on the left); ``None`` keeps them all.
+
+    Returns
+    -------
+    codes : ndarray of int, shape (n, len(columns))
+        The distinct text of each cell.
+    pool : ndarray of int64
+        The token ids of every distinct text, one after the other.
+    starts, lengths : ndarray of int64, shape (n_distinct,)
+        Where each distinct text's tokens start in ``pool``, and how many there are.
+    """
+    n = len(columns[0])
+    codes, uniques = pd.factorize(np.concatenate([np.asarray(c, dtype=object) for c in columns]))
+    if getattr(tokenizer, "is_fast", False) and len(uniques):
+        token_lists = [e.ids for e in _text_backend(tokenizer, max_length).encode_batch(list(uniques), add_special_tokens=False)]
+    else:
+        cut = {} if max_length is None else {"truncation": True, "max_length": int(max_length)}
+        token_lists = tokenizer(list(uniques), add_special_tokens=False, **cut)["input_ids"] if len(uniques) else []
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+    pool = np.fromiter(itertools.chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum()))
+    return codes.reshape(len(columns), n).T, pool, np.cumsum(lengths) - lengths, lengths
+
+
+@functools.lru_cache(maxsize=8)
+def pair_template(tokenizer) -> tuple:
+    """The special tokens a tokenizer puts before, between and after a sentence pair, and the token type of
+    each of the five pieces.
+
+    Read from the tokenizer itself (BERT: ``[CLS]``, ``[SEP]``, ``[SEP]`` with types 0, 0, 0, 1, 1; RoBERTa:
+    ``<s>``, ``</s></s>``, ``</s>``, all of type 0).
+
+    Returns
+    -------
+    prefix, mid, suffix : tuple of int
+        Token ids before the first text, between the two, and after the second.
+    types : tuple of int
+        Token type of the prefix, the first text, the middle, the second text and the suffix.
+
+    Raises
+    ------
+    ValueError
+        When the pair encoding does not hold the two texts' own tokens, or a piece mixes token types.
+    """
+    a = tokenizer("a", add_special_tokens=False)["input_ids"]
+    b = tokenizer("b", add_special_tokens=False)["input_ids"]
+    encoded = tokenizer("a", "b", return_token_type_ids=True)
+    full, full_types = list(encoded["input_ids"]), list(encoded["token_type_ids"])
+    for i in range(len(full) - len(a) + 1):
+        if full[i : i + len(a)] != a:
+            continue
+        for j in range(i + len(a), len(full) - len(b) + 1):
+            if full[j : j + len(b)] != b:
+                continue
+            bounds = (0, i, i + len(a), j, j + len(b), len(full))
+            types = [set(full_types[s:e]) for s, e in itertools.pairwise(bounds)]
+            if any(len(t) > 1 for t in types):
+                break
+            # An empty piece (no prefix, say) has no token to type: 0.
+            return tuple(full[:i]), tuple(full[i + len(a) : j]), tuple(full[j + len(b) :]), tuple(t.pop() if t else 0 for t in types)
+    raise ValueError(f"Cannot tell where {type(tokenizer).__name__} puts its special tokens around a sentence pair.")
+
+
+def pair_lengths(first: np.ndarray, second: np.ndarray, target: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kept tokens of two texts under the tokenizers library's ``longest_first`` truncation to ``target`` tokens.
+
+    Pairs that fit are kept whole. Otherwise, with ``short ≤ long`` the two lengths: the short text is kept
+    whole and the long one cut to ``target − short`` when that leaves the long one at least as long as the
+    short one; else both are cut to half of ``target``, the originally longer one (the second on a tie)
+    taking the odd token.
+    """
+    first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
+    short = np.minimum(first, second)
+    long_kept = np.where(short > target, short, np.maximum(short, target - short))
+    halves = short + long_kept > target
+    short_kept = np.where(halves, target // 2, short)
+    long_kept = np.where(halves, target // 2 + target % 2, long_kept)
+    fits = first + second <= target
+    swapped = first > second
+    return (np.where(fits, first, np.where(swapped, long_kept, short_kept)),
+            np.where(fits, second, np.where(swapped, short_kept, long_kept)))
+
+
+def lay_out(pool: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pad: int, **piece_values) -> dict:
+    """Rows of token ids gathered from ``pool``, padded at the end.
+
+    Parameters
+    ----------
+    pool : ndarray of int
+    starts, sizes : ndarray of int, shape (n, pieces)
+        Where each piece of each row starts in ``pool`` and how many tokens it has; a row is its pieces in order.
+    pad : int
+        Id of the padding token.
+    **piece_values : ndarray of int, shape (pieces,)
+        Further arrays to fill with one value per piece (token types, segment ids), zero on padding.
+
+    Returns
+    -------
+    dict of ndarray
+        ``input_ids``, ``attention_mask`` and each of ``piece_values``, of shape (n, longest row); ``lengths``
+        of shape (n,).
+    """
+    n = len(sizes)
+    flat = sizes.ravel()
+    lengths = sizes.sum(axis=1)
+    rows = np.repeat(np.arange(n), lengths)
+    cols = ragged_arange(lengths)
+    width = int(lengths.max()) if n else 0
+    out = {"input_ids": np.full((n, width), pad, dtype=np.int64), "attention_mask": np.zeros((n, width), dtype=np.int64)}
+    out["input_ids"][rows, cols] = pool[np.repeat(starts.ravel(), flat) + ragged_arange(flat)]
+    out["attention_mask"][rows, cols] = 1
+    for key, values in piece_values.items():
+        out[key] = np.zeros((n, width), dtype=np.int64)
+        out[key][rows, cols] = np.repeat(np.tile(np.asarray(values, dtype=np.int64), n), flat)
+    out["lengths"] = lengths
+    return out
