@@ -421,7 +421,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         import torch
 
         from .neural import resolve_device
-        from .neural.backbone import native_pooling, token_budget_batches
+        from .neural.backbone import encoder_states, native_pooling, token_budget_batches
         from .neural.heads import pool
         from .neural.predict import no_progress, predict_batches
 
@@ -437,7 +437,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         def run(rows):
             width = int(lengths[rows].max())
             batch_mask = torch.from_numpy(mask[rows, :width]).to(device)
-            hidden = encoder(input_ids=torch.from_numpy(ids[rows, :width]).to(device), attention_mask=batch_mask).last_hidden_state
+            hidden = encoder_states(encoder, {"input_ids": torch.from_numpy(ids[rows, :width]).to(device), "attention_mask": batch_mask})
             return rows, pool(hidden, batch_mask, pooling)
 
         batches = token_budget_batches(np.ones(len(texts), dtype=np.int64), lengths, self.batch_tokens)

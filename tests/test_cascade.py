@@ -230,6 +230,7 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
         # the CPU's way: each chunk keeps its own survivors, cut to their real lengths
         exact, rows_exact = module.cascade(batch, codes, [0.3, 0.2, 0.0, 0.5], 4, chunk_tokens=100,
                                            lengths=lengths, exact_widths=True)
+    one, chunked, exact = one.numpy(), chunked.numpy(), exact.numpy()
     assert min(np.diff(np.sort(full[:, e])).min() for e in range(5)) > 1e-4  # far above the rounding (~1e-5 here)
     for got in (chunked, exact):
         assert np.array_equal(np.isnan(got), np.isnan(one))

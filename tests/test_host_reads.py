@@ -2,7 +2,8 @@
 contexts or chunks (on a GPU each read waits for all the work queued before it).
 
 Counted on the CPU, where the code paths are the same: every call of ``Tensor.item``, ``.tolist``,
-``.cpu`` and ``.numpy`` while ``predict`` runs.
+``.cpu`` and ``.numpy`` while ``predict`` runs, and every truth test of a tensor (``if mask.all():``, as
+transformers' mask builder makes), which reads it as well.
 """
 
 import contextlib
@@ -19,7 +20,7 @@ from tests import test_context as tc  # noqa: E402
 from tests.test_cascade import one_question  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
-READS = ("item", "tolist", "cpu", "numpy")
+READS = ("item", "tolist", "cpu", "numpy", "__bool__")
 
 
 @contextlib.contextmanager
@@ -48,7 +49,8 @@ def test_counter_sees_every_kind_of_read():
         t = torch.ones(3)
         t.item() if t.numel() == 1 else t[0].item()
         t.tolist(), t.cpu().numpy()
-    assert sorted(calls) == ["cpu", "item", "numpy", "tolist"]
+        bool(t.all())
+    assert sorted(calls) == ["__bool__", "cpu", "item", "numpy", "tolist"]
 
 
 @pytest.mark.parametrize("batch_tokens", [64, 100_000])

@@ -28,9 +28,11 @@ __all__ = [
     "POOLINGS",
     "LayerStack",
     "encode_pairs",
+    "encoder_states",
     "layer_list",
     "load_backbone",
     "native_pooling",
+    "padding_mask_4d",
     "question_mask",
     "resolve_model",
     "token_budget_batches",
@@ -218,13 +220,60 @@ class LayerStack:
 
     def run(self, hidden: torch.Tensor, attention_mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Apply blocks ``start .. stop-1`` to ``hidden`` (``attention_mask`` is the 2-D 0/1 padding mask)."""
-        from transformers.masking_utils import create_bidirectional_mask
-
-        mask = create_bidirectional_mask(config=self.encoder.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        mask = padding_mask_4d(self.encoder.config, attention_mask, hidden.dtype)
         for layer in self.layers[start:stop]:
             out = layer(hidden, mask)
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden
+
+
+def padding_mask_4d(config, attention_mask: torch.Tensor, dtype: torch.dtype):
+    """The attention mask an encoder's blocks take, from the 2-D 0/1 padding mask, built without reading it.
+
+    transformers' ``create_bidirectional_mask`` first asks whether any token is padded, to pass no mask at all
+    when none is: for SDPA attention that is a read of the mask on the host, which on a GPU waits for all the
+    work queued before it (once for every segment of every chunk of a cascade). This builds the mask whatever
+    the padding, the same one transformers passes when there is padding: boolean, True where a key is
+    attended (SDPA), or additive, 0 there and the dtype's minimum elsewhere (eager); other attention
+    implementations get transformers' own.
+
+    Parameters
+    ----------
+    config : transformers.PretrainedConfig
+    attention_mask : Tensor of shape (batch, length)
+    dtype : torch.dtype
+        The blocks' input dtype (the additive mask's; unused for SDPA's boolean mask).
+
+    Returns
+    -------
+    Tensor of shape (batch, 1, length, length), or what ``create_bidirectional_mask`` returns
+    """
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in ("sdpa", "eager"):
+        from transformers.masking_utils import create_bidirectional_mask
+
+        embeds = torch.empty((*attention_mask.shape, 1), dtype=dtype, device=attention_mask.device)  # shape, dtype
+        return create_bidirectional_mask(config=config, inputs_embeds=embeds, attention_mask=attention_mask)
+    batch, length = attention_mask.shape
+    keep = attention_mask.bool()[:, None, None, :]
+    if implementation == "eager":
+        zeros = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+        keep = zeros.masked_fill(~keep, torch.finfo(dtype).min)
+    return keep.expand(batch, 1, length, length)
+
+
+def encoder_states(encoder, batch: dict) -> torch.Tensor:
+    """The encoder's last hidden states on a batch's ``input_ids``, ``attention_mask`` (and ``token_type_ids``).
+
+    For the model types of :data:`LAYERED_MODEL_TYPES` with SDPA attention (transformers' default), whose
+    implementations take a ready 4-D mask as it is, the mask is :func:`padding_mask_4d`'s: transformers would
+    read the 2-D mask on the host first. Other models build their own.
+    """
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+    config = encoder.config
+    if getattr(config, "model_type", None) in LAYERED_MODEL_TYPES and getattr(config, "_attn_implementation", None) == "sdpa":
+        inputs["attention_mask"] = padding_mask_4d(config, inputs["attention_mask"], torch.bool)
+    return encoder(**inputs).last_hidden_state
 
 
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

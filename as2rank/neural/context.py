@@ -13,7 +13,7 @@ from torch import nn
 
 from ..params import SUMMARIES as _SUMMARIES
 from ..params import Options, check_param
-from .backbone import masked_mean
+from .backbone import encoder_states, masked_mean
 from .heads import head_logits, pool, with_prior
 
 __all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
@@ -242,8 +242,7 @@ class MultiwayContextEncoder(nn.Module):
             widths = _widths(counts)  # before the encoder: see segment_widths
         else:
             widths = [max(1, int(host[:, list(ids)].sum(axis=1).max(initial=0))) for ids in groups]
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        hidden = self.encoder(**inputs).last_hidden_state
+        hidden = encoder_states(self.encoder, batch)
         query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])
         parts = [masked_mean(query, query_mask) if self.summary == "pair" else pool(hidden, batch["attention_mask"], self.pooling)]
         for i, context in enumerate(self.contexts, start=1):
@@ -273,7 +272,7 @@ class ContextEnsembleModule(nn.Module):
 
     def _pooled(self, encoder, batch, prefix, width):
         inputs = {k: batch[prefix + k][:, :width] for k in ("input_ids", "attention_mask", "token_type_ids") if prefix + k in batch}
-        hidden = encoder(**inputs).last_hidden_state
+        hidden = encoder_states(encoder, inputs)
         return pool(hidden, inputs["attention_mask"], self.pooling)
 
     def forward(self, batch: dict) -> torch.Tensor:

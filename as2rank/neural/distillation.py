@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backbone import LayerStack, layer_list, truncate_layers
+from .backbone import LayerStack, encoder_states, layer_list, truncate_layers
 from .heads import feed_forward, head_logits, pool, with_prior
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers", "distillation_loss"]
@@ -226,8 +226,7 @@ class CerberusEncoder(nn.Module):
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits of every head for every row, shape (n_rows, n_heads): the body runs once. A batch's per-row
         ``prior`` logits, when it has them, are added to every head's."""
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        body = self.encoder(**inputs).last_hidden_state
+        body = encoder_states(self.encoder, batch)
         if torch.is_autocast_enabled(body.device.type):
             # The heads' products run in the autocast dtype anyway; keeping their residual stream in it too (HF
             # blocks keep float32) halves the memory traffic of their k times wider element-wise steps.

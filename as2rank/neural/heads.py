@@ -8,7 +8,7 @@ from torch import nn
 
 from ..data import ragged_arange
 from ..pruning import n_dropped
-from .backbone import LayerStack, masked_mean, truncate_layers
+from .backbone import LayerStack, encoder_states, masked_mean, truncate_layers
 
 __all__ = [
     "CARRIED",
@@ -82,8 +82,7 @@ class CrossEncoder(nn.Module):
         self.similarity = SegmentSimilarity() if similarity else None
 
     def _hidden(self, batch: dict) -> torch.Tensor:
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        return self.encoder(**inputs).last_hidden_state
+        return encoder_states(self.encoder, batch)
 
     def forward(self, batch: dict) -> torch.Tensor:
         """One logit per row of ``batch``, shape (rows,)."""
@@ -210,8 +209,9 @@ class CascadeEncoder(nn.Module):
 
         What depends on the scores (which rows a drop keeps, where the survivors go) is decided on the batch's
         device; the shape of every step comes from the host: a drop keeps a known number of rows of each
-        question, and each chunk's width is a bound on its survivors' lengths (``_survivor_widths``). So
-        the only device-to-host transfer is the returned logits, one per batch, whatever the number of exits.
+        question, and each chunk's width is a bound on its survivors' lengths (``_survivor_widths``). So, given
+        ``lengths`` and without ``exact_widths``, nothing is read back from the device, whatever the number of
+        exits: the logits stay there, for the caller to read with those of other batches.
 
         Parameters
         ----------
@@ -242,7 +242,7 @@ class CascadeEncoder(nn.Module):
 
         Returns
         -------
-        logits : ndarray of float64, shape (n_rows, n_exits)
+        logits : Tensor of float32, shape (n_rows, n_exits), on the batch's device
             Logit of every exit a row reached; NaN after the row was dropped.
         rows_per_layer : ndarray of int, shape (exits[last_exit],)
             Rows processed by each layer.
@@ -308,7 +308,7 @@ class CascadeEncoder(nn.Module):
                 hidden = [padded[survivors[first:end], :width].contiguous() for first, end, width in spans_now]
             states = [{"hidden": h, **{k: batch[k][order[first:end], :width] for k in CARRIED if k in batch}}
                       for h, (first, end, width) in zip(hidden, spans_now)]
-        return logits.cpu().double().numpy(), rows_per_layer
+        return logits, rows_per_layer
 
 
 class ExitSegment(nn.Module):

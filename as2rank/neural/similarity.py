@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .backbone import load_backbone, masked_mean, token_budget_batches
+from .backbone import encoder_states, load_backbone, masked_mean, token_budget_batches
 from .fitcache import source_digests
 from .predict import no_progress, predict_batches
 
@@ -122,7 +122,7 @@ def pair_similarity(source: dict, questions, candidates, *, device, dtype, max_l
     def run(rows):
         width = int(lengths[rows].max())
         batch_mask = torch.from_numpy(mask[rows, :width]).to(device)
-        hidden = encoder(input_ids=torch.from_numpy(ids[rows, :width]).to(device), attention_mask=batch_mask)[0]
+        hidden = encoder_states(encoder, {"input_ids": torch.from_numpy(ids[rows, :width]).to(device), "attention_mask": batch_mask})
         return rows, torch.nn.functional.normalize(masked_mean(hidden.float(), batch_mask), dim=-1)
 
     embeddings = predict_batches(batches, run, len(texts), device=device, dtype=dtype, progress=no_progress)
