@@ -241,6 +241,18 @@ def log_checks(checks) -> None:
         log(f"[check] {'PASS' if c['pass'] else 'FAIL'}: {c['check']}: {c['measured']}")
 
 
+def conclude(res: dict, name: str, start: float, checks: list) -> Path:
+    """End a run: record and print its acceptance ``checks``, the load average and the wall time since
+    ``start`` (``time.perf_counter()``), then :func:`publish` it as ``name``. Returns the page's path."""
+    res["acceptance"] = checks
+    log_checks(checks)
+    res["load_average_end"] = load_average()
+    res["wall_seconds"] = time.perf_counter() - start
+    page = publish(res, name)
+    log(f"done in {res['wall_seconds'] / 60:.1f} min")
+    return page
+
+
 # ----------------------------------------------------------------------------------------------- pages
 def save_figure(fig, path, *, dpi: int = 120, legend_axes=None) -> None:
     """Write a page's figure: the legend of ``legend_axes`` (if given) in its lower right corner, a light grid on

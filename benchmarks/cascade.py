@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, fitted, load_average, log, log_checks, publish, run_header, save_figure, tagged, wikiqa_splits
+from _common import DOCS, conclude, fitted, load_average, log, run_header, save_figure, tagged, wikiqa_splits
 
 from as2rank.cascade import EXIT_GAP, CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
 from as2rank.data import GroupIndex, keep_answered
@@ -548,12 +548,7 @@ def main(argv=None):
     res["table3"] = {"rows": rows, "simulate_agreement": sim_diffs, "n_questions": int(X3["qid"].nunique()),
                      "n_rows": len(X3)}
     res["throughput"] = throughput_rounds(ct, X3, y3, rounds, n_timing)
-    res["acceptance"] = acceptance(res["table2"], rows, res["throughput"], sampling)
-    log_checks(res["acceptance"])
-    res["load_average_end"] = load_average()
-    res["wall_seconds"] = time.perf_counter() - t_start
-    publish(res, "cascade")
-    log(f"done in {res['wall_seconds'] / 60:.1f} min")
+    conclude(res, "cascade", t_start, acceptance(res["table2"], rows, res["throughput"], sampling))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import time
 import joblib
 import numpy as np
 import torch
-from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, fitted, load_average, log, log_checks, publish, render_page, run_header, tagged, wikiqa_splits
+from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, conclude, fitted, log, render_page, run_header, tagged, wikiqa_splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -407,12 +407,7 @@ def main(argv=None):
                  "cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
     }
     res.update(run(args))
-    res["acceptance"] = acceptance(res)
-    log_checks(res["acceptance"])
-    res["load_average_end"] = load_average()
-    res["wall_seconds"] = time.perf_counter() - start
-    publish(res, "cerberus")
-    log(f"done in {res['wall_seconds'] / 60:.1f} min")
+    conclude(res, "cerberus", start, acceptance(res))
 
 
 if __name__ == "__main__":

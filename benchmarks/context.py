@@ -48,7 +48,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, fitted, load_average, log, log_checks, publish, run_header, wikiqa_splits
+from _common import CACHE, conclude, fitted, log, run_header, wikiqa_splits
 
 from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
@@ -431,12 +431,7 @@ def main(argv=None):
     for name in args.data:
         res["datasets"][name] = run_dataset(name, args, fit_log)
     res["fits"] = fit_log
-    res["acceptance"] = acceptance(res)
-    log_checks(res["acceptance"])
-    res["load_average_end"] = load_average()
-    res["wall_seconds"] = time.perf_counter() - start
-    publish(res, "context")
-    log(f"done in {res['wall_seconds'] / 60:.1f} min")
+    conclude(res, "context", start, acceptance(res))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import fitted, load_average, log, log_checks, publish, run_header
+from _common import conclude, fitted, log, run_header
 from context import LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, load_data, make, subset_questions, with_context
 
 ROWS = ("Concat", "MWA")
@@ -67,12 +67,7 @@ def main(argv=None):
         log(f"== {name}")
         res["datasets"][name] = run_dataset(name, args, fit_log)
     res["fits"] = fit_log
-    res["acceptance"] = acceptance(res)
-    log_checks(res["acceptance"])
-    res["load_average_end"] = load_average()
-    res["wall_seconds"] = time.perf_counter() - start
-    publish(res, "context_latency")
-    log(f"done in {res['wall_seconds'] / 60:.1f} min")
+    conclude(res, "context_latency", start, acceptance(res))
 
 
 if __name__ == "__main__":
