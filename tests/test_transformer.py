@@ -369,6 +369,13 @@ def test_encode_pairs_matches_the_tokenizer_call(tokenizer, max_length, side, to
     assert got["lengths"].max() <= max_length
 
 
+@pytest.mark.parametrize("bad", [None, float("nan"), 3])
+def test_encode_pairs_refuses_what_is_not_text(tokenizer, bad):
+    # A missing value must not be given another text's tokens.
+    with pytest.raises(TypeError, match="must be str"):
+        encode_pairs(tokenizer, ["the king", "the king"], ["a tower", bad])
+
+
 def test_pair_lengths_follow_the_longest_first_rule():
     from as2rank.neural.tokens import pair_lengths
 

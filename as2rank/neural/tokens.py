@@ -60,7 +60,11 @@ def distinct_tokens(tokenizer, columns, max_length: int | None = None) -> tuple:
         Where each distinct text's tokens start in ``pool``, and how many there are.
     """
     n = len(columns[0])
-    codes, uniques = pd.factorize(np.concatenate([np.asarray(c, dtype=object) for c in columns]))
+    # A missing value stays a value of its own (no sentinel code, which would index another text's tokens).
+    codes, uniques = pd.factorize(np.concatenate([np.asarray(c, dtype=object) for c in columns]), use_na_sentinel=False)
+    bad = [u for u in uniques if not isinstance(u, str)]
+    if bad:
+        raise TypeError(f"Texts to tokenise must be str; got {len(bad)} distinct other value(s), e.g. {bad[0]!r}.")
     if getattr(tokenizer, "is_fast", False) and len(uniques):
         token_lists = [e.ids for e in _text_backend(tokenizer, max_length).encode_batch(list(uniques), add_special_tokens=False)]
     else:
