@@ -369,6 +369,16 @@ def test_encode_pairs_matches_the_tokenizer_call(tokenizer, max_length, side, to
     assert got["lengths"].max() <= max_length
 
 
+def test_encode_pairs_follows_a_tokenizer_changed_after_a_first_call():
+    # The tokenizer copy that encode_pairs caches is keyed by the tokenizer's whole state.
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
+    before = encode_pairs(tok, ["the zebra"], ["a zebra tower"])["input_ids"]
+    tok.add_tokens(["zebra"])
+    after = encode_pairs(tok, ["the zebra"], ["a zebra tower"])["input_ids"]
+    assert not np.array_equal(before, after)
+    np.testing.assert_array_equal(after, tok(["the zebra"], ["a zebra tower"], return_tensors="np")["input_ids"])
+
+
 @pytest.mark.parametrize("bad", [None, float("nan"), 3])
 def test_encode_pairs_refuses_what_is_not_text(tokenizer, bad):
     # A missing value must not be given another text's tokens.

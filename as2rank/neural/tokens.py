@@ -25,17 +25,19 @@ __all__ = ["distinct_tokens", "lay_out", "pair_lengths", "pair_template"]
 
 
 @functools.lru_cache(maxsize=8)
-def _text_backend(tokenizer, max_length):
-    """A copy of a fast tokenizer's Rust tokenizer that encodes single texts without special tokens, cut at
-    ``max_length`` tokens (``None``: whole), unpadded (the copy leaves the caller's settings untouched)."""
+def _text_backend(spec: str, max_length, side: str):
+    """A Rust tokenizer from the serialised ``spec`` of a fast tokenizer's, encoding single texts cut at
+    ``max_length`` tokens on ``side`` (``None``: whole), unpadded. Cached by the serialisation itself, so a
+    tokenizer changed after a first call (tokens added, say) gets a new copy, and the caller's settings stay
+    untouched."""
     from tokenizers import Tokenizer
 
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend = Tokenizer.from_str(spec)
     backend.no_padding()
     if max_length is None:
         backend.no_truncation()
     else:
-        backend.enable_truncation(int(max_length), stride=0, direction=tokenizer.truncation_side)
+        backend.enable_truncation(int(max_length), stride=0, direction=side)
     return backend
 
 
@@ -66,7 +68,8 @@ def distinct_tokens(tokenizer, columns, max_length: int | None = None) -> tuple:
     if bad:
         raise TypeError(f"Texts to tokenise must be str; got {len(bad)} distinct other value(s), e.g. {bad[0]!r}.")
     if getattr(tokenizer, "is_fast", False) and len(uniques):
-        token_lists = [e.ids for e in _text_backend(tokenizer, max_length).encode_batch(list(uniques), add_special_tokens=False)]
+        backend = _text_backend(tokenizer.backend_tokenizer.to_str(), max_length, tokenizer.truncation_side)
+        token_lists = [e.ids for e in backend.encode_batch(list(uniques), add_special_tokens=False)]
     else:
         cut = {} if max_length is None else {"truncation": True, "max_length": int(max_length)}
         token_lists = tokenizer(list(uniques), add_special_tokens=False, **cut)["input_ids"] if len(uniques) else []
@@ -75,7 +78,6 @@ def distinct_tokens(tokenizer, columns, max_length: int | None = None) -> tuple:
     return codes.reshape(len(columns), n).T, pool, np.cumsum(lengths) - lengths, lengths
 
 
-@functools.lru_cache(maxsize=8)
 def pair_template(tokenizer) -> tuple:
     """The special tokens a tokenizer puts before, between and after a sentence pair, and the token type of
     each of the five pieces.
