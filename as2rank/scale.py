@@ -303,9 +303,8 @@ def predict_dask(estimator, ddf, *, partitioned=False):
     The fitted estimator enters the task graph once, as one task: each worker fetches it when it first
     needs it and keeps it for the partitions it scores (not one copy per partition). Dask's active memory
     manager (on by default, policy ``ReduceReplicas``) may drop a worker's copy while no waiting task there
-    needs it, and the worker then fetches it again; start the scheduler with
-    ``distributed.scheduler.active-memory-manager.start: False`` to keep each worker's copy (even then, a
-    busy worker was once seen to receive the model twice). Every partition must hold whole
+    needs it, and the worker then fetches it again; for a strict one copy per worker, start the scheduler
+    with ``distributed.scheduler.active-memory-manager.start: False``. Every partition must hold whole
     questions, since scores such as Cosinet's depend on a question's other candidates and ranks are per
     question: unless ``partitioned=True``, the frame is first shuffled by ``qid`` (hash partitioning), after
     adding a ``position`` column (the order of the rows inside their question, which a shuffle would lose)

@@ -402,13 +402,10 @@ def test_predict_dask_partitions_by_question_and_ships_the_model_once_per_worker
     X = X.assign(question=X["question"].astype(str))
     shuffled = X.drop(columns="position").sample(frac=1.0, random_state=0)  # questions spread over partitions
     model = scale_helpers.CountingRanker()
-    n_partitions = 8
-    result = predict_dask(model, dd.from_pandas(shuffled, npartitions=n_partitions)).compute()
+    result = predict_dask(model, dd.from_pandas(shuffled, npartitions=5)).compute()
     reference = score_frame(model, X)
     result = result.loc[reference.index]
     np.testing.assert_allclose(result["score"], reference["score"], rtol=0, atol=1e-12)
     np.testing.assert_array_equal(result["rank"], reference["rank"])
     loads = dask_client.run(lambda: __import__("tests.scale_helpers", fromlist=["LOADS"]).LOADS)
-    # Once per worker (2 here), not once per partition: a copy per partition would load it 8 times. Dask does
-    # not promise one transfer per worker: under a loaded test run one worker once received the model twice.
-    assert 1 <= sum(loads.values()) <= n_partitions // 2, loads
+    assert all(count <= 1 for count in loads.values()) and sum(loads.values()) >= 1, loads
