@@ -117,3 +117,28 @@ def test_mwa_widths_from_host_counts_match_the_device_read():
         read = ranker.model_({k: v for k, v in batch.items() if k != "host_segment_counts"})
     assert "tolist" in calls
     torch.testing.assert_close(host, read)
+
+
+@pytest.mark.parametrize("pending_values", [1, 4, 1 << 24])
+def test_predict_batches_reads_outputs_in_bounded_groups_and_puts_them_back_in_row_order(pending_values, monkeypatch):
+    """Outputs are read once per call, or each time the unread ones reach ``PENDING_VALUES`` values; a batch
+    that returns an array (ONNX Runtime) first reads what is pending, so every value lands on its own row."""
+    from as2rank.neural import predict
+
+    monkeypatch.setattr(predict, "PENDING_VALUES", pending_values)
+    order = np.random.default_rng(0).permutation(10)
+    batches = [order[:3], order[3:4], order[4:8], order[8:]]
+    truth = np.arange(10, dtype=np.float64) * 1.5
+
+    def run(rows):
+        out = truth[rows]
+        return rows, (out if len(rows) == 1 else torch.from_numpy(out).float())  # one batch as an array
+
+    with counted_reads() as calls:
+        got = predict.predict_batches(batches, run, 12, device=torch.device("cpu"), dtype=torch.float32,
+                                      progress=predict.no_progress)
+    np.testing.assert_array_equal(got[:10], truth)
+    assert np.isnan(got[10:]).all()  # rows no batch scored
+    # Tensor batches of 3, 4 and 2 values around the array. At most 1 value: each read alone; 4: [3] before
+    # the array, [4] on reaching 4, [2] at the end; unbounded: [3] before the array, [4, 2] at the end.
+    assert calls.count("numpy") == {1: 3, 4: 3, 1 << 24: 2}[pending_values]

@@ -52,11 +52,14 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
         Each row's output; NaN for rows no batch scored.
     """
     rows, values, pending = [], [], []
+    n_pending = 0
 
     def read():
         # One device-to-host transfer for every output not yet read.
+        nonlocal n_pending
         values.append(torch.cat([out.float() for out in pending]).cpu().numpy())
         pending.clear()
+        n_pending = 0
 
     with torch.inference_mode(), autocast(device, dtype):
         for batch in progress(batches, len(batches), desc):
@@ -70,7 +73,8 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
             # Tensors stay where ``run`` left them, so that a GPU never idles while the next batch is prepared
             # and launched; they are read once per call (or per PENDING_VALUES values, bounding device memory).
             pending.append(out)
-            if sum(t.numel() for t in pending) >= PENDING_VALUES:
+            n_pending += out.numel()
+            if n_pending >= PENDING_VALUES:
                 read()
     if pending:
         read()
