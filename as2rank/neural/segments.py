@@ -75,7 +75,6 @@ def encode_segments(tokenizer, texts, segment_ids, *, max_length, max_pair_lengt
     # Each distinct text is tokenised once; none can use more than max_length tokens.
     codes, pool, text_starts, text_lengths = distinct_tokens(tokenizer, texts, max_length=int(max_length))
     prefix, mid, suffix, _ = pair_template(tokenizer)
-    prefix, mid, suffix = list(prefix), list(mid), list(suffix)
     text_starts = text_starts + len(prefix) + len(mid) + len(suffix)
 
     lengths = text_lengths[codes]
