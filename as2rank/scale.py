@@ -303,8 +303,11 @@ def predict_dask(estimator, ddf, *, partitioned=False):
     The fitted estimator enters the task graph once, as one task: each worker fetches it when it first
     needs it and keeps it for the partitions it scores (not one copy per partition). Dask's active memory
     manager (on by default, policy ``ReduceReplicas``) may drop a worker's copy while no waiting task there
-    needs it, and the worker then fetches it again; for a strict one copy per worker, start the scheduler
-    with ``distributed.scheduler.active-memory-manager.start: False``. Every partition must hold whole
+    needs it, and the worker then fetches it again. Work stealing (on by default) may move the estimator's task
+    to another worker after the first received it: a worker unpickles a task when it arrives, so the first
+    worker then loads the estimator once more when it fetches it. For a strict one copy per worker, start the
+    scheduler with ``distributed.scheduler.active-memory-manager.start: False`` and
+    ``distributed.scheduler.work-stealing: False``. Every partition must hold whole
     questions, since scores such as Cosinet's depend on a question's other candidates and ranks are per
     question: unless ``partitioned=True``, the frame is first shuffled by ``qid`` (hash partitioning), after
     adding a ``position`` column (the order of the rows inside their question, which a shuffle would lose)

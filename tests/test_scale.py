@@ -56,9 +56,11 @@ def dask_client():
     distributed = pytest.importorskip("distributed")
     import dask
 
-    # Without the active memory manager, which may drop a worker's copy of the model between partitions
-    # (then fetched again): predict_dask's docs name this setting for a strict one copy per worker.
-    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}), distributed.LocalCluster(
+    # Without the active memory manager, which may drop a worker's copy of the model between partitions (then
+    # fetched again), and without work stealing, which may move the model's task away from a worker that already
+    # unpickled it on arrival: predict_dask's docs name these settings for a strict one copy per worker.
+    settings = {"distributed.scheduler.active-memory-manager.start": False, "distributed.scheduler.work-stealing": False}
+    with dask.config.set(settings), distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50
     ) as cluster, distributed.Client(cluster) as client:
         # Import dask.dataframe in every worker up front: under load a worker failed to unpickle a task while
