@@ -1,0 +1,223 @@
+"""Operator choices of the int8 graph on ONNX Runtime: the graph ``precision="int8"`` runs, against the same
+graph with its self-attention blocks written other ways and with ONNX Runtime's SkipLayerNormalization fusion
+on, timed on the same batches in one process.
+
+    python benchmarks/int8_operators.py [--pairs N] [--rounds N] [--threads N]
+
+The model is the one of ``benchmarks/cpu_inference.py`` (``TransformerRanker(random_state=0)`` fitted on the
+first 300 training questions, shared through the fit cache); its int8 graph is exported by one
+``predict(precision="int8")`` on the first ``--pairs`` WikiQA-test pairs, and that call's session inputs (the
+batches ``predict`` feeds ONNX Runtime, after tokenisation and the lexical prior) are what every variant runs.
+Each variant is a rewrite of the exported graph, run by a session that as2rank's ``OnnxModule`` builds (its
+threads and options):
+
+- **shipped**: the graph as exported: each self-attention block one ``com.microsoft.QAttention`` node, and
+  ONNX Runtime's ``SkipLayerNormFusion`` off (:data:`as2rank.neural.onnx_runtime.DISABLED_FUSIONS`);
+- **SkipLayerNormalization fusion on**: the same graph with that fusion left on;
+- **MultiHeadAttention**: the query, key and value projections as one ``MatMulIntegerToFloat``, split, then
+  ``com.microsoft.MultiHeadAttention`` (which adds their biases);
+- **standard operators**: the same product, then the attention in ONNX's own operators (reshape, transpose,
+  two batched ``MatMul``, the additive mask, ``Softmax``);
+- **ONNX Attention (opset 23)**: the same product, split, then ONNX's own ``Attention`` operator (the graph's
+  operator set raised to 23), with the padding as a boolean mask;
+- **no attention (a bound)**: the same product and its query third as the block's output, no attention at all:
+  wrong scores, timed only to bound what any faster attention could gain.
+
+Writes ``benchmarks/results/int8_operators.json`` and ``docs/benchmarks/int8_operators.md`` (``-<tag>`` with
+``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py int8_operators`` renders the page again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+
+import numpy as np
+from _common import conclude, fitted, log, run_header, wikiqa_splits
+from cpu_inference import fit_subset
+
+#: Variants: name -> (rewrite of the attention blocks or None, whether it computes the shipped model (up to the
+#: order of float sums, which can flip an int8 rounding), ONNX Runtime fusions to disable or None for the library's).
+VARIANTS = {
+    "shipped": (None, True, None),
+    "SkipLayerNormalization fusion on": (None, True, ()),
+    "MultiHeadAttention": ("multi_head", True, None),
+    "standard operators": ("standard", True, None),
+    "ONNX Attention (opset 23)": ("onnx", True, None),
+    "no attention (a bound)": ("none", False, None),
+}
+#: A variant that computes the shipped graph's scores and runs this much faster fails the check.
+MARGIN = 1.05
+#: Training questions of the fit (those of ``cpu_inference.py``).
+FIT_QUESTIONS = 300
+
+
+def rewrite(model, how: str):
+    """A copy of ``model`` (an ``onnx.ModelProto``) with every ``QAttention`` node written as ``how``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    consts, nodes, masks = [], [], {}
+
+    def const(name, value):
+        consts.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    for node in model.graph.node:
+        if node.op_type != "QAttention":
+            nodes.append(node)
+            continue
+        x, weight, bias, scale, weight_scale, keep, zero = node.input
+        heads = next(a.i for a in node.attribute if a.name == "num_heads")
+        p, out = node.name, node.output[0]
+        width = next(numpy_helper.to_array(t).shape[0] for t in model.graph.initializer if t.name == bias) // 3
+        product = helper.make_node("MatMulIntegerToFloat", [x, weight, scale, weight_scale, zero, ""]
+                                   + ([] if how == "multi_head" else [bias]), [f"{p}_qkv"], domain="com.microsoft")
+        nodes.append(product)
+        if how == "none":
+            nodes.append(helper.make_node("Split", [f"{p}_qkv"], [out, f"{p}_k", f"{p}_v"], axis=2, num_outputs=3))
+        elif how == "multi_head":
+            nodes += [helper.make_node("Split", [f"{p}_qkv"], [f"{p}_q", f"{p}_k", f"{p}_v"], axis=2, num_outputs=3),
+                      helper.make_node("MultiHeadAttention", [f"{p}_q", f"{p}_k", f"{p}_v", bias, keep], [out],
+                                       num_heads=heads, domain="com.microsoft")]
+        elif how == "onnx":
+            if keep not in masks:  # (rows, 1, tokens, tokens), True where attended: ONNX Runtime wants every query's row
+                m = masks[keep] = f"{keep}_boolean"
+                shape = [helper.make_node("Shape", [keep], [f"{m}_rows_tokens"])] + [
+                    helper.make_node("Slice", [f"{m}_rows_tokens", const(f"{m}_{a}", np.int64([a])),
+                                               const(f"{m}_{a}_end", np.int64([a + 1]))], [f"{m}_dim{a}"]) for a in (0, 1)]
+                nodes += [*shape,
+                          helper.make_node("Concat", [f"{m}_dim0", const(f"{m}_heads", np.int64([1])), f"{m}_dim1", f"{m}_dim1"],
+                                           [f"{m}_shape"], axis=0),
+                          helper.make_node("Cast", [keep], [f"{m}_b"], to=TensorProto.BOOL),
+                          helper.make_node("Unsqueeze", [f"{m}_b", const(f"{m}_axes", np.int64([1, 2]))], [f"{m}_u"]),
+                          helper.make_node("Expand", [f"{m}_u", f"{m}_shape"], [m])]
+            nodes += [helper.make_node("Split", [f"{p}_qkv"], [f"{p}_q", f"{p}_k", f"{p}_v"], axis=2, num_outputs=3),
+                      helper.make_node("Attention", [f"{p}_q", f"{p}_k", f"{p}_v", masks[keep]], [out],
+                                       q_num_heads=heads, kv_num_heads=heads)]
+        elif how == "standard":
+            if keep not in masks:  # (rows, 1, 1, tokens): 0 where attended, -10000 (ONNX Runtime's fill) elsewhere
+                m = masks[keep] = f"{keep}_additive"
+                nodes += [helper.make_node("Cast", [keep], [f"{m}_f"], to=TensorProto.FLOAT),
+                          helper.make_node("Sub", [f"{m}_f", const(f"{m}_one", np.float32(1))], [f"{m}_d"]),
+                          helper.make_node("Mul", [f"{m}_d", const(f"{m}_fill", np.float32(10000))], [f"{m}_a"]),
+                          helper.make_node("Unsqueeze", [f"{m}_a", const(f"{m}_axes", np.int64([1, 2]))], [m])]
+            d = width // heads
+            nodes += [
+                helper.make_node("Reshape", [f"{p}_qkv", const(f"{p}_5d", np.int64([0, 0, 3, heads, d]))], [f"{p}_r"]),
+                helper.make_node("Transpose", [f"{p}_r"], [f"{p}_t"], perm=[2, 0, 3, 1, 4]),
+                helper.make_node("Split", [f"{p}_t"], [f"{p}_q5", f"{p}_k5", f"{p}_v5"], axis=0, num_outputs=3),
+                *(helper.make_node("Squeeze", [f"{p}_{s}5", const(f"{p}_{s}_axis", np.int64([0]))], [f"{p}_{s}"])
+                  for s in "qkv"),
+                helper.make_node("Transpose", [f"{p}_k"], [f"{p}_kt"], perm=[0, 1, 3, 2]),
+                helper.make_node("MatMul", [f"{p}_q", f"{p}_kt"], [f"{p}_s"]),
+                helper.make_node("Mul", [f"{p}_s", const(f"{p}_scale", np.float32(d**-0.5))], [f"{p}_ss"]),
+                helper.make_node("Add", [f"{p}_ss", masks[keep]], [f"{p}_sm"]),
+                helper.make_node("Softmax", [f"{p}_sm"], [f"{p}_pr"], axis=-1),
+                helper.make_node("MatMul", [f"{p}_pr", f"{p}_v"], [f"{p}_c"]),
+                helper.make_node("Transpose", [f"{p}_c"], [f"{p}_ct"], perm=[0, 2, 1, 3]),
+                helper.make_node("Reshape", [f"{p}_ct", const(f"{p}_3d", np.int64([0, 0, width]))], [out]),
+            ]
+        else:
+            raise ValueError(how)
+    if how == "onnx":
+        for opset in model.opset_import:
+            if opset.domain in ("", "ai.onnx"):
+                opset.version = max(opset.version, 23)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.initializer.extend(consts)
+    return model
+
+
+def captured(est, X):
+    """The int8 module of ``est`` and the batches one ``predict`` feeds it, after a first ``predict`` (the export
+    and warm-up); also that second call's seconds in all and in the session runs."""
+    from as2rank.neural import onnx_runtime
+
+    batches, seconds, call = [], [], onnx_runtime.OnnxModule.__call__
+
+    def recorded(module, batch):
+        start = time.perf_counter()
+        out = call(module, batch)
+        seconds.append(time.perf_counter() - start)
+        batches.append({k: batch[k].clone() for k in module.names})
+        return out
+
+    est.predict(X)
+    with contextlib.ExitStack() as undo:
+        undo.callback(setattr, onnx_runtime.OnnxModule, "__call__", call)
+        onnx_runtime.OnnxModule.__call__ = recorded
+        start = time.perf_counter()
+        est.predict(X)
+        total = time.perf_counter() - start
+    return est._int8_model_[1], batches, total, sum(seconds)
+
+
+def variant_module(int8_module, model, disabled):
+    """``model`` (an ``onnx.ModelProto``) in an ``OnnxModule`` with the options of ``int8_module``; ``disabled``:
+    the fusions to turn off (None: the library's)."""
+    from as2rank.neural import onnx_runtime
+
+    library = onnx_runtime.DISABLED_FUSIONS
+    onnx_runtime.DISABLED_FUSIONS = library if disabled is None else tuple(disabled)
+    try:
+        return onnx_runtime.OnnxModule.from_graph(model.SerializeToString(), int8_module.names, int8=True,
+                                                  threads=int8_module.threads, digest="")
+    finally:
+        onnx_runtime.DISABLED_FUSIONS = library
+
+
+def main(argv=None):
+    import onnx
+
+    from as2rank.transformer import TransformerRanker
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs (default 2000, as cpu_inference.py)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--threads", type=int, default=None, help="threads of torch and ONNX Runtime (default: torch's)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    res = {**run_header("int8_operators.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
+           "margin": MARGIN}
+    splits = wikiqa_splits()
+    est = fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], FIT_QUESTIONS))
+    est.set_params(precision="int8", n_threads=args.threads)
+    X = splits["test"][0].head(args.pairs)
+    int8_module, batches, predict_seconds, session_seconds = captured(est, X)
+    res.update(pairs=len(X), batches=len(batches), padded_tokens=int(sum(b["input_ids"].numel() for b in batches)),
+               threads=int8_module.threads, predict_seconds=predict_seconds, session_seconds=session_seconds)
+    shipped = onnx.load_from_string(int8_module.graph)
+    modules = {name: variant_module(int8_module, shipped if how is None else rewrite(shipped, how), disabled)
+               for name, (how, _, disabled) in VARIANTS.items()}
+    scores = {name: np.concatenate([m(b).numpy() for b in batches]) for name, m in modules.items()}
+    names, runs = list(VARIANTS), {name: [] for name in VARIANTS}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t = time.perf_counter()
+            for batch in batches:
+                modules[name](batch)
+            runs[name].append(time.perf_counter() - t)
+        log(f"[round {r + 1}/{args.rounds}] " + ", ".join(f"{n}: {runs[n][-1]:.3f} s" for n in names))
+    base = np.asarray(runs["shipped"])
+    res["variants"] = {
+        name: {"seconds": runs[name], "median_seconds": float(np.median(runs[name])),
+               "speed_vs_shipped": float(np.median(base / np.asarray(runs[name]))), "same_model": same,
+               "largest_change": float(np.abs(scores[name] - scores["shipped"]).max())}
+        for name, (_, same, _) in VARIANTS.items()
+    }
+    bound = res["variants"]["no attention (a bound)"]["speed_vs_shipped"]
+    # predict with its session runs that much faster, the rest of predict unchanged.
+    res["predict_bound"] = predict_seconds / (predict_seconds - session_seconds + session_seconds / bound)
+    exact = {n: v["speed_vs_shipped"] for n, v in res["variants"].items() if v["same_model"] and n != "shipped"}
+    fastest = max(exact, key=exact.get)
+    checks = [{"check": f"no other way of writing the same model runs more than {MARGIN:.2f}× as fast as the shipped one",
+               "measured": f"fastest: {fastest}, {exact[fastest]:.2f}×", "pass": bool(exact[fastest] <= MARGIN)}]
+    conclude(res, "int8_operators", start, checks)
+
+
+if __name__ == "__main__":
+    main()
