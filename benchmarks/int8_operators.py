@@ -23,6 +23,11 @@ threads and options):
 - **no attention (a bound)**: the same product and its query third as the block's output, no attention at all:
   wrong scores, timed only to bound what any faster attention could gain.
 
+Beside them, the int8 products' rate: multiply-adds per second of the shipped graph's ``MatMulIntegerToFloat``
+nodes over the same batches (ONNX Runtime's profiler: each node's input and output shapes and its kernel time),
+against the same kernel alone on one product of each shape at ``KERNEL_ROWS`` rows (random codes, best of
+``KERNEL_REPEATS`` runs).
+
 Writes ``benchmarks/results/int8_operators.json`` and ``docs/benchmarks/int8_operators.md`` (``-<tag>`` with
 ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py int8_operators`` renders the page again.
 """
@@ -31,7 +36,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from _common import conclude, fitted, log, run_header, wikiqa_splits
@@ -51,6 +59,9 @@ VARIANTS = {
 MARGIN = 1.05
 #: Training questions of the fit (those of ``cpu_inference.py``).
 FIT_QUESTIONS = 300
+#: Rows of the lone-kernel products (about a batch of the int8 copy's token budget) and the runs kept the best of.
+KERNEL_ROWS = 512
+KERNEL_REPEATS = 5
 
 
 def rewrite(model, how: str):
@@ -170,6 +181,64 @@ def variant_module(int8_module, model, disabled):
         onnx_runtime.DISABLED_FUSIONS = library
 
 
+def product_rates(int8_module, batches) -> dict:
+    """Kernel seconds and multiply-adds of the ``MatMulIntegerToFloat`` nodes of ``int8_module``'s graph over
+    ``batches``, by product shape ``"<inputs>×<outputs>"``, from ONNX Runtime's profiler (a session with the
+    module's threads and disabled fusions)."""
+    import onnxruntime as ort
+
+    from as2rank.neural.onnx_runtime import DISABLED_FUSIONS
+
+    with tempfile.TemporaryDirectory(prefix="as2rank-int8-profile-") as tmp:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = int8_module.threads, 1
+        options.enable_profiling, options.profile_file_prefix = True, f"{tmp}/profile"
+        session = ort.InferenceSession(int8_module.graph, options, providers=["CPUExecutionProvider"],
+                                       disabled_optimizers=list(DISABLED_FUSIONS))
+        for batch in batches:
+            session.run(None, {k: v.numpy() for k, v in batch.items()})
+        events = json.loads(Path(session.end_profiling()).read_text())
+    shapes = {}
+    for event in events:
+        args = event.get("args", {})
+        if event.get("cat") != "Node" or args.get("op_name") != "MatMulIntegerToFloat" or not event["name"].endswith("_kernel_time"):
+            continue
+        a, out = (next(iter(args[key][0].values())) for key in ("input_type_shape", "output_type_shape"))
+        rec = shapes.setdefault(f"{a[-1]}×{out[-1]}", {"seconds": 0.0, "multiply_adds": 0, "inputs": a[-1], "outputs": out[-1]})
+        rec["seconds"] += event["dur"] / 1e6
+        rec["multiply_adds"] += int(np.prod(a)) * out[-1]
+    return shapes
+
+
+def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = KERNEL_ROWS) -> float:
+    """Multiply-adds per second of ONNX Runtime's ``MatMulIntegerToFloat`` alone on a (rows × inputs) uint8 by
+    (inputs × outputs) int8 product of random codes: the best of ``KERNEL_REPEATS`` runs of about 2G each."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    consts = [numpy_helper.from_array(rng.integers(-127, 128, (inputs, outputs)).astype(np.int8), "w"),
+              numpy_helper.from_array(np.ones(outputs, np.float32), "w_scale"),
+              numpy_helper.from_array(np.array(0.01, np.float32), "scale"),
+              numpy_helper.from_array(np.array(128, np.uint8), "zero")]
+    node = helper.make_node("MatMulIntegerToFloat", ["x", "w", "scale", "w_scale", "zero"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "product", [helper.make_tensor_value_info("x", TensorProto.UINT8, [None, inputs])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, outputs])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = {"x": rng.integers(0, 256, (rows, inputs)).astype(np.uint8)}
+    session.run(None, feed)
+    calls, best = max(3, int(2e9 / (rows * inputs * outputs))), float("inf")
+    for _ in range(KERNEL_REPEATS):
+        start = time.perf_counter()
+        for _ in range(calls):
+            session.run(None, feed)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return rows * inputs * outputs / best
+
+
 def main(argv=None):
     import onnx
 
@@ -209,6 +278,10 @@ def main(argv=None):
                "largest_change": float(np.abs(scores[name] - scores["shipped"]).max())}
         for name, (_, same, _) in VARIANTS.items()
     }
+    res["products"] = product_rates(int8_module, batches)
+    for rec in res["products"].values():
+        rec["kernel_alone"] = kernel_rate(rec["inputs"], rec["outputs"], int8_module.threads)
+    res["kernel_rows"], res["kernel_repeats"] = KERNEL_ROWS, KERNEL_REPEATS
     bound = res["variants"]["no attention (a bound)"]["speed_vs_shipped"]
     # predict with its session runs that much faster, the rest of predict unchanged.
     res["predict_bound"] = predict_seconds / (predict_seconds - session_seconds + session_seconds / bound)
