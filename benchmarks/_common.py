@@ -8,6 +8,7 @@ tests come from :mod:`as2rank.evaluation`, which ``as2rank bench`` uses too."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -233,6 +234,27 @@ def wikiqa_splits():
         "test": (X_test, y_test),
         "pool": pool,
     }
+
+
+@contextlib.contextmanager
+def session_calls():
+    """Record every call of an ONNX Runtime copy (``OnnxModule``) while open: yields the list that receives
+    ``(module, its inputs, seconds)`` for each call."""
+    from as2rank.neural import onnx_runtime
+
+    calls, call = [], onnx_runtime.OnnxModule.__call__
+
+    def recorded(module, batch):
+        start = time.perf_counter()
+        out = call(module, batch)
+        calls.append((module, {k: batch[k] for k in module.names}, time.perf_counter() - start))
+        return out
+
+    onnx_runtime.OnnxModule.__call__ = recorded
+    try:
+        yield calls
+    finally:
+        onnx_runtime.OnnxModule.__call__ = call
 
 
 def log_checks(checks) -> None:

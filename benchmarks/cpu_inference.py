@@ -53,7 +53,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import CACHE, ROOT, fitted, load_average, log, log_checks, publish, run_header, wikiqa_splits
+from _common import CACHE, ROOT, fitted, load_average, log, log_checks, publish, run_header, session_calls, wikiqa_splits
 
 HERE = Path(__file__).resolve().parent
 PEER_CACHE = CACHE / "peer-crossencoder"
@@ -262,7 +262,6 @@ def time_split(fit_questions: int, pairs: int, threads: int | None) -> dict:
 def _time_split(fit_questions: int, pairs: int, threads: int | None, work: Path) -> dict:
     import onnxruntime as ort
 
-    from as2rank.neural import onnx_runtime
     from as2rank.transformer import TransformerRanker
 
     splits = wikiqa_splits()
@@ -276,32 +275,26 @@ def _time_split(fit_questions: int, pairs: int, threads: int | None, work: Path)
             super().__init__()
             self.enable_profiling, self.profile_file_prefix = True, prefix
 
-    calls, run = [], onnx_runtime.OnnxModule.__call__
-
-    def timed(module, batch):
-        start = time.perf_counter()
-        out = run(module, batch)
-        calls.append((module, time.perf_counter() - start))
-        return out
-
-    with contextlib.ExitStack() as undo:
-        for owner, name, value in ((ort, "SessionOptions", Profiled), (onnx_runtime.OnnxModule, "__call__", timed)):
-            undo.callback(setattr, owner, name, getattr(owner, name))
-            setattr(owner, name, value)
-        est = TransformerRanker.from_pretrained(work / "model", precision="int8", n_threads=threads)
-        est.predict(X.head(WARMUP_PAIRS))
-        warmup_runs = len(calls)
-        start = time.perf_counter()
-        est.predict(X)
-        seconds = time.perf_counter() - start
-    (session,) = {module.session for module, _ in calls}
+    options = ort.SessionOptions
+    ort.SessionOptions = Profiled
+    try:
+        with session_calls() as calls:
+            est = TransformerRanker.from_pretrained(work / "model", precision="int8", n_threads=threads)
+            est.predict(X.head(WARMUP_PAIRS))
+            warmup_runs = len(calls)
+            start = time.perf_counter()
+            est.predict(X)
+            seconds = time.perf_counter() - start
+    finally:
+        ort.SessionOptions = options
+    (session,) = {module.session for module, _, _ in calls}
     events = json.loads(Path(session.end_profiling()).read_text())
     runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
     operators: dict = {}
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= runs[warmup_runs]:
             operators[e["args"]["op_name"]] = operators.get(e["args"]["op_name"], 0) + e["dur"] / 1e6
-    session_seconds = sum(s for _, s in calls[warmup_runs:])
+    session_seconds = sum(s for _, _, s in calls[warmup_runs:])
     return {"pairs": len(X), "seconds": seconds, "session_runs": len(calls) - warmup_runs,
             "session_seconds": session_seconds, "other_seconds": seconds - session_seconds,
             "operators": dict(sorted(operators.items(), key=lambda kv: -kv[1]))}

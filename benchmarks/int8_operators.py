@@ -35,14 +35,13 @@ Writes ``benchmarks/results/int8_operators.json`` and ``docs/benchmarks/int8_ope
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import conclude, fitted, log, run_header, wikiqa_splits
+from _common import conclude, fitted, log, run_header, session_calls, wikiqa_splits
 from cpu_inference import fit_subset
 
 #: Variants: name -> (rewrite of the attention blocks or None, whether it computes the shipped model (up to the
@@ -146,25 +145,12 @@ def rewrite(model, how: str):
 def captured(est, X):
     """The int8 module of ``est`` and the batches one ``predict`` feeds it, after a first ``predict`` (the export
     and warm-up); also that second call's seconds in all and in the session runs."""
-    from as2rank.neural import onnx_runtime
-
-    batches, seconds, call = [], [], onnx_runtime.OnnxModule.__call__
-
-    def recorded(module, batch):
-        start = time.perf_counter()
-        out = call(module, batch)
-        seconds.append(time.perf_counter() - start)
-        batches.append({k: batch[k].clone() for k in module.names})
-        return out
-
     est.predict(X)
-    with contextlib.ExitStack() as undo:
-        undo.callback(setattr, onnx_runtime.OnnxModule, "__call__", call)
-        onnx_runtime.OnnxModule.__call__ = recorded
+    with session_calls() as calls:
         start = time.perf_counter()
         est.predict(X)
         total = time.perf_counter() - start
-    return est._int8_model_[1], batches, total, sum(seconds)
+    return est._int8_model_[1], [batch for _, batch, _ in calls], total, sum(s for _, _, s in calls)
 
 
 def variant_module(int8_module, model, disabled):
