@@ -69,7 +69,9 @@ def distinct_tokens(tokenizer, columns, max_length: int | None = None) -> tuple:
         raise TypeError(f"Texts to tokenise must be str; got {len(bad)} distinct other value(s), e.g. {bad[0]!r}.")
     if getattr(tokenizer, "is_fast", False) and len(uniques):
         backend = _text_backend(tokenizer.backend_tokenizer.to_str(), max_length, tokenizer.truncation_side)
-        token_lists = [e.ids for e in backend.encode_batch(list(uniques), add_special_tokens=False)]
+        # ``encode_batch_fast`` (tokenizers >= 0.21) gives the same ids without tracking character offsets.
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        token_lists = [e.ids for e in encode(list(uniques), add_special_tokens=False)]
     else:
         cut = {} if max_length is None else {"truncation": True, "max_length": int(max_length)}
         token_lists = tokenizer(list(uniques), add_special_tokens=False, **cut)["input_ids"] if len(uniques) else []
