@@ -34,18 +34,23 @@ BASE_SIZE = {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads":
 
 def base_size_encoder() -> str:
     """A directory holding a BERT encoder of :data:`BASE_SIZE` with random weights (seed 0) and the packaged
-    all-MiniLM-L6-v2 tokenizer, written once under ``benchmarks/cache/``."""
+    all-MiniLM-L6-v2 tokenizer, written under ``benchmarks/cache/`` and written again whenever the copy there
+    has other dimensions or another vocabulary size."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from as2rank.neural.backbone import resolve_model
 
     folder = CACHE / "random-bert-base-size"
-    if not (folder / "model.safetensors").exists():
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm-l6")[0])
-        torch.manual_seed(0)
-        BertModel(BertConfig(vocab_size=len(tokenizer), **BASE_SIZE)).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm-l6")[0])
+    wanted = {"vocab_size": len(tokenizer), **BASE_SIZE}
+    if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
+        saved = BertConfig.from_pretrained(folder)
+        if all(getattr(saved, key) == value for key, value in wanted.items()):
+            return str(folder)
+    torch.manual_seed(0)
+    BertModel(BertConfig(**wanted)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return str(folder)
 
 
