@@ -1,0 +1,221 @@
+"""Levers for the speed of the CPU default besides int8: PyTorch's attention implementations, ``torch.compile``
+and OpenVINO's bfloat16, against the default (torch, bfloat16 autocast) and the int8 graph, timed on the same
+encoded rows in one process, each with its MAP on all of WikiQA-test.
+
+    python benchmarks/cpu_levers.py [--pairs N] [--long-pairs N] [--rounds N] [--threads N]
+
+The model is the one of ``benchmarks/cpu_inference.py`` (``TransformerRanker(random_state=0)`` fitted on the
+first 300 training questions, shared through the fit cache). Every row scores the same encoded rows (tokenisation
+and the lexical prior done once, outside the timing) through as2rank's predict loop
+(:func:`as2rank.neural.predict.predict_logits`), batched by the token budget its path uses, on two sets: the
+first ``--pairs`` WikiQA-test pairs (about 40 tokens each), and ``--long-pairs`` long ones, each WikiQA-test
+candidate joined with the ``LONG_JOIN - 1`` candidates after it (as long as the estimator's ``max_length`` lets
+them be: 128 tokens by default), where the attention's share of the work is larger:
+
+- **auto**: the default: torch, bfloat16 autocast on CPUs that have bfloat16 instructions, PyTorch's
+  scaled-dot-product attention (transformers' ``"sdpa"``);
+- **eager attention**: the same module with transformers' ``"eager"`` attention (matrix products and softmax);
+- **torch.compile**: the default module compiled by inductor with dynamic shapes (one graph for every batch
+  shape); its first pass over the timed rows compiles, and its setup is that pass less the median timed one;
+- **OpenVINO bfloat16**: the float32 module exported to ONNX (as the int8 copy's float32 graph is) and compiled by
+  OpenVINO's CPU plugin with ``INFERENCE_PRECISION_HINT="bf16"``, where ``openvino`` is installed (it is not a
+  dependency of as2rank: ``pip install openvino`` to measure it);
+- **int8**: ``precision="int8"``, the static int8 graph on ONNX Runtime;
+- **fp32**: the float32 module, the reference of the MAP column.
+
+Writes ``benchmarks/results/cpu_levers.json`` and ``docs/benchmarks/cpu_levers.md`` (``-<tag>`` with
+``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py cpu_levers`` renders the page again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import RESULTS, conclude, fitted, log, run_header, wikiqa_splits
+from cpu_inference import _version, fit_subset
+
+#: Training questions of the fit (those of ``cpu_inference.py``).
+FIT_QUESTIONS = 300
+#: The row every speed is divided by, and the one every MAP is compared with.
+DEFAULT, REFERENCE = "auto", "fp32"
+#: How much MAP the default may lose against fp32 (the issue's bound).
+MAP_BOUND = 0.2
+#: The speed the default should reach, as a multiple of the peer's ONNX int8 (the issue's target).
+TARGET = 1.5
+#: Candidates joined into one in the long pairs.
+LONG_JOIN = 6
+#: ``cpu_inference.py``'s rows for the default, for int8, and the peer's ONNX int8 row.
+PAGE_ROWS = {"auto": "TransformerRanker precision='auto'", "int8": "TransformerRanker precision='int8'",
+             "peer": "CrossEncoder ONNX int8 (avx512_vnni)"}
+
+
+class _OpenVino:
+    """An OpenVINO compiled model called like the torch module: a batch dict of CPU tensors in, the logits
+    tensor out."""
+
+    def __init__(self, module, example: dict, threads: int):
+        import openvino as ov
+
+        from as2rank.neural.onnx_export import export_graph, padded, quiet
+
+        with tempfile.TemporaryDirectory(prefix="as2rank-openvino-") as tmp, quiet():
+            path = Path(tmp) / "model.onnx"
+            export_graph(module, padded(example, 1), path)
+            model = ov.Core().read_model(str(path))
+        self.names = tuple(example)
+        self.request = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "bf16",
+                                                              "INFERENCE_NUM_THREADS": threads,
+                                                              "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+
+    def __call__(self, batch: dict):
+        import torch
+
+        out = self.request.infer({name: batch[name].numpy() for name in self.names})
+        return torch.from_numpy(np.array(out[0]))
+
+
+def rows(est, encoded, threads: int) -> dict:
+    """``{row: (module, autocast dtype, batch tokens, setup seconds)}``: what each row predicts with. Setup is
+    the time to build the row's module from the fitted one (an export and a compilation); ``torch.compile``
+    compiles on its first pass (None here, measured there)."""
+    import torch
+
+    from as2rank.neural.backbone import batch_tensors
+
+    cpu = torch.device("cpu")
+    est.set_params(precision="auto")
+    default = est._module_on(cpu)
+    dtype, tokens = est._compute_dtype(cpu), est._batch_tokens(cpu, default)
+    eager = copy.deepcopy(default)
+    eager.encoder.set_attn_implementation("eager")
+    out = {DEFAULT: (default, dtype, tokens, 0.0), "eager attention": (eager, dtype, tokens, 0.0),
+           "torch.compile": (torch.compile(copy.deepcopy(default), dynamic=True), dtype, tokens, None)}
+    if importlib.util.find_spec("openvino") is not None:
+        start = time.perf_counter()
+        example = batch_tensors(encoded, np.arange(4))
+        out["OpenVINO bfloat16"] = (_OpenVino(default, example, threads), torch.float32, tokens,
+                                    time.perf_counter() - start)
+    est.set_params(precision="int8")
+    start = time.perf_counter()
+    int8 = est._module_on(cpu, encoded)
+    out["int8"] = (int8, torch.float32, est._batch_tokens(cpu, int8), time.perf_counter() - start)
+    est.set_params(precision="fp32")
+    out[REFERENCE] = (est._module_on(cpu), torch.float32, tokens, 0.0)
+    return out
+
+
+def scored(row, encoded) -> np.ndarray:
+    """The row's logits for every encoded row."""
+    import torch
+
+    from as2rank.neural.predict import no_progress, predict_logits
+
+    module, dtype, tokens, _ = row
+    return predict_logits(module, encoded, torch.device("cpu"), batch_tokens=tokens, dtype=dtype, progress=no_progress)
+
+
+def implied(res: dict) -> dict | None:
+    """From ``cpu_inference.json`` (another run): the default's and int8's pairs/s over the peer's ONNX int8 there,
+    and what each row of this run would give against the peer, taking the int8 row as the bridge between the
+    runs; None without that page's results."""
+    path = RESULTS / "cpu_inference.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())["summary"]
+    page = {key: summary[name]["vs_reference"] for key, name in PAGE_ROWS.items() if key != "peer"}
+    int8_here = res["rows"]["int8"]["speed_vs_default"]
+    return {"page": page, "date": json.loads(path.read_text())["date"],
+            "rows": {name: page["int8"] * r["speed_vs_default"] / int8_here for name, r in res["rows"].items()}}
+
+
+def long_pairs(X, n: int):
+    """The first ``n`` rows of ``X``, each candidate joined with the ``LONG_JOIN - 1`` candidates after it in ``X``."""
+    candidates = X["candidate"].tolist()
+    joined = [" ".join(candidates[i:i + LONG_JOIN]) for i in range(n)]
+    return X.head(n).assign(candidate=joined)
+
+
+def main(argv=None):
+    import torch
+
+    from as2rank.evaluation import compare, per_question
+    from as2rank.transformer import TransformerRanker
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")
+    parser.add_argument("--long-pairs", type=int, default=600, help="long pairs timed (default 600)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--threads", type=int, default=None, help="threads of torch, ONNX Runtime and OpenVINO (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    start = time.perf_counter()
+    res = {**run_header("cpu_levers.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS, "threads": threads,
+           "openvino": _version("openvino"), "map_bound": MAP_BOUND, "target": TARGET}
+    splits = wikiqa_splits()
+    est = fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], FIT_QUESTIONS))
+    est.set_params(n_threads=threads)
+    X_test, y_test = splits["test"]
+    X = X_test.head(args.pairs)
+    sets = {"short": est._encode(X), "long": est._encode(long_pairs(X_test, args.long_pairs))}
+    test_encoded = est._encode(X_test)
+    built = rows(est, sets["short"], threads)
+    names = list(built)
+    # A first pass of every row over the timed rows (torch.compile compiles in it) and over the long ones, then
+    # each row on all of WikiQA-test, untimed, for its MAP.
+    first, per_q = {}, {}
+    for name in names:
+        t = time.perf_counter()
+        scored(built[name], sets["short"])
+        first[name] = time.perf_counter() - t
+        scored(built[name], sets["long"])
+        per_q[name] = per_question(y_test, scored(built[name], test_encoded), X_test)
+        log(f"{name}: first pass {first[name]:.1f} s, MAP {100 * np.nanmean(per_q[name]):.2f} on all of WikiQA-test")
+    runs = {key: {name: [] for name in names} for key in sets}
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            for key, encoded in sets.items():
+                t = time.perf_counter()
+                scored(built[name], encoded)
+                runs[key][name].append(time.perf_counter() - t)
+        log(f"[round {r + 1}/{args.rounds}] " + ", ".join(f"{n}: {runs['short'][n][-1]:.3f} s" for n in names))
+    tests = compare(per_q, REFERENCE)
+    res.update(pairs=len(X), test_pairs=len(X_test), questions=int(per_q[REFERENCE].notna().sum()),
+               long_pairs=args.long_pairs, long_join=LONG_JOIN, max_length=est.max_length,
+               mean_tokens={key: float(np.mean(encoded["lengths"])) for key, encoded in sets.items()})
+
+    def speeds(key: str, name: str) -> dict:
+        seconds = np.asarray(runs[key][name])
+        return {"seconds": runs[key][name], "pairs_per_s": len(sets[key]["lengths"]) / float(np.median(seconds)),
+                "speed_vs_default": float(np.median(np.asarray(runs[key][DEFAULT]) / seconds))}
+
+    res["rows"] = {
+        name: {**speeds("short", name), "long": speeds("long", name),
+               "setup_seconds": built[name][3] if built[name][3] is not None
+               else first[name] - float(np.median(runs["short"][name])),
+               "batch_tokens": built[name][2], "map": float(np.nanmean(per_q[name])),
+               "map_change": float(100 * (np.nanmean(per_q[name]) - np.nanmean(per_q[REFERENCE]))),
+               "p_vs_fp32": None if name == REFERENCE else tests[name]["p"]}
+        for name in names
+    }
+    res["implied"] = implied(res)
+    checks = []
+    if res["implied"] is not None:
+        within = {n: v for n, v in res["implied"]["rows"].items() if abs(res["rows"][n]["map_change"]) <= MAP_BOUND}
+        best = max(within, key=within.get)
+        checks.append({"check": f"a row within {MAP_BOUND} MAP of fp32 reaches {TARGET}× the peer's ONNX int8 "
+                                "(implied through the int8 row of cpu_inference.md)",
+                       "measured": f"best: {best}, {within[best]:.2f}×", "pass": bool(within[best] >= TARGET)})
+    conclude(res, "cpu_levers", start, checks)
+
+
+if __name__ == "__main__":
+    main()
