@@ -2,15 +2,14 @@
 and OpenVINO's bfloat16, against the default (torch, bfloat16 autocast) and the int8 graph, timed on the same
 encoded rows in one process, each with its MAP on all of WikiQA-test.
 
-    python benchmarks/cpu_levers.py [--pairs N] [--long-pairs N] [--rounds N] [--threads N]
+    python benchmarks/cpu_levers.py [--pairs N] [--rounds N] [--threads N]
 
 The model is the one of ``benchmarks/cpu_inference.py`` (``TransformerRanker(random_state=0)`` fitted on the
 first 300 training questions, shared through the fit cache). Every row scores the same encoded rows (tokenisation
 and the lexical prior done once, outside the timing) through as2rank's predict loop
-(:func:`as2rank.neural.predict.predict_logits`), batched by the token budget its path uses, on two sets: the
-first ``--pairs`` WikiQA-test pairs (about 40 tokens each), and ``--long-pairs`` long ones, each WikiQA-test
-candidate joined with the ``LONG_JOIN - 1`` candidates after it (as long as the estimator's ``max_length`` lets
-them be: 128 tokens by default), where the attention's share of the work is larger:
+(:func:`as2rank.neural.predict.predict_logits`), batched by the token budget its path uses, on the first
+``--pairs`` WikiQA-test pairs (about 40 tokens each) and on the longer pairs of :data:`LONG_PAIRS`, where the
+attention's share of the work is larger (timed only):
 
 - **auto**: the default: torch, bfloat16 autocast on CPUs that have bfloat16 instructions, PyTorch's
   scaled-dot-product attention (transformers' ``"sdpa"``);
@@ -49,8 +48,10 @@ DEFAULT, REFERENCE = "auto", "fp32"
 MAP_BOUND = 0.2
 #: The speed the default should reach, as a multiple of the peer's ONNX int8 (the issue's target).
 TARGET = 1.5
-#: Candidates joined into one in the long pairs.
-LONG_JOIN = 6
+#: Longer pairs, timed beside the WikiQA pairs: ``{name: (rows, candidates joined into one, max_length)}``, each
+#: WikiQA-test candidate followed by the ones after it, truncated at ``max_length`` (the default's 128, and 512).
+#: The rows hold about as many tokens as the 2,000 WikiQA pairs.
+LONG_PAIRS = {"128 tokens": (600, 6, 128), "384 tokens": (200, 20, 384)}
 #: ``cpu_inference.py``'s rows for the default, for int8, and the peer's ONNX int8 row.
 PAGE_ROWS = {"auto": "TransformerRanker precision='auto'", "int8": "TransformerRanker precision='int8'",
              "peer": "CrossEncoder ONNX int8 (avx512_vnni)"}
@@ -135,11 +136,16 @@ def implied(res: dict) -> dict | None:
             "rows": {name: page["int8"] * r["speed_vs_default"] / int8_here for name, r in res["rows"].items()}}
 
 
-def long_pairs(X, n: int):
-    """The first ``n`` rows of ``X``, each candidate joined with the ``LONG_JOIN - 1`` candidates after it in ``X``."""
+def long_pairs(est, X, rows: int, join: int, max_length: int) -> dict:
+    """The encoded first ``rows`` rows of ``X``, each candidate joined with the ``join - 1`` candidates after it
+    in ``X``, truncated at ``max_length`` tokens."""
     candidates = X["candidate"].tolist()
-    joined = [" ".join(candidates[i:i + LONG_JOIN]) for i in range(n)]
-    return X.head(n).assign(candidate=joined)
+    joined = X.head(rows).assign(candidate=[" ".join(candidates[i:i + join]) for i in range(rows)])
+    default = est.max_length
+    try:
+        return est.set_params(max_length=max_length)._encode(joined)
+    finally:
+        est.set_params(max_length=default)
 
 
 def main(argv=None):
@@ -150,7 +156,6 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")
-    parser.add_argument("--long-pairs", type=int, default=600, help="long pairs timed (default 600)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="threads of torch, ONNX Runtime and OpenVINO (default: torch's)")
     args = parser.parse_args(argv)
@@ -165,18 +170,19 @@ def main(argv=None):
     est.set_params(n_threads=threads)
     X_test, y_test = splits["test"]
     X = X_test.head(args.pairs)
-    sets = {"short": est._encode(X), "long": est._encode(long_pairs(X_test, args.long_pairs))}
+    sets = {"short": est._encode(X), **{name: long_pairs(est, X_test, *spec) for name, spec in LONG_PAIRS.items()}}
     test_encoded = est._encode(X_test)
     built = rows(est, sets["short"], threads)
     names = list(built)
-    # A first pass of every row over the timed rows (torch.compile compiles in it) and over the long ones, then
-    # each row on all of WikiQA-test, untimed, for its MAP.
+    # A first pass of every row over the timed rows (torch.compile compiles in it) and over the longer ones,
+    # then each row on all of WikiQA-test, untimed, for its MAP.
     first, per_q = {}, {}
     for name in names:
         t = time.perf_counter()
         scored(built[name], sets["short"])
         first[name] = time.perf_counter() - t
-        scored(built[name], sets["long"])
+        for key in LONG_PAIRS:
+            scored(built[name], sets[key])
         per_q[name] = per_question(y_test, scored(built[name], test_encoded), X_test)
         log(f"{name}: first pass {first[name]:.1f} s, MAP {100 * np.nanmean(per_q[name]):.2f} on all of WikiQA-test")
     runs = {key: {name: [] for name in names} for key in sets}
@@ -189,7 +195,7 @@ def main(argv=None):
         log(f"[round {r + 1}/{args.rounds}] " + ", ".join(f"{n}: {runs['short'][n][-1]:.3f} s" for n in names))
     tests = compare(per_q, REFERENCE)
     res.update(pairs=len(X), test_pairs=len(X_test), questions=int(per_q[REFERENCE].notna().sum()),
-               long_pairs=args.long_pairs, long_join=LONG_JOIN, max_length=est.max_length,
+               long_pairs={name: dict(zip(("rows", "join", "max_length"), spec)) for name, spec in LONG_PAIRS.items()},
                mean_tokens={key: float(np.mean(encoded["lengths"])) for key, encoded in sets.items()})
 
     def speeds(key: str, name: str) -> dict:
@@ -198,7 +204,7 @@ def main(argv=None):
                 "speed_vs_default": float(np.median(np.asarray(runs[key][DEFAULT]) / seconds))}
 
     res["rows"] = {
-        name: {**speeds("short", name), "long": speeds("long", name),
+        name: {**speeds("short", name), "long": {key: speeds(key, name) for key in LONG_PAIRS},
                "setup_seconds": built[name][3] if built[name][3] is not None
                else first[name] - float(np.median(runs["short"][name])),
                "batch_tokens": built[name][2], "map": float(np.nanmean(per_q[name])),
