@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, conclude, fitted, log, run_header, wikiqa_splits
+from _common import RESULTS, conclude, fitted, log, run_header, tagged, wikiqa_splits
 from cpu_inference import _version, fit_subset
 
 #: Training questions of the fit (those of ``cpu_inference.py``).
@@ -52,9 +51,8 @@ TARGET = 1.5
 #: WikiQA-test candidate followed by the ones after it, truncated at ``max_length`` (the default's 128, and 512).
 #: The rows hold about as many tokens as the 2,000 WikiQA pairs.
 LONG_PAIRS = {"128 tokens": (600, 6, 128), "384 tokens": (200, 20, 384)}
-#: ``cpu_inference.py``'s rows for the default, for int8, and the peer's ONNX int8 row.
-PAGE_ROWS = {"auto": "TransformerRanker precision='auto'", "int8": "TransformerRanker precision='int8'",
-             "peer": "CrossEncoder ONNX int8 (avx512_vnni)"}
+#: ``cpu_inference.py``'s rows for the default and for int8 (their pairs/s are given there over the peer's ONNX int8).
+PAGE_ROWS = {"auto": "TransformerRanker precision='auto'", "int8": "TransformerRanker precision='int8'"}
 
 
 class _OpenVino:
@@ -82,7 +80,7 @@ class _OpenVino:
         return torch.from_numpy(np.array(out[0]))
 
 
-def rows(est, encoded, threads: int) -> dict:
+def rows(est, encoded, threads: int, openvino: bool) -> dict:
     """``{row: (module, autocast dtype, batch tokens, setup seconds)}``: what each row predicts with. Setup is
     the time to build the row's module from the fitted one (an export and a compilation); ``torch.compile``
     compiles on its first pass (None here, measured there)."""
@@ -98,7 +96,7 @@ def rows(est, encoded, threads: int) -> dict:
     eager.encoder.set_attn_implementation("eager")
     out = {DEFAULT: (default, dtype, tokens, 0.0), "eager attention": (eager, dtype, tokens, 0.0),
            "torch.compile": (torch.compile(copy.deepcopy(default), dynamic=True), dtype, tokens, None)}
-    if importlib.util.find_spec("openvino") is not None:
+    if openvino:
         start = time.perf_counter()
         example = batch_tensors(encoded, np.arange(4))
         out["OpenVINO bfloat16"] = (_OpenVino(default, example, threads), torch.float32, tokens,
@@ -123,16 +121,16 @@ def scored(row, encoded) -> np.ndarray:
 
 
 def implied(res: dict) -> dict | None:
-    """From ``cpu_inference.json`` (another run): the default's and int8's pairs/s over the peer's ONNX int8 there,
-    and what each row of this run would give against the peer, taking the int8 row as the bridge between the
-    runs; None without that page's results."""
-    path = RESULTS / "cpu_inference.json"
+    """From ``cpu_inference.json`` (another run, on the machine of this run's tag): the default's and int8's
+    pairs/s over the peer's ONNX int8 there, and what each row of this run would give against the peer, taking
+    the int8 row as the bridge between the runs; None without that page's results."""
+    path = RESULTS / tagged("cpu_inference.json")
     if not path.exists():
         return None
-    summary = json.loads(path.read_text())["summary"]
-    page = {key: summary[name]["vs_reference"] for key, name in PAGE_ROWS.items() if key != "peer"}
+    page_res = json.loads(path.read_text())
+    page = {key: page_res["summary"][name]["vs_reference"] for key, name in PAGE_ROWS.items()}
     int8_here = res["rows"]["int8"]["speed_vs_default"]
-    return {"page": page, "date": json.loads(path.read_text())["date"],
+    return {"page": page, "date": page_res["date"],
             "rows": {name: page["int8"] * r["speed_vs_default"] / int8_here for name, r in res["rows"].items()}}
 
 
@@ -152,6 +150,7 @@ def main(argv=None):
     import torch
 
     from as2rank.evaluation import compare, per_question
+    from as2rank.neural.onnx_runtime import onnx_available
     from as2rank.transformer import TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -159,6 +158,10 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="threads of torch, ONNX Runtime and OpenVINO (default: torch's)")
     args = parser.parse_args(argv)
+    if not onnx_available():
+        # Without it precision="int8" falls back to torch's kernels, which the int8 row and the bridge to
+        # cpu_inference.md's ONNX Runtime row would misdescribe.
+        raise SystemExit("cpu_levers.py needs ONNX Runtime for its int8 row: pip install as2rank[onnx]")
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
@@ -172,7 +175,7 @@ def main(argv=None):
     X = X_test.head(args.pairs)
     sets = {"short": est._encode(X), **{name: long_pairs(est, X_test, *spec) for name, spec in LONG_PAIRS.items()}}
     test_encoded = est._encode(X_test)
-    built = rows(est, sets["short"], threads)
+    built = rows(est, sets["short"], threads, openvino=res["openvino"] is not None)
     names = list(built)
     # A first pass of every row over the timed rows (torch.compile compiles in it) and over the longer ones,
     # then each row on all of WikiQA-test, untimed, for its MAP.
