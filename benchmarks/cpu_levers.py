@@ -15,7 +15,9 @@ attention's share of the work is larger (timed only):
   scaled-dot-product attention (transformers' ``"sdpa"``);
 - **eager attention**: the same module with transformers' ``"eager"`` attention (matrix products and softmax);
 - **torch.compile**: the default module compiled by inductor with dynamic shapes (one graph for every batch
-  shape); its first pass over the timed rows compiles, and its setup is that pass less the median timed one;
+  shape) and inductor's ``freezing`` on (the weights folded into the graph as constants, so that they are cast
+  and laid out for the CPU's matrix kernels once: inductor's setting for inference on CPUs); its first pass
+  over the timed rows compiles, and its setup is that pass less the median timed one;
 - **OpenVINO bfloat16**: the float32 module exported to ONNX (as the int8 copy's float32 graph is) and compiled by
   OpenVINO's CPU plugin with ``INFERENCE_PRECISION_HINT="bf16"``, where ``openvino`` is installed (it is not a
   dependency of as2rank: ``pip install openvino`` to measure it);
@@ -148,6 +150,7 @@ def long_pairs(est, X, rows: int, join: int, max_length: int) -> dict:
 
 def main(argv=None):
     import torch
+    import torch._inductor.config
 
     from as2rank.evaluation import compare, per_question
     from as2rank.neural.onnx_runtime import onnx_available
@@ -165,6 +168,8 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
+    # Inductor's freezing (its setting for CPU inference), read when the torch.compile row compiles.
+    torch._inductor.config.freezing = True
     start = time.perf_counter()
     res = {**run_header("cpu_levers.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS, "threads": threads,
            "openvino": _version("openvino"), "map_bound": MAP_BOUND, "target": TARGET}
