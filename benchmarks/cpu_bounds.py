@@ -70,8 +70,6 @@ def product_shapes(module, encoded, tokens: int, dtype) -> list:
     batched by ``tokens`` (its input flattened to ``rows`` × in_features), with its weight cast to ``dtype``."""
     import torch
 
-    from as2rank.neural.predict import predict_logits
-
     cast, calls = {}, []
 
     def hook(layer, inputs):
@@ -81,8 +79,7 @@ def product_shapes(module, encoded, tokens: int, dtype) -> list:
 
     handles = [layer.register_forward_pre_hook(hook) for layer in module.modules() if isinstance(layer, torch.nn.Linear)]
     try:
-        predict_logits(module, encoded, torch.device("cpu"), batch_tokens=tokens, dtype=torch.float32,
-                       progress=lambda batches, n, desc: batches)
+        scored((module, torch.float32, tokens, 0.0), encoded)
     finally:
         for handle in handles:
             handle.remove()
@@ -289,8 +286,8 @@ def fidelity(fit_questions: int) -> dict:
             batch = est._batch_tokens(cpu, module)
             logits[row] = scored((module, est._compute_dtype(cpu) if precision == "auto" else torch.float32, batch, 0.0), test)
         reference = est.set_params(precision="fp32")._module_on(cpu)
-        train = est._encode(Xa)
-        moments = second_moments(reference, train, calibration_rows(np.arange(len(Xa))))
+        rows = calibration_rows(np.arange(len(Xa)))
+        moments = second_moments(reference, est._encode(Xa.iloc[rows]), np.arange(len(rows)))
         for row, (weights, inputs, alpha) in EMULATED.items():
             start = time.perf_counter()
             copied = emulated(reference, est.activation_ranges_, moments, weights, inputs, alpha)
