@@ -1,7 +1,7 @@
 """CPU prediction speed of ``TransformerRanker`` against the peer's fastest documented CPU path.
 
     python benchmarks/cpu_inference.py [--pairs 2000] [--rounds 3] [--threads N]
-                                       [--peer-python .venv-peer/bin/python]
+                                       [--peer-python .venv-peer/bin/python] [--cascade-questions 20] [--no-studies]
     python benchmarks/cpu_inference.py --only {calibration,time-split}   # one section into the saved results
     python benchmarks/render.py cpu_inference     # the page alone, from its saved results
 
@@ -62,18 +62,33 @@ MAX_LENGTH = 128
 WARMUP_PAIRS = 64
 #: Candidates per expanded WikiQA-test question of the cascade rows (``expand_candidates(k=...)``).
 CANDIDATES = 100
+
+
+def cpu_flags() -> list:
+    """The CPU's instruction sets that decide the int8 and bfloat16 kernels (from /proc/cpuinfo)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return []
+    return sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
+
+
+#: The peer's int8 export for this CPU: its AVX-512 VNNI configuration where the CPU has VNNI, else its AVX2 one
+#: (uint8 weights, for the exact uint8 × uint8 kernels: the VNNI file's int8 weights would have their sums
+#: clamped by the uint8 × int8 kernels of a CPU without VNNI).
+PEER_INT8 = "avx512_vnni" if "avx512_vnni" in cpu_flags() else "avx2"
 #: Row name -> (side, backend or precision).
 ROWS = {
     "CrossEncoder torch fp32": ("peer", "torch"),
     "CrossEncoder ONNX fp32": ("peer", "onnx"),
-    "CrossEncoder ONNX int8 (avx512_vnni)": ("peer", "onnx-int8"),
+    f"CrossEncoder ONNX int8 ({PEER_INT8})": ("peer", "onnx-int8"),
     "TransformerRanker precision='auto'": ("as2rank", "auto"),
     "TransformerRanker precision='int8'": ("as2rank", "int8"),
     "TransformerRanker precision='int8', graphs exported at load": ("as2rank", "int8-export"),
     "TransformerRanker precision='int8', torch kernels": ("as2rank", "int8-torch"),
     "TransformerRanker precision='fp32'": ("as2rank", "fp32"),
 }
-REFERENCE = "CrossEncoder ONNX int8 (avx512_vnni)"
+REFERENCE = f"CrossEncoder ONNX int8 ({PEER_INT8})"
 #: Suffix of the folder of the as2rank model saved without its int8 graphs (``save_pretrained(int8=False)``).
 EXPORTED = "without-graphs"
 #: The cascade's rows, on WikiQA-test questions expanded to ~100 candidates: name -> (side, precision, alpha).
@@ -154,7 +169,7 @@ def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | No
     if side == "peer":
         cmd = [args.peer_python, str(HERE / "peer_crossencoder.py"), str(pairs), "--backend", setting,
                "--model", resolve_model("minilm-l6")[0], "--cache", str(PEER_CACHE),
-               "--batch-size", str(PEER_BATCH_SIZE), "--max-length", str(MAX_LENGTH)]
+               "--int8-config", PEER_INT8, "--batch-size", str(PEER_BATCH_SIZE), "--max-length", str(MAX_LENGTH)]
     else:
         if setting == "int8-export":  # the same model saved without its int8 graphs
             setting, model_dir = "int8", model_dir.with_name(f"{model_dir.name}-{EXPORTED}")
@@ -451,15 +466,6 @@ def in_repo(path) -> str:
         return path
 
 
-def cpu_flags() -> list:
-    """The CPU's instruction sets that decide the int8 and bfloat16 kernels (from /proc/cpuinfo)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    return sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
-
-
 def checks(res: dict) -> list:
     """The CPU criteria of the speed work: default precision ≥ 1.5× and int8 ≥ 2× the peer's ONNX int8 pairs/s
     (same round, median), with MAP within 0.2 (default) and 1 point (int8) of fp32 on every data set."""
@@ -507,6 +513,9 @@ def main(argv=None) -> None:
     parser.add_argument("--cascade-questions", type=int, default=20,
                         help="expanded WikiQA-test questions (~100 candidates each) of the cascade rounds (0: none)")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the untimed MAP table on whole test sets")
+    parser.add_argument("--no-studies", action="store_true",
+                        help="skip the batch-dependence and calibration sections (int8 arithmetic that does not depend "
+                             "on the CPU's kernels, which compute exact integer sums on every CPU as2rank runs int8 on)")
     parser.add_argument("--only", choices=("calibration", "time-split"), default=None,
                         help="re-run only this section into the saved results, and re-render the page")
     # The subprocess of an as2rank row (started by run_row).
@@ -544,7 +553,7 @@ def main(argv=None) -> None:
            "as2rank": f"as2rank {as2rank.__version__} from {in_repo(Path(as2rank.__file__).parent)}",
            "peer": {"python": in_repo(args.peer_python), **peer_environment(args.peer_python),
                     "batch_size": PEER_BATCH_SIZE, "max_length": MAX_LENGTH},
-           "rows": {name: side for name, (side, _) in ROWS.items()}, "reference": REFERENCE,
+           "rows": {name: side for name, (side, _) in ROWS.items()}, "reference": REFERENCE, "peer_int8": PEER_INT8,
            "rounds": args.rounds, "warmup_pairs": WARMUP_PAIRS, "fits_before_rounds": True}
     splits = wikiqa_splits()
     X_train, y_train = fit_subset(*splits["train"], args.fit_questions)
@@ -578,6 +587,7 @@ def main(argv=None) -> None:
     res["time_split"] = time_split(args.fit_questions, args.pairs, args.threads)
     if not args.no_accuracy:
         res["accuracy"] = accuracy(args.fit_questions)
+    if not (args.no_accuracy or args.no_studies):
         res["batch_dependence"] = batch_dependence(args.fit_questions)
         res["calibration"] = calibration(args.fit_questions)
     res["load_average_end"] = load_average()

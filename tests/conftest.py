@@ -25,6 +25,18 @@ def one_torch_thread():
 
 
 @pytest.fixture
+def bf16_anywhere(monkeypatch):
+    """bfloat16 wherever the test runs: on a CPU without native bfloat16 (AVX512-BF16 or AMX), where
+    ``precision="auto"`` and ``"bf16"`` resolve to float32, the library is told that it has it, so that its
+    bfloat16 autocast runs on torch's emulated kernels (the same rounding, slower). The bfloat16 paths are then
+    tested on every host, not only on those that the AVX-512 pages ran on."""
+    from as2rank.neural import devices
+
+    if not devices.cpu_bf16_supported():
+        monkeypatch.setattr(devices, "cpu_bf16_supported", lambda: True)
+
+
+@pytest.fixture
 def toy():
     """Three questions, rows of question 'q2' interleaved and out of position order."""
     X = pd.DataFrame(

@@ -405,11 +405,7 @@ def test_suite_entry_is_a_valid_self_contained_cerberus():
     assert isinstance(est, Cerberus) and est.teacher_cv == 3 and len(est.teachers) == 2
 
 
-def test_bfloat16_heads_follow_float32(tokenizer, data):
-    from as2rank.neural import cpu_bf16_supported
-
-    if not cpu_bf16_supported():
-        pytest.skip("no native bfloat16 on this CPU")
+def test_bfloat16_heads_follow_float32(tokenizer, data, bf16_anywhere):
     X, y = data
     est = cerberus(tokenizer, X, y).fit(X, y)
     fp32 = est.predict_heads(X)

@@ -226,18 +226,62 @@ def test_only_bert_style_self_attention_is_fused(fitted):
     assert onnx_runtime._export_copy(head_only) is head_only
 
 
-def _run_exported(module, *inputs):
-    """``module`` (positional tensors in, one tensor out) exported and run by ONNX Runtime."""
+def _run_exported(module, *inputs, exact_integer_sums=False):
+    """``module`` (positional tensors in, one tensor out) exported and run by ONNX Runtime, on its default
+    uint8 x int8 kernels or, with ``exact_integer_sums``, on the exact uint8 x uint8 ones that the int8 sessions
+    ask for where the default kernels clamp their sums."""
     import tempfile
     from pathlib import Path
-
-    import onnxruntime as ort
 
     names = [f"x{i}" for i in range(len(inputs))]
     with tempfile.TemporaryDirectory() as folder, onnx_export.quiet():
         path = Path(folder) / "m.onnx"
         torch.onnx.export(module, inputs, str(path), input_names=names, dynamo=True, external_data=False)
-        return ort.InferenceSession(str(path)).run(None, {n: x.numpy() for n, x in zip(names, inputs)})[0]
+        session = onnx_runtime.cpu_session(path, exact_integer_sums=exact_integer_sums)
+        return session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})[0]
+
+
+def _default_kernels() -> str:
+    """What ONNX Runtime's default uint8 x int8 kernels compute on this CPU: ``"exact"`` sums where
+    :func:`~as2rank.neural.onnx_runtime.u8s8_sums_exact` says so (AVX-512 VNNI, or not x86); ``"saturating"``
+    pair sums (:func:`_saturating_sums`) on x86 CPUs with neither AVX-512 VNNI nor AVX-VNNI (SSE4.1, AVX2,
+    AVX-512 without VNNI: checked on an AVX2 EPYC); ``"either"`` with AVX-VNNI alone, whose kernels the library
+    treats as saturating without having checked them."""
+    if onnx_runtime.u8s8_sums_exact():
+        return "exact"
+    return "either" if torch.cpu.get_capabilities().get("avx_vnni", False) else "saturating"
+
+
+def _saturating_sums(codes, weight):
+    """The sums of uint8 ``codes`` (..., k) times int8 ``weight`` (k, n) as ONNX Runtime's uint8 x int8 kernels
+    without VNNI compute them (``vpmaddubsw``): the products of each pair of neighbouring input channels (2i,
+    2i + 1) added in 16 bits and clamped to [-32768, 32767], then the pairs added in 32 bits. Int64 tensors."""
+    if codes.shape[-1] % 2:  # an odd last channel pairs with a zero
+        codes, weight = torch.nn.functional.pad(codes, (0, 1)), torch.nn.functional.pad(weight, (0, 0, 0, 1))
+    pairs = codes.reshape(*codes.shape[:-1], -1, 2, 1) * weight.reshape(-1, 2, weight.shape[1])
+    return pairs.sum(-2).clamp(-32768, 32767).sum(-2)
+
+
+def _saturating_product(layer, x):
+    """What :class:`~as2rank.neural.onnx_runtime._Int8Input`'s product computes on saturating kernels: the
+    uint8 codes of the smoothed ``x`` times the int8 weights, summed by :func:`_saturating_sums` (the kernels
+    multiply the raw codes and subtract the zero point's share from the sums after), then scaled, plus the
+    bias."""
+    codes = torch.clamp(torch.round(layer._smoothed(x) / layer.scale) + layer.zero.float(), 0, 255).long()
+    weight = layer.weight.long()
+    sums = _saturating_sums(codes, weight) - int(layer.zero) * weight.sum(0)
+    return (sums.double() * float(layer.scale) * layer.weight_scale.double() + layer.bias.double()).float()
+
+
+def _assert_kernel_arithmetic(got, kernels, exact, saturating, atol=1e-5):
+    """``got``, an exported int8 operator's output on ``kernels`` (``"exact"``: the uint8 x uint8 kernels,
+    ``"default"``: this CPU's default ones), is the arithmetic those kernels compute: ``exact`` (the eager
+    module) or ``saturating`` (the same with :func:`_saturating_sums`), which the inputs must tell apart."""
+    assert np.abs(saturating - exact).max() > 100 * atol  # some pair sums leave 16 bits
+    expected = "exact" if kernels == "exact" else _default_kernels()
+    close = {name: np.allclose(got, value, atol=atol, rtol=0)
+             for name, value in (("exact", exact), ("saturating", saturating))}
+    assert close[expected] if expected != "either" else any(close.values()), close
 
 
 class _First(torch.nn.Module):
@@ -258,9 +302,23 @@ def _channel_ranges(x):
     return np.stack([flat.amin(0).numpy(), flat.amax(0).numpy()])
 
 
+def test_saturating_sums_clamp_each_pair_of_products_to_16_bits():
+    codes = torch.tensor([[255, 255, 1, 2, 255]])
+    weight = torch.tensor([[127, -127], [127, -127], [3, 5], [4, 6], [127, 1]])
+    # pairs (255 * 127 * 2 = 64,770 -> 32,767; 3 + 8 = 11; 255 * 127 + 0) and (-64,770 -> -32,768; 5 + 12; 255)
+    np.testing.assert_array_equal(_saturating_sums(codes, weight), [[32767 + 11 + 32385, -32768 + 17 + 255]])
+    assert (codes @ weight).tolist() == [[64770 + 11 + 32385, -64770 + 17 + 255]]
+    small = torch.randint(0, 64, (4, 9)), torch.randint(-64, 64, (9, 3))  # pairs within 16 bits: exact
+    np.testing.assert_array_equal(_saturating_sums(*small), small[0] @ small[1])
+
+
 @needs_onnx
+@pytest.mark.parametrize("kernels", ["exact", "default"])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel):
+def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel, kernels):
+    # On either kernels, whatever this CPU: "exact" is the int8 sessions' choice where u8s8_sums_exact() is
+    # False (forced here on any host); "default" checks this CPU's own kernels against the arithmetic they are
+    # documented to compute, so that a host of either kind catches a change of either.
     torch.manual_seed(0)
     linear = torch.nn.Linear(48, 16)
     x = torch.randn(3, 5, 48) * 3
@@ -269,7 +327,9 @@ def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel):
     assert (layer.inverse is not None) == per_channel  # a whole-input range: no smoothing
     with torch.inference_mode():
         eager, exact = layer(x), linear(x)
-    np.testing.assert_allclose(_run_exported(_First(layer), x), eager.numpy(), atol=1e-5)
+        saturating = _saturating_product(layer, x)
+    got = _run_exported(_First(layer), x, exact_integer_sums=kernels == "exact")
+    _assert_kernel_arithmetic(got, kernels, eager.numpy(), saturating.numpy())
     # int8 rounding, and nothing else: close to the float layer, not equal to it. Smoothing divides input
     # channel j by s_j and multiplies the weights it meets by s_j.
     s = 1 / layer.inverse if per_channel else torch.ones(48)
@@ -301,8 +361,8 @@ def test_smoothing_moves_an_outlier_channel_s_range_into_the_weights(monkeypatch
 
 
 @needs_onnx
-@pytest.mark.parametrize("int8", [False, True])
-def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8):
+@pytest.mark.parametrize("int8, kernels", [(False, "default"), (True, "exact"), (True, "default")])
+def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8, kernels, monkeypatch):
     ranker, X, encoded = fitted
     block = ranker.model_.encoder.encoder.layer[0].attention.self
     torch.manual_seed(0)
@@ -314,7 +374,14 @@ def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8):
     with torch.inference_mode():
         eager, exact = fused(hidden, additive)[0], block(hidden, attention_mask=additive)[0]
     real = keep.bool().numpy()  # padded queries' outputs are never read
-    np.testing.assert_allclose(_run_exported(_First(fused), hidden, additive)[real], eager.numpy()[real], atol=1e-5)
+    got = _run_exported(_First(fused), hidden, additive, exact_integer_sums=kernels == "exact")[real]
+    if int8:  # the query, key and value projections on either kernels (see the linear layer's test)
+        with torch.inference_mode(), monkeypatch.context() as m:
+            m.setattr(fused, "_product", lambda h: _saturating_product(fused, h))
+            saturating = fused(hidden, additive)[0]
+        _assert_kernel_arithmetic(got, kernels, eager.numpy()[real], saturating.numpy()[real])
+    else:
+        np.testing.assert_allclose(got, eager.numpy()[real], atol=1e-5)
     gap = (eager - exact).abs()[keep.bool()].max()
     assert (0 < gap < 0.1) if int8 else gap < 1e-5
 

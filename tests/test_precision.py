@@ -23,7 +23,6 @@ from as2rank.transformer import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 ATOL = {"fp32": 1e-5, "bf16": 5e-2, "int8": 1.5e-1}
-needs_bf16 = pytest.mark.skipif(not neural.cpu_bf16_supported(), reason="CPU without native bfloat16")
 needs_int8 = pytest.mark.skipif(not neural.int8_supported(), reason="CPU without int8 kernels")
 
 
@@ -37,8 +36,10 @@ def _scale(scores):
     return max(1.0, float(np.abs(scores).max()))
 
 
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_bf16), pytest.param("int8", marks=needs_int8)])
-def test_scores_do_not_depend_on_batch_order_or_size(fitted, precision):
+@pytest.mark.parametrize("precision", ["fp32", "bf16", pytest.param("int8", marks=needs_int8)])
+def test_scores_do_not_depend_on_batch_order_or_size(fitted, precision, request):
+    if precision == "bf16":
+        request.getfixturevalue("bf16_anywhere")
     ranker, X = fitted
     ranker = ranker.set_params(precision=precision, batch_tokens=16384)
     reference = ranker.predict(X)
@@ -52,8 +53,10 @@ def test_scores_do_not_depend_on_batch_order_or_size(fitted, precision):
     np.testing.assert_allclose(small_batches, reference, atol=atol)
 
 
-@pytest.mark.parametrize("precision", [pytest.param("bf16", marks=needs_bf16), pytest.param("int8", marks=needs_int8)])
-def test_low_precision_scores_close_to_fp32_but_really_applied(fitted, precision):
+@pytest.mark.parametrize("precision", ["bf16", pytest.param("int8", marks=needs_int8)])
+def test_low_precision_scores_close_to_fp32_but_really_applied(fitted, precision, request):
+    if precision == "bf16":
+        request.getfixturevalue("bf16_anywhere")
     ranker, X = fitted
     s32 = ranker.set_params(precision="fp32").predict(X)
     low = ranker.set_params(precision=precision).predict(X)
@@ -147,8 +150,7 @@ def test_precision_errors(tokenizer):
         small(TransformerRanker, "bert", tokenizer, freeze_embeddings="yes").fit(X, y)
 
 
-@needs_bf16
-def test_bf16_training_runs_and_stays_close(tokenizer):
+def test_bf16_training_runs_and_stays_close(tokenizer, bf16_anywhere):
     X, y = synthetic(6)
     fp32 = small(TransformerRanker, "bert", tokenizer).fit(X, y)
     bf16 = small(TransformerRanker, "bert", tokenizer, precision="bf16").fit(X, y)
@@ -165,13 +167,13 @@ def test_fp32_fit_is_bit_for_bit_reproducible(tokenizer):
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
 
 
-def test_cascade_int8_and_bf16_follow_fp32(tokenizer, monkeypatch):
+def test_cascade_int8_and_bf16_follow_fp32(tokenizer, monkeypatch, bf16_anywhere):
     # torch's int8 kernels (the cascade on ONNX Runtime: tests/test_onnx_runtime.py)
     monkeypatch.setattr(onnx_runtime, "onnx_available", lambda: False)
     X, y = synthetic()
     cascade = small(CascadeTransformer, "bert", tokenizer).fit(X, y)
     s32 = cascade.predict_exits(X)
-    for precision in [p for p, ok in (("bf16", neural.cpu_bf16_supported()), ("int8", neural.int8_supported())) if ok]:
+    for precision in ("bf16", "int8") if neural.int8_supported() else ("bf16",):
         low = cascade.set_params(precision=precision).predict_exits(X)
         np.testing.assert_allclose(low, s32, atol=ATOL[precision] * _scale(s32))
 
@@ -249,9 +251,8 @@ def test_score_heads_run_in_float32_under_autocast():
     torch.testing.assert_close(out, head(x), rtol=0, atol=0)
 
 
-@needs_bf16
 @pytest.mark.parametrize("cls", [TransformerRanker, CascadeTransformer])
-def test_bf16_scores_are_not_rounded_to_bf16(tokenizer, cls):
+def test_bf16_scores_are_not_rounded_to_bf16(tokenizer, cls, bf16_anywhere):
     # Rounded logits would tie inside questions and leave the order to the tie policy.
     X, y = synthetic()
     ranker = small(cls, "bert", tokenizer).fit(X, y)

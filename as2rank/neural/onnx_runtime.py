@@ -51,8 +51,8 @@ from torch import nn
 from .heads import CARRIED
 from .onnx_export import export_graph, padded, quiet
 
-__all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "int8_copy", "onnx_available", "ranges_key", "u8s8_sums_exact",
-           "write_int8_copy"]
+__all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "cpu_session", "int8_copy", "onnx_available", "ranges_key",
+           "u8s8_sums_exact", "write_int8_copy"]
 
 #: Packages the export and the runtime need.
 _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
@@ -84,6 +84,28 @@ def u8s8_sums_exact() -> bool:
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
         return True
     return bool(torch.cpu.get_capabilities().get("avx512_vnni", False))
+
+
+def cpu_session(graph, *, threads: int = 1, spinning: bool = True, exact_integer_sums: bool = False):
+    """An ONNX Runtime CPU ``InferenceSession`` of ``graph`` (bytes or a path) as as2rank runs its exports:
+    ``threads`` intra-op threads, optionally not spinning, without :data:`DISABLED_FUSIONS`, and with
+    ``exact_integer_sums`` on ONNX Runtime's exact uint8 × uint8 kernels instead of its uint8 × int8 ones (the
+    int8 sessions' choice where :func:`u8s8_sums_exact` is False)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(threads)
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if exact_integer_sums:
+        # ONNX Runtime rewrites the int8 weights as uint8 so that its u8u8 kernels run: the same products,
+        # summed without the 16-bit clamp, slower (see u8s8_sums_exact).
+        options.add_session_config_entry("session.x64quantprecision", "1")
+    graph = graph if isinstance(graph, bytes) else str(graph)
+    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=list(DISABLED_FUSIONS))
 
 
 def _activation_quantization(low: float, high: float) -> tuple[float, int]:
@@ -330,21 +352,7 @@ class OnnxModule:
         return self
 
     def _session(self, graph, exact_integer_sums: bool = False):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        if not self.spinning:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if exact_integer_sums:
-            # ONNX Runtime rewrites the int8 weights as uint8 so that its u8u8 kernels run: the same products,
-            # summed without the 16-bit clamp, slower (see u8s8_sums_exact).
-            options.add_session_config_entry("session.x64quantprecision", "1")
-        graph = graph if isinstance(graph, bytes) else str(graph)
-        return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"],
-                                    disabled_optimizers=list(DISABLED_FUSIONS))
+        return cpu_session(graph, threads=self.threads, spinning=self.spinning, exact_integer_sums=exact_integer_sums)
 
     def _check(self, module, session, example) -> None:
         """Compare the float32 graph with the module on a batch of another shape than the traced one."""
