@@ -193,7 +193,7 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    wanted = [f for f in ("avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags]
+    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags]
     desc = f"{model}, {os.cpu_count()} cores" + (f" ({', '.join(wanted)})" if wanted else "")
     try:
         import torch
@@ -203,6 +203,20 @@ def machine() -> str:
     except ImportError:
         pass
     return desc
+
+
+def timed_subprocess(name: str, cmd: list, threads: int | None) -> dict:
+    """Run one timed round of row ``name`` as the command ``cmd`` (with ``OMP_NUM_THREADS=threads`` when
+    given): the last JSON line it prints, plus the process's wall time and the load average after it."""
+    import subprocess
+
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+    return {**json.loads(line), "process_seconds": time.perf_counter() - start, "load_after": load_average()}
 
 
 def wikiqa_splits():

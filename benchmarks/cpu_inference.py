@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import CACHE, ROOT, fitted, load_average, log, log_checks, publish, run_header, session_calls, wikiqa_splits
+from _common import (CACHE, ROOT, fitted, load_average, log, log_checks, publish, run_header, session_calls,
+                     timed_subprocess, wikiqa_splits)
 
 HERE = Path(__file__).resolve().parent
 PEER_CACHE = CACHE / "peer-crossencoder"
@@ -177,13 +177,7 @@ def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | No
                "--model-dir", str(model_dir), "--pairs-file", str(pairs)]
         cmd += [] if alpha is None else ["--alpha", str(alpha)]
     cmd += (["--threads", str(args.threads)] if args.threads else []) + (["--scores", str(scores_file)] if scores_file else [])
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
-    return {**json.loads(line), "process_seconds": time.perf_counter() - start, "load_after": load_average()}
+    return timed_subprocess(name, cmd, args.threads)
 
 
 def peer_environment(peer_python: str) -> dict:
@@ -196,7 +190,8 @@ def peer_environment(peer_python: str) -> dict:
 
 
 #: Precisions of the accuracy table (in-process, untimed), with the int8 engine where it matters.
-ACCURACY_ROWS = {"fp32": "fp32", "auto": "auto", "int8 (ONNX Runtime)": "int8", "int8 (torch kernels)": "int8-torch"}
+ACCURACY_ROWS = {"fp32": "fp32", "auto": "auto", "int8 (ONNX Runtime)": "int8", "int8 (torch kernels)": "int8-torch",
+                 "int8 (ONNX Runtime, uint8 × int8 kernels)": "int8-u8s8"}
 
 
 def fit_subset(X, y, fit_questions: int):
@@ -208,16 +203,23 @@ def fit_subset(X, y, fit_questions: int):
 @contextlib.contextmanager
 def predicting_at(est, setting: str):
     """``est`` set to predict at a :data:`ACCURACY_ROWS` setting; ``"int8-torch"`` hides ONNX Runtime from
-    as2rank for the duration, so int8 runs on torch's kernels."""
+    as2rank for the duration, so int8 runs on torch's kernels; ``"int8-u8s8"`` tells as2rank that this CPU's
+    uint8 × int8 kernels sum exactly, so its int8 session runs them whatever they compute (their saturating
+    16-bit pair sums on an x86 CPU without VNNI: what int8 would score if the library did not avoid them)."""
     from as2rank.neural import onnx_runtime
 
-    available = onnx_runtime.onnx_available
+    available, exact = onnx_runtime.onnx_available, onnx_runtime.u8s8_sums_exact
     if setting == "int8-torch":
         onnx_runtime.onnx_available = lambda: False
+    if setting == "int8-u8s8":
+        onnx_runtime.u8s8_sums_exact = lambda: True
+        est._int8_model_ = None  # a session built on the other kernels is not reused, before or after
     try:
-        yield est.set_params(precision=setting.replace("-torch", ""))
+        yield est.set_params(precision=setting.partition("-")[0])
     finally:
-        onnx_runtime.onnx_available = available
+        onnx_runtime.onnx_available, onnx_runtime.u8s8_sums_exact = available, exact
+        if setting == "int8-u8s8":
+            est._int8_model_ = None
 
 
 def cascade_setup(args, work: Path, X_train, y_train, splits):
@@ -516,7 +518,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-studies", action="store_true",
                         help="skip the batch-dependence and calibration sections (int8 arithmetic that does not depend "
                              "on the CPU's kernels, which compute exact integer sums on every CPU as2rank runs int8 on)")
-    parser.add_argument("--only", choices=("calibration", "time-split"), default=None,
+    parser.add_argument("--only", choices=("accuracy", "calibration", "time-split"), default=None,
                         help="re-run only this section into the saved results, and re-render the page")
     # The subprocess of an as2rank row (started by run_row).
     parser.add_argument("--as2rank-round", default=None, help=argparse.SUPPRESS)
@@ -529,12 +531,16 @@ def main(argv=None) -> None:
         as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores, args.alpha)
         return
     if args.only:
-        from _common import RESULTS
+        from _common import RESULTS, tagged
 
-        res = json.loads((RESULTS / "cpu_inference.json").read_text())
-        section = (calibration(args.fit_questions) if args.only == "calibration"
-                   else time_split(args.fit_questions, args.pairs, args.threads))
-        res[args.only.replace("-", "_")] = {**section, "rerun": run_header("cpu_inference.py", argv)}
+        res = json.loads((RESULTS / tagged("cpu_inference.json")).read_text())
+        section = {"accuracy": lambda: accuracy(args.fit_questions), "calibration": lambda: calibration(args.fit_questions),
+                   "time-split": lambda: time_split(args.fit_questions, args.pairs, args.threads)}[args.only]()
+        if args.only == "accuracy":  # its keys are data sets: the re-run is recorded beside it, and checked again
+            res.update(accuracy=section, accuracy_rerun=run_header("cpu_inference.py", argv))
+            res["acceptance"] = checks(res)
+        else:
+            res[args.only.replace("-", "_")] = {**section, "rerun": run_header("cpu_inference.py", argv)}
         log(f"wrote {publish(res, 'cpu_inference')}")
         return
     import numpy as np
