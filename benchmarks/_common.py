@@ -179,10 +179,13 @@ def run_header(script: str, argv) -> dict:
     }
 
 
-def machine() -> str:
-    """CPU model, core count and the instruction-set flags that matter for torch on CPU, or the GPU."""
-    model = platform.machine()
-    flags = set()
+#: The instruction sets that choose torch's and ONNX Runtime's CPU kernels (bfloat16, int8).
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def _cpuinfo() -> tuple[str, set]:
+    """The CPU's model name and its flags, from /proc/cpuinfo (the platform's name and none elsewhere)."""
+    model, flags = platform.machine(), set()
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -193,7 +196,18 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags]
+    return model, flags
+
+
+def cpu_flags() -> list:
+    """Which of :data:`CPU_FLAGS` this CPU has, sorted."""
+    return sorted(set(CPU_FLAGS) & _cpuinfo()[1])
+
+
+def machine() -> str:
+    """CPU model, core count and the instruction-set flags that matter for torch on CPU, or the GPU."""
+    model, flags = _cpuinfo()
+    wanted = [f for f in CPU_FLAGS if f in flags]
     desc = f"{model}, {os.cpu_count()} cores" + (f" ({', '.join(wanted)})" if wanted else "")
     try:
         import torch

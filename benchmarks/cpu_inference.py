@@ -2,11 +2,12 @@
 
     python benchmarks/cpu_inference.py [--pairs 2000] [--rounds 3] [--threads N]
                                        [--peer-python .venv-peer/bin/python] [--cascade-questions 20] [--no-studies]
-    python benchmarks/cpu_inference.py --only {calibration,time-split}   # one section into the saved results
+    python benchmarks/cpu_inference.py --only {accuracy,calibration,time-split}   # one section into the saved results
     python benchmarks/render.py cpu_inference     # the page alone, from its saved results
 
 The peer is sentence-transformers' ``CrossEncoder`` on its default torch backend, on ONNX Runtime
-(``backend="onnx"``) and on its dynamic int8 ONNX export for AVX-512 VNNI CPUs. Its ONNX backend needs
+(``backend="onnx"``) and on its dynamic int8 ONNX export for AVX-512 VNNI CPUs (for AVX2 on a CPU without
+VNNI, :data:`PEER_INT8`). Its ONNX backend needs
 ``optimum-onnx``, which pins ``transformers`` < 4.58, so it runs in a second virtual environment given by
 ``--peer-python``; build it with torch pinned as in the README, torch first so nothing pulls a CUDA build::
 
@@ -52,8 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (CACHE, ROOT, fitted, load_average, log, log_checks, publish, run_header, session_calls,
-                     timed_subprocess, wikiqa_splits)
+from _common import (CACHE, ROOT, cpu_flags, fitted, load_average, log, log_checks, publish, run_header,
+                     session_calls, timed_subprocess, wikiqa_splits)
 
 HERE = Path(__file__).resolve().parent
 PEER_CACHE = CACHE / "peer-crossencoder"
@@ -62,16 +63,6 @@ MAX_LENGTH = 128
 WARMUP_PAIRS = 64
 #: Candidates per expanded WikiQA-test question of the cascade rows (``expand_candidates(k=...)``).
 CANDIDATES = 100
-
-
-def cpu_flags() -> list:
-    """The CPU's instruction sets that decide the int8 and bfloat16 kernels (from /proc/cpuinfo)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    return sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
-
 
 #: The peer's int8 export for this CPU: its AVX-512 VNNI configuration where the CPU has VNNI, else its AVX2 one
 #: (uint8 weights, for the exact uint8 × uint8 kernels: the VNNI file's int8 weights would have their sums

@@ -34,6 +34,7 @@ Writes ``benchmarks/results/cpu_training.json`` and ``docs/benchmarks/cpu_traini
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import shutil
 import statistics
@@ -84,11 +85,14 @@ def checkpoint(spec: dict) -> str | None:
         return None
     source = Path(resolve_model("minilm-l6")[0])
     folder = CACHE / ("minilm-l6-" + "-".join(k.split("_")[0] for k in spec["dropout"]) + "-dropout-0")
-    if not (folder / "config.json").exists():
-        shutil.copytree(source, folder, dirs_exist_ok=True)
-        config = json.loads((source / "config.json").read_text())
-        config.update({k: 0.0 for k in spec["dropout"]})
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
+    config = json.loads((source / "config.json").read_text())
+    config.update({k: 0.0 for k in spec["dropout"]})
+    # Copied again wherever the packaged checkpoint changed, so the copy never trains other weights.
+    for file in (f for f in source.iterdir() if f.is_file() and f.name != "config.json"):
+        if not (folder / file.name).exists() or not filecmp.cmp(file, folder / file.name, shallow=False):
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, folder / file.name)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
     return str(folder)
 
 
