@@ -1,13 +1,13 @@
 """Pickle-free model files: one directory format for every as2rank estimator.
 
-A model directory holds ``as2rank.json`` (the format version, the class, its parameters and fitted
-attributes as JSON), the numeric arrays of those in ``arrays.safetensors``, the weights of torch modules in
-``*.safetensors`` files, and nested estimators (a ``PointwiseRanker``'s classifier, a ``SequentialRanker``'s
-steps, a ``Pipeline``'s steps) in subdirectories of the same format. The transformer family adds ``encoder/``
-(a transformers model and its tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``).
-Nothing in it is a pickle: loading reads tensors, numbers and strings, and instantiates only as2rank classes
-and an allow-list of scikit-learn estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a
-path written in the file.
+A model directory holds ``as2rank.json`` (the format version, the class, its parameters and fitted attributes as
+JSON), the numeric arrays of those in ``arrays.safetensors``, the weights of torch modules in ``*.safetensors``
+files, nested estimators (a ``PointwiseRanker``'s classifier, a ``SequentialRanker``'s steps, a ``Pipeline``'s
+steps) in subdirectories of the same format, and a model card, ``README.md`` (:mod:`as2rank.model_card`; top
+level only, not read by :func:`load`). The transformer family adds ``encoder/`` (a transformers model and its
+tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``). Nothing in it is a pickle: loading
+reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
+estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file.
 
 :func:`save` writes any supported estimator or pipeline and :func:`load` (``as2rank.load``) reads any
 directory back, whatever its class; the estimators' ``save_pretrained``/``from_pretrained`` are the same
@@ -24,6 +24,8 @@ from importlib import import_module
 from pathlib import Path
 
 import numpy as np
+
+from . import __version__
 
 __all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "load", "read_meta", "save"]
 
@@ -48,7 +50,7 @@ AS2RANK_CLASSES = {
         "cerberus": ("Cerberus", "DistilledRanker"),
         "ensemble": ("LinearEnsemble",),
         "context_features": ("ContextExtractor",),
-        "context": ("ContextConcat", "ContextEnsemble", "ContextMWA"),
+        "context": ("ContextConcat", "ContextEnsemble", "ContextMWA"), "zeroshot": ("ZeroShotRanker",),
     }.items()
     for name in names
 }
@@ -81,15 +83,15 @@ class PersistenceMixin:
 
     _saved_private_attrs: tuple = ()
 
-    def save_pretrained(self, path) -> None:
+    def save_pretrained(self, path, *, card=None) -> None:
         """Write the fitted estimator to a pickle-free directory (see :mod:`as2rank.persistence`).
 
         Parameters
         ----------
-        path : str or os.PathLike
-            Created if missing; files of the same names are overwritten.
+        path, card
+            As in :func:`save`.
         """
-        save(self, path)
+        save(self, path, card=card)
 
     @classmethod
     def from_pretrained(cls, path, **params):
@@ -153,8 +155,6 @@ def _check_class(meta, cls, path) -> None:
 def write_meta(path, name, params, fitted) -> None:
     """Write ``as2rank.json`` (atomically): format version, :func:`class_name`, encoded ``params`` and
     ``fitted`` attributes (``None``: not fitted)."""
-    from . import __version__
-
     meta = {"format_version": FORMAT_VERSION, "as2rank_version": __version__, "class": name, "params": params,
             "fitted": fitted}
     temporary = path / f".{META_FILE}.tmp"
@@ -193,8 +193,6 @@ def read_meta(path) -> dict:
         raise ValueError(f"{file} is not valid JSON ({_one_line(exc)}); expected {what}.") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("class"), str) or not isinstance(meta.get("params"), dict):
         raise ValueError(f"{file} lacks a 'class' name and a 'params' object; expected {what}.")
-    from . import __version__
-
     version = meta.get("format_version", 0)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise ValueError(f"{file} has an invalid format_version {version!r}; expected {what}.")
@@ -395,7 +393,7 @@ def _write_torch(state_dict, file: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- save / load
-def save(estimator, path) -> None:
+def save(estimator, path, *, card=None) -> None:
     """Write a fitted estimator or pipeline to a pickle-free model directory.
 
     Supported: every as2rank estimator, and pipelines and allow-listed scikit-learn estimators
@@ -406,7 +404,9 @@ def save(estimator, path) -> None:
     estimator : estimator
         Fitted (estimators that need no fit, such as the rule rankers, may be saved as they are).
     path : str or os.PathLike
-        The directory (created if missing; files of the same names are overwritten).
+        The directory (created if missing; files of the same names, ``README.md`` included, are overwritten).
+    card : as2rank.model_card.ModelCardData, optional
+        Training data and metrics for the model card, ``README.md`` (:mod:`as2rank.model_card`).
 
     Raises
     ------
@@ -417,12 +417,12 @@ def save(estimator, path) -> None:
     """
     from sklearn.utils.validation import check_is_fitted
 
-    name = class_name(estimator)
-    if name in _TRANSFORMERS:
-        estimator.save_pretrained(path)  # the main process writes under a distributed launcher
+    if class_name(estimator) in _TRANSFORMERS:
+        estimator.save_pretrained(path, card=card)  # the main process writes under a distributed launcher
         return
     check_is_fitted(estimator)
     _save(estimator, Path(path))
+    import_module("as2rank.model_card").write_card(estimator, path, card)
 
 
 def _save(estimator, path: Path) -> None:

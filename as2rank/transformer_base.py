@@ -437,13 +437,14 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         tags.non_deterministic = self.random_state is None
         return tags
 
-    def save_pretrained(self, path, *, int8: bool = False) -> None:
+    def save_pretrained(self, path, *, int8: bool = False, card=None) -> None:
         """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
 
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
         ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
-        "transfer" output), ``heads.safetensors`` (the score heads) and ``as2rank.json`` (format version,
-        class, parameters and fitted attributes). Load with :meth:`from_pretrained` or
+        "transfer" output), ``heads.safetensors`` (the score heads), ``as2rank.json`` (format version,
+        class, parameters and fitted attributes) and ``README.md`` (a model card: :mod:`as2rank.model_card`).
+        Files of the same names are overwritten. Load with :meth:`from_pretrained` or
         :func:`as2rank.load <as2rank.persistence.load>`.
         Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
         others wait until the directory is complete.
@@ -457,7 +458,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             predicts at int8 without exporting them, which takes seconds per graph. A loaded model uses them only
             if they were exported from its weights by the same as2rank; otherwise it exports again. Needs
             a model calibrated for int8 at fit and ``pip install as2rank[onnx]``.
+        card : as2rank.model_card.ModelCardData, optional
+            Training data and metrics for the model card, ``README.md``.
         """
+        from .model_card import write_card
         from .neural.distributed import is_main_process, wait_for_everyone
         from .persistence import INT8_FOLDER, write_transformer
 
@@ -475,6 +479,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
                 from .neural.onnx_runtime import write_int8_copy
 
                 write_int8_copy(self._int8_copy_to_save(), Path(path) / INT8_FOLDER)
+            write_card(self, path, card)
         wait_for_everyone()
 
     def _int8_copy_to_save(self):

@@ -41,7 +41,7 @@ def assert_pickle_free(path):
     files = [f for f in Path(path).rglob("*") if f.is_file()]
     assert files
     for f in files:
-        assert f.suffix in {".json", ".safetensors", ".txt"}, f
+        assert f.suffix in {".json", ".safetensors", ".txt", ".md"}, f
         data = f.read_bytes()
         if f.suffix == ".safetensors":
             n = int.from_bytes(data[:8], "little")
