@@ -1,15 +1,17 @@
 """Rule-based and learned lexical baselines (Bonadiman & Moschitti 2020, §2.1 and Table 2).
 
 * :class:`WordOverlapRanker` (WO): number of unique lower-cased tokens shared by question and candidate.
-* :class:`ReciprocalRankRanker` (RR): ``1 / (position + 1)``, the original order.
-* :class:`OverlapRankRanker` (WO+RR): word overlap, ties broken by the original position.
+* :class:`ReciprocalRankRanker` (RR): ``1 / (position + 1)``, the retrieval order.
+* :class:`OverlapRankRanker` (WO+RR): word overlap, ties broken by the retrieval position.
 * :class:`LexicalFeatures` and :class:`PointwiseRanker`: overlap/position features and a meta-ranker that
   turns any scikit-learn classifier or regressor into a ranker, for a learned lexical baseline::
 
       make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression()))
 
 Overlaps are computed as products of sparse binary bag-of-words matrices, each distinct text tokenised
-once.
+once. The retrieval rank is the ``position`` column (:func:`~as2rank.data.retrieval_positions`); the row
+order of ``X`` is never read as one, so without that column RR refuses, WO+RR is plain word overlap and the
+``reciprocal_rank`` feature is 0.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, clone, is_classifier
 from sklearn.utils.validation import check_is_fitted
 
 from .base import RankerMixin
-from .data import FORMAT_COLUMNS, GroupIndex, check_ranking_data, check_X
+from .data import FORMAT_COLUMNS, check_ranking_data, check_X, retrieval_positions
 from .persistence import PersistenceMixin
 from .text import bag_of_words, tokenize
 
@@ -50,11 +52,15 @@ def _word_overlap(X: pd.DataFrame, lower: bool, drop_punct: bool) -> np.ndarray:
     return np.asarray(q_bags.multiply(c_bags).sum(axis=1), dtype=np.float64).ravel()
 
 
-def _positions(X: pd.DataFrame) -> np.ndarray:
-    """Original 0-based position of every row: ``X["position"]`` or the row order inside its question."""
-    if "position" in X.columns:
-        return X["position"].to_numpy(dtype=np.float64)
-    return GroupIndex.from_frame(X).position_index().astype(np.float64)
+def _required_positions(X: pd.DataFrame) -> np.ndarray:
+    """``X["position"]`` for RR, which has nothing to rank by without it (the row order is not a rank)."""
+    positions = retrieval_positions(X)
+    if positions is None:
+        raise ValueError(
+            "ReciprocalRankRanker ranks by the retrieval order, and X has no 'position' column; give each candidate's "
+            "0-based retrieval rank as X['position'] (read_pairs(..., position='your_rank_column'))."
+        )
+    return positions
 
 
 class _RuleRanker(PersistenceMixin, RankerMixin, BaseEstimator):
@@ -137,22 +143,42 @@ class WordOverlapRanker(_RuleRanker):
 
 
 class ReciprocalRankRanker(_RuleRanker):
-    """Reciprocal rank (RR): ``1 / (position + 1)``; reproduces the original order of the candidates.
+    """Reciprocal rank (RR): ``1 / (position + 1)``; reproduces the retrieval order of the candidates.
 
-    Uses ``X["position"]`` when present, otherwise the row order inside each question.
+    Reads ``X["position"]``, the 0-based retrieval (or document) rank. ``fit`` and ``predict`` raise a
+    ``ValueError`` when ``X`` has no ``position`` column: the row order of a table is not a rank.
     """
 
     _text_columns = ()
 
+    def fit(self, X, y=None, groups=None):
+        """Validate the input, ``X["position"]`` included; nothing is learned (see :meth:`predict`).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame with a ``position`` column.
+        y, groups : array-like of shape (n_rows,), default=None
+            Validated when given, otherwise unused.
+
+        Returns
+        -------
+        self
+        """
+        super().fit(X, y, groups)
+        _required_positions(X)
+        return self
+
     def _scores(self, X):
-        return 1.0 / (_positions(X) + 1.0)
+        return 1.0 / (_required_positions(X) + 1.0)
 
 
 class OverlapRankRanker(_RuleRanker):
-    """WO+RR: word overlap, ties broken by the original position (earlier first).
+    """WO+RR: word overlap, ties broken by the retrieval position (earlier first).
 
     The score is ``overlap + RR / 2``: since the overlap is an integer and ``RR / 2`` lies in ``(0, 0.5]``,
-    a larger overlap always wins and equal overlaps are ordered by position.
+    a larger overlap always wins and equal overlaps are ordered by position. Without a ``position`` column
+    the score is the plain word overlap and equal overlaps stay tied (the row order is not a rank).
 
     Parameters
     ----------
@@ -166,7 +192,9 @@ class OverlapRankRanker(_RuleRanker):
         self.drop_punct = drop_punct
 
     def _scores(self, X):
-        return _word_overlap(X, self.lowercase, self.drop_punct) + 0.5 / (_positions(X) + 1.0)
+        overlap = _word_overlap(X, self.lowercase, self.drop_punct)
+        positions = retrieval_positions(X)
+        return overlap if positions is None else overlap + 0.5 / (positions + 1.0)
 
 
 class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
@@ -185,7 +213,8 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
     ``idf_overlap_question``
         ``idf_overlap`` divided by the IDF mass of the question's tokens;
     ``reciprocal_rank``
-        ``1 / (position + 1)``.
+        ``1 / (position + 1)``; 0 in every row when ``X`` has no ``position`` column (no known rank, as for
+        an infinitely deep position: the row order is not a rank).
 
     Parameters
     ----------
@@ -247,7 +276,8 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : pandas.DataFrame
-            Grouped-candidate frame; the features read ``question``, ``candidate`` and ``position``.
+            Grouped-candidate frame; the features read ``question``, ``candidate`` and ``position`` (when
+            present).
 
         Returns
         -------
@@ -274,7 +304,7 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
                 "overlap_candidate": np.nan_to_num(overlap / n_c),
                 "idf_overlap": idf_overlap,
                 "idf_overlap_question": np.nan_to_num(idf_overlap / idf_q),
-                "reciprocal_rank": 1.0 / (_positions(X) + 1.0),
+                "reciprocal_rank": _reciprocal_rank(X),
             }
         return X.assign(**features)
 
@@ -295,6 +325,12 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
         return tags
+
+
+def _reciprocal_rank(X: pd.DataFrame) -> np.ndarray:
+    """``1 / (position + 1)``, or 0 for every row (no known rank) when ``X`` has no ``position`` column."""
+    positions = retrieval_positions(X)
+    return np.zeros(len(X)) if positions is None else 1.0 / (positions + 1.0)
 
 
 def _check_class_labels(y: np.ndarray, estimator) -> None:

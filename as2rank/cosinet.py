@@ -3,9 +3,10 @@
 Frozen static word vectors; a word-relatedness encoder (for every word, its highest cosine similarity to a
 word of the other text, appended to the word's vector); one convolution per side with global max pooling;
 the pair representation ``[q ⊙ c ; q − c]``; optionally a recurrent network over the pair representations
-of all the candidates of a question in their original order; one linear layer to a score. Trained
-pointwise (binary cross-entropy) or listwise (KL divergence between the softmax over a question's
-candidates and its normalised gold labels) with Adam and a slanted triangular learning rate.
+of all the candidates of a question in their retrieval order (``position``; by candidate text when there is
+none, never the row order); one linear layer to a score. Trained pointwise (binary cross-entropy) or
+listwise (KL divergence between the softmax over a question's candidates and its normalised gold labels)
+with Adam and a slanted triangular learning rate.
 
 This module holds the estimator, :class:`Cosinet`: its parameters, training, prediction and persistence. The
 encoding of its inputs (word ids, relatedness features, batches) is in ``as2rank.cosinet_encoding``, its
@@ -63,9 +64,10 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         input wordpiece embeddings of the packaged all-MiniLM-L6-v2 (384d), works offline and ranks
         better than GloVe-50d (``docs/benchmarks/cosinet.md``); the paper used ConceptNet Numberbatch (300d).
     rnn : {None, "rnn", "birnn", "lstm", "bilstm"}, default="birnn"
-        Recurrent layer run over the pair representations of a question's candidates in their original
-        order (``position``). ``None`` scores each pair on its own (the paper's plain Cosinet). The default
-        is the paper's best configuration.
+        Recurrent layer run over the pair representations of a question's candidates in their retrieval
+        order (``position``). Without a ``position`` column it reads them sorted by candidate text, so that no
+        row order is taken for a rank and the scores do not depend on how the rows are laid out. ``None``
+        scores each pair on its own (the paper's plain Cosinet). The default is the paper's best configuration.
     loss : {"pointwise", "listwise"}, default="listwise"
         Binary cross-entropy over pairs (labels > 0 are positives), or the KL divergence from a question's
         normalised gold labels to the softmax of its scores; listwise training leaves out questions with
@@ -339,9 +341,10 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         """One relevance score per row of ``X`` (higher is better), in the row order of ``X``.
 
-        The candidates of each question are scored together, in their original order (``position``), so
-        the scores do not depend on how the rows of ``X`` are ordered. ``predict`` leaves the estimator
-        unchanged, so one fitted model can score in several threads at once.
+        The candidates of each question are scored together, in their retrieval order (``position``, or by
+        candidate text when ``X`` has none), so the scores do not depend on how the rows of ``X`` are
+        ordered. ``predict`` leaves the estimator unchanged, so one fitted model can score in several threads
+        at once.
 
         Parameters
         ----------
@@ -571,7 +574,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
 def _group_scores(module, encoded, table, groups, n_rows, device, batch_size: int):
     """Scores of the rows of the questions ``groups`` (codes of ``encoded``'s index), NaN elsewhere: each
-    question's candidates scored together, in their original order, in batches of at least 64 questions."""
+    question's candidates scored together, in reading order, in batches of at least 64 questions."""
     import torch
 
     from .neural import question_batches, to_device

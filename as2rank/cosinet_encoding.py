@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .data import ragged_arange
+from .data import ragged_arange, reading_order
 from .text import tokenize
 
 
@@ -32,7 +32,8 @@ def _encode(X, index, lowercase, padding, vocabulary=None) -> _Encoded:
     X : pandas.DataFrame
         Checked grouped-candidate frame (``question`` and ``candidate`` columns).
     index : as2rank.data.GroupIndex
-        The questions of ``X``.
+        The questions of ``X``; each question's candidates are laid out in :func:`~as2rank.data.reading_order`
+        (by ``position``, or by candidate text when ``X`` has none).
     lowercase : bool
         Lower-case the text before tokenisation.
     padding : tuple of (int, int)
@@ -60,7 +61,7 @@ def _encode(X, index, lowercase, padding, vocabulary=None) -> _Encoded:
     text_of_word = np.repeat(np.arange(len(tokens)), counts)
     ids[text_of_word, ragged_arange(counts)] = word_ids
     return _Encoded(
-        rows=padded_groups(index.offsets, index.order),
+        rows=padded_groups(index.offsets, reading_order(X, index)),
         sizes=index.sizes,
         q_text=codes[:n].astype(np.int64),
         c_text=codes[n:].astype(np.int64),
@@ -80,7 +81,8 @@ class _Encoded:
     Attributes
     ----------
     rows : ndarray (n_groups, max_candidates)
-        Row numbers of each question's candidates in original order, -1 padded.
+        Row numbers of each question's candidates in reading order (by ``position``, else by candidate text),
+        -1 padded.
     sizes : ndarray (n_groups,)
     q_text, c_text : ndarray (n_rows,)
         Text number of each row's question and candidate.
@@ -167,7 +169,7 @@ class _Encoded:
     def batch(self, groups, labels=None) -> dict:
         """Tensors of the questions ``groups``.
 
-        ``slots`` place the pairs (question by question, in position order) in the padded
+        ``slots`` place the pairs (question by question, in reading order) in the padded
         (question × candidate) grid; per side, ``stream`` holds the words of the batch's distinct texts
         for the convolution, ``tokens`` the convolution output row of every word of every pair,
         ``windows`` the relatedness values under the kernel at that word, and ``lengths`` the words per

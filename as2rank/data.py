@@ -22,6 +22,8 @@ __all__ = [
     "check_X",
     "check_ranking_data",
     "check_labels",
+    "retrieval_positions",
+    "reading_order",
     "keep_answered",
     "holdout_questions",
     "ragged_arange",
@@ -65,10 +67,11 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _describe_rows(rows: np.ndarray, limit: int = 5) -> str:
+def _describe_rows(rows: np.ndarray, limit: int = 5, what: str = "index") -> str:
+    """``"3 row(s) (index 0, 4, 7)"``: how many rows, the first ``limit`` named as ``what`` (index or data row)."""
     shown = ", ".join(repr(r) for r in rows[:limit].tolist())
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
-    return f"{len(rows)} row(s) (index {shown}{more})"
+    return f"{len(rows)} row(s) ({what} {shown}{more})"
 
 
 def _key_type(value) -> str:
@@ -467,6 +470,25 @@ class GroupIndex:
         """The index of a subset of rows (given in the order they should appear)."""
         rows = np.asarray(rows)
         return GroupIndex._from_keys(self.keys[self.codes[rows]], self.position_index()[rows])
+
+
+def retrieval_positions(X: pd.DataFrame) -> np.ndarray | None:
+    """The retrieval rank of every row of a checked frame, for every signal that reads one (RR, WO+RR, the
+    ``reciprocal_rank`` feature): ``X["position"]`` as float64, or None when ``X`` has no ``position`` column.
+    The row order is then no rank, and the caller says what it does instead (RR refuses, WO+RR keeps the
+    overlap's ties, the feature is 0)."""
+    return X["position"].to_numpy(dtype=np.float64) if "position" in X.columns else None
+
+
+def reading_order(X: pd.DataFrame, index: GroupIndex) -> np.ndarray:
+    """Rows of a checked frame grouped like ``index.order`` (``index.offsets`` delimit the questions), each
+    question's candidates in the order a sequence model reads them: by ``position`` when ``X`` has one
+    (``index.order`` itself), else by candidate text, so that the sequence never depends on how the rows of
+    ``X`` are laid out (only identical texts keep their row order)."""
+    if "position" in X.columns:
+        return index.order
+    text = pd.factorize(X["candidate"].to_numpy(), sort=True)[0]
+    return np.lexsort((text, index.codes))
 
 
 def check_ranking_data(X, y=None, groups=None, *, require_y: bool = True, text_columns=("question", "candidate")):

@@ -29,7 +29,7 @@ def _is_parquet(path: Path) -> bool:
     return path.is_dir() or path.suffix.lower() in _PARQUET_SUFFIXES
 
 
-def iter_chunks(path, chunksize: int, window: int = 0):
+def iter_chunks(path, chunksize: int, window: int = 0, columns=None):
     """``(X, y)`` chunks of whole questions of a file, by its format.
 
     Parameters
@@ -41,20 +41,37 @@ def iter_chunks(path, chunksize: int, window: int = 0):
     chunksize : int
     window : int, default=0
         Parquet only: how far apart the rows of a question may be (see ``load_parquet``).
+    columns : dict, default=None
+        The file is a user's table (CSV, TSV, Parquet or JSON Lines with a header), read whole by
+        :func:`~as2rank.datasets.read_pairs` with these keyword arguments (``question``, ``candidate``,
+        ``qid``, ``position``; labels are not read), then cut into chunks.
 
     Returns
     -------
     iterator of (pandas.DataFrame, ndarray or None)
         Chunks indexed by row number in the file.
     """
-    from .datasets import load_asnq, load_parquet
+    from .datasets import load_asnq, load_parquet, read_pairs
 
     path = Path(path)
+    if columns is not None:
+        return _frame_chunks(read_pairs(path, **columns, label=None)[0], chunksize)
     if _is_parquet(path):
         return load_parquet(path, chunksize, label=None, window=window)
     if window:
         raise ValueError("window applies to Parquet input; an ASNQ TSV must have the rows of a question contiguous.")
     return load_asnq(path, chunksize)
+
+
+def _frame_chunks(X, chunksize: int):
+    """``(X, None)`` chunks of about ``chunksize`` rows of a frame whose questions are contiguous, cut at the
+    first question that starts past each multiple of ``chunksize``."""
+    codes = pd.factorize(X["qid"])[0]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    block = starts // chunksize
+    bounds = np.r_[starts[np.r_[True, block[1:] != block[:-1]]], len(X)]
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        yield X.iloc[start:stop], None
 
 
 def count_rows(path) -> int:
@@ -167,7 +184,8 @@ def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"score": scores, "rank": ranks.astype(np.int64)}, index=X.index)
 
 
-def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model_id=None, progress=True, overwrite=False):
+def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model_id=None, progress=True, overwrite=False,
+                 columns=None):
     """Score every row of a file in chunks of whole questions, writing one Parquet part per chunk.
 
     The output is a directory (``scores.parquet/part-00000.parquet``, ...) that ``pandas.read_parquet`` and
@@ -195,6 +213,9 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
         A tqdm progress bar over the input rows.
     overwrite : bool, default=False
         Start over, deleting the parts of an earlier run, instead of resuming it.
+    columns : dict, default=None
+        The input is a user's table, read whole under these column names (see :func:`iter_chunks`); ``row``
+        is then its 0-based data row.
 
     Returns
     -------
@@ -222,6 +243,7 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
         "chunksize": int(chunksize),
         "window": int(window),
         "model": model_id,
+        **({} if columns is None else {"columns": dict(columns)}),
     }
     manifest = output / _MANIFEST
     if output.exists() and not output.is_dir():
@@ -243,7 +265,7 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     output.mkdir(parents=True, exist_ok=True)
     _write_json(manifest, {"settings": settings, "complete": False})
 
-    total = count_rows(input) if progress else None
+    total = count_rows(input) if progress and columns is None else None
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -252,7 +274,7 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     start = time.perf_counter()
     rows = parts = skipped = scored = 0
     try:
-        for i, (X, _) in enumerate(iter_chunks(input, int(chunksize), int(window))):
+        for i, (X, _) in enumerate(iter_chunks(input, int(chunksize), int(window), columns)):
             part = output / f"part-{i:05d}.parquet"
             if part.exists():
                 skipped += 1
@@ -344,13 +366,24 @@ def predict_dask(estimator, ddf, *, partitioned=False):
         raise ValueError(f"ddf is missing the column(s) {missing} of the grouped-candidate format.")
     if not partitioned:
         if "position" not in ddf.columns:
-            ddf = ddf.assign(position=ddf.groupby("qid").cumcount())
+            # The shuffle may reorder a question's rows: remember their order to break ties as in memory, in a
+            # column that is not a ``position`` (no model may read the row order as a rank).
+            ddf = ddf.assign(**{_ROW_ORDER: ddf.groupby("qid").cumcount()})
         ddf = ddf.shuffle(on="qid")
     model = dask.delayed(estimator, pure=False, traverse=False)
     meta = pd.DataFrame({"score": pd.Series(dtype="float64"), "rank": pd.Series(dtype="int64")}, index=ddf._meta.index)
     return ddf.map_partitions(_score_partition, model, meta=meta)
 
 
+#: The column in which :func:`predict_dask` keeps the row order of a question without ``position``.
+_ROW_ORDER = "_as2rank_row_order"
+
+
 def _score_partition(X, estimator):
-    """:func:`score_frame` with the frame first, as ``map_partitions`` calls it."""
-    return score_frame(estimator, X)
+    """:func:`score_frame` with the frame first, as ``map_partitions`` calls it; rows put back in their
+    questions' original order first when :func:`predict_dask` recorded it."""
+    if _ROW_ORDER not in X.columns:
+        return score_frame(estimator, X)
+    order = np.argsort(X[_ROW_ORDER].to_numpy(), kind="stable")
+    scored = score_frame(estimator, X.iloc[order].drop(columns=_ROW_ORDER))
+    return scored.iloc[np.argsort(order, kind="stable")]

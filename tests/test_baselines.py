@@ -58,8 +58,24 @@ def test_reciprocal_rank_uses_position(toy):
     X, _ = toy
     s = ReciprocalRankRanker().predict(X)
     np.testing.assert_allclose(s, 1 / (X["position"].to_numpy() + 1))
-    s_no_pos = ReciprocalRankRanker().predict(X.drop(columns="position"))
-    np.testing.assert_allclose(s_no_pos, 1 / (np.array([0, 1, 2, 0, 0, 1, 1, 2]) + 1))
+
+
+def test_without_position_rr_refuses_and_the_other_signals_read_no_order(toy):
+    X, y = toy
+    bare = X.drop(columns="position")
+    # RR has no rank to read: the row order is not one.
+    for call in (lambda: ReciprocalRankRanker().fit(bare, y), lambda: ReciprocalRankRanker().predict(bare)):
+        with pytest.raises(ValueError, match=r"retrieval order, and X has no 'position' column.*read_pairs") as info:
+            call()
+        assert "\n" not in str(info.value)
+    # WO+RR is plain word overlap, ties kept.
+    np.testing.assert_array_equal(OverlapRankRanker().predict(bare), WordOverlapRanker().predict(bare))
+    # The reciprocal_rank feature is 0 (no known rank); the others do not change.
+    features = LexicalFeatures().fit(X)
+    with_order, without = features.transform(X), features.transform(bare)
+    assert (without["reciprocal_rank"] == 0).all()
+    others = [c for c in LexicalFeatures.feature_names if c != "reciprocal_rank"]
+    pd.testing.assert_frame_equal(without[others], with_order[others])
 
 
 def test_overlap_rank_breaks_ties_by_position():

@@ -22,6 +22,8 @@ from as2rank.embeddings import load_word_vectors
 from as2rank.metrics import get_scorer
 from as2rank.neural import listwise_kl_loss
 
+from .test_read_pairs import shuffled_within_questions
+
 WORDS = ["who", "wrote", "hamlet", "shakespeare", "play", "paris", "france", "capital", "river", "city", "is",
          "the", "of", "a", "by", "in", "was", "written", "king", "tower", "london", "bridge", "what", "where"]
 
@@ -108,6 +110,25 @@ def test_rnn_reads_candidates_in_position_order_whatever_the_row_order(kv):
             assert alone == pytest.approx(scores[position], abs=1e-6)
         else:
             assert alone != pytest.approx(scores[position], abs=1e-6)
+
+
+@pytest.mark.parametrize("rnn", ["rnn", "birnn"])
+def test_without_position_the_rnn_reads_no_row_order(kv, rnn):
+    X, y = synthetic(12)
+    X = X.drop(columns="position")
+    perm = shuffled_within_questions(X["qid"], seed=3)
+    model = tiny(kv, rnn=rnn).fit(X, y)
+    scores = model.predict(X)
+    np.testing.assert_allclose(model.predict(X.iloc[perm]), scores[perm], rtol=1e-5, atol=1e-6)
+    # Training reads no row order either: a fit on the shuffled rows scores every row alike, up to rounding and a
+    # shift of all the scores (the output bias, which the listwise softmax does not see, drifts with rounding).
+    refit = tiny(kv, rnn=rnn).fit(X.iloc[perm], y[perm]).predict(X.iloc[perm])
+    np.testing.assert_allclose(refit - refit.mean(), scores[perm] - scores.mean(), rtol=0, atol=1e-5)
+    # The sequence is each question's candidates by text: the first alone scores as in its list (one direction).
+    if rnn == "rnn":
+        q = X[X["qid"] == "q5"]
+        first = q["candidate"].idxmin()
+        assert model.predict(q.loc[[first]])[0] == pytest.approx(scores[X.index.get_loc(first)], abs=1e-6)
 
 
 @pytest.mark.parametrize("rnn", [None, "birnn", "lstm"])

@@ -25,6 +25,7 @@ def squad_sample():
 
 def test_public_api():
     assert set(as2rank.datasets.__all__) == {
+        "read_pairs",
         "load_wikiqa",
         "load_squad_sent",
         "load_asnq",

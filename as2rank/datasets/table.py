@@ -1,0 +1,261 @@
+"""A user's own table of questions, candidate sentences and labels, read into the grouped-candidate format.
+
+:func:`read_pairs` reads CSV, TSV, Parquet, JSON Lines or a DataFrame under the user's column names and
+checks it with whole-array operations: every problem is a one-line error that names the column and the data
+rows, and nothing is dropped or coerced silently.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..data import _describe_rows, _nonstring_rows, _plain, check_group_keys, check_X
+
+__all__ = ["read_pairs"]
+
+#: File suffix -> format.
+_FORMATS = {
+    ".csv": "CSV",
+    ".tsv": "TSV",
+    ".tab": "TSV",
+    ".parquet": "Parquet",
+    ".pq": "Parquet",
+    ".jsonl": "JSON Lines",
+    ".ndjson": "JSON Lines",
+}
+#: Compression suffixes that pandas reads after a text format's suffix (``pairs.csv.gz``).
+_COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".zip")
+#: Label words of text files, compared lower-cased (numbers equal to 0 or 1 are read as numbers).
+_LABEL_WORDS = {"false": 0.0, "true": 1.0}
+# dtype=False keeps JSON values as they are; before pandas 3 columns named like dates ("date", "*_at", ...)
+# were also parsed unless convert_dates=False (a keyword pandas 3 deprecates).
+_JSON_OPTIONS = {"dtype": False, **({} if int(pd.__version__.split(".")[0]) >= 3 else {"convert_dates": False})}
+
+
+def read_pairs(data, *, question="question", candidate="candidate", label="label", qid=None, position=None):
+    """Read a table of (question, candidate, label) rows into ``X, y``, under the table's own column names.
+
+    Parameters
+    ----------
+    data : str, os.PathLike or pandas.DataFrame
+        The table, or the path of a file whose suffix gives its format: ``.csv``; ``.tsv`` or ``.tab``
+        (tab-separated, CSV quoting rules); ``.parquet`` or ``.pq``; ``.jsonl`` or ``.ndjson`` (JSON Lines:
+        one JSON object per line). A CSV, TSV or JSON Lines file may be compressed (``pairs.csv.gz``). Text
+        files are UTF-8 with a header line. Every field of a CSV or TSV is read as the text it is: a
+        candidate ``"NA"``, ``"null"`` or ``"0123"`` stays that text.
+    question, candidate : str, default="question", "candidate"
+        Columns of the question text and of the candidate sentence.
+    label : str or None, default="label"
+        Column of the 0/1 relevance labels. ``None``, or the default ``"label"`` absent from the table,
+        reads no labels (``y`` is None, for scoring); any other name must be a column.
+    qid : str, default=None
+        Column of the question ids. ``None`` takes the question text as the id: rows with the same question
+        text are one question, and ``X["qid"]`` holds that text.
+    position : str, default=None
+        Column of each candidate's 0-based retrieval (or document) rank inside its question, returned as
+        ``X["position"]``. Without one, ``X`` has no ``position`` column and no model reads the row order as
+        a rank: RR refuses, WO+RR and the ``reciprocal_rank`` feature ignore the order, Cosinet reads the
+        candidates by text (see ``docs/guide/data.md``).
+
+    Returns
+    -------
+    X : pandas.DataFrame
+        Columns ``qid``, ``question``, ``candidate`` and, with ``position``, ``position`` (int64), on a fresh
+        ``RangeIndex``: row ``i`` of ``X`` is data row ``i`` of the table (0-based, header not counted).
+    y : ndarray of float64 of shape (n_rows,) or None
+        The labels as 0.0/1.0.
+
+    Raises
+    ------
+    ValueError
+        One line naming the column and the data rows, when: the suffix is not one of the above; a named
+        column is missing (the message lists the table's columns); the table has no data rows; a question
+        or candidate is missing, empty, whitespace-only or not text; a label is not 0/1 (accepted: the
+        numbers 0 and 1, booleans, and the text ``0``/``1``/``true``/``false`` in any case; rejected: 2, -1,
+        0.5, ``"yes"``, an empty field, ...); a question id is missing; the rows of a question are not
+        contiguous (sort the table by question first); one question id holds two question texts; a
+        candidate text repeats inside a question; a position is not a non-negative integer or repeats
+        inside a question.
+    FileNotFoundError
+        If the path does not exist.
+
+    Examples
+    --------
+    >>> from as2rank.datasets import read_pairs
+    >>> X, y = read_pairs("path/to/pairs.csv", question="query", candidate="sentence",
+    ...                   label="relevant", position="rank")              # doctest: +SKIP
+    """
+    if isinstance(data, pd.DataFrame):
+        table, source = data, "The DataFrame"
+    elif isinstance(data, (str, os.PathLike)):
+        table, source = _read(os.fspath(data)), repr(os.fspath(data))
+    else:
+        raise TypeError(f"data must be a file path or a pandas DataFrame, got {type(data).__name__}.")
+    if label == "label" and label not in table.columns:
+        label = None  # the default label column is optional: no labels, y is None
+    names = [c for c in dict.fromkeys((question, candidate, qid, position, label)) if c is not None]
+    missing = [c for c in names if c not in table.columns]
+    if missing:
+        raise ValueError(
+            f"{source} has no column(s) {missing}; its columns are {list(table.columns)}. Name yours with "
+            "read_pairs(..., question=..., candidate=..., label=..., qid=..., position=...)."
+        )
+    repeated = [c for c in names if (table.columns == c).sum() > 1]
+    if repeated:
+        raise ValueError(f"{source} has several columns named {repeated}; name each column once.")
+    if len(table) == 0:
+        raise ValueError(f"{source} has no data rows.")
+    table = table[names].reset_index(drop=True)  # rows named by their 0-based data row
+
+    questions = _texts(table[question], "question")
+    candidates = _texts(table[candidate], "candidate")
+    y = None if label is None else _labels(table[label])
+    positions = None if position is None else _positions(table[position])
+    if qid is None:
+        keys, key_name = questions, f"{question!r} (the question text is the question id)"
+    else:
+        keys, key_name = _keys(table[qid]), repr(qid)
+    codes = _check_questions(keys, key_name, questions, question, qid)
+    _check_unique(codes, pd.factorize(candidates)[0], f"Column {candidate!r} repeats a candidate inside a question "
+                  "(same question id, same text)", "each (question, candidate) pair must appear once")
+    if positions is not None:
+        _check_unique(codes, positions, f"Column {position!r} repeats a position inside a question",
+                      "positions must be unique within a question")
+
+    X = pd.DataFrame({"qid": keys, "question": questions, "candidate": candidates})  # all on the RangeIndex
+    if positions is not None:
+        X["position"] = positions
+    return check_X(X), y
+
+
+def _read(path: str) -> pd.DataFrame:
+    """The table of the file ``path``, in the format its suffix names."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    compressed = bool(suffixes) and suffixes[-1] in _COMPRESSIONS
+    if compressed:
+        suffixes.pop()
+    kind = _FORMATS.get(suffixes[-1]) if suffixes else None
+    if kind is None or (compressed and kind == "Parquet"):
+        raise ValueError(
+            f"Cannot tell the format of {path!r} from its suffix; read_pairs reads {', '.join(_FORMATS)} "
+            f"(CSV, TSV and JSON Lines also compressed: {', '.join(_COMPRESSIONS)}), or a pandas DataFrame."
+        )
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No table at {path!r}.")
+    try:
+        if kind == "Parquet":
+            return pd.read_parquet(path)
+        if kind == "JSON Lines":
+            return pd.read_json(path, lines=True, encoding="utf-8", **_JSON_OPTIONS)
+        # Every field as its text ("NA", "null" and "0123" stay text); labels and positions are parsed later.
+        return pd.read_csv(path, sep="\t" if kind == "TSV" else ",", dtype=str, keep_default_na=False,
+                           encoding="utf-8-sig")
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path!r} is empty: expected a header line and data rows.") from None
+    except ValueError as exc:  # parser errors, invalid UTF-8 or JSON, a file that is not Parquet
+        raise ValueError(f"{path!r} cannot be read as {kind}: {' '.join(str(exc).split())}") from None
+
+
+def _texts(column: pd.Series, role: str) -> pd.Series:
+    """A text column, checked: missing, empty, whitespace-only or non-string entries are an error."""
+    bad = np.zeros(len(column), dtype=bool)
+    bad[_nonstring_rows(column)] = True
+    strings = column[~bad]
+    if not pd.api.types.is_string_dtype(strings.dtype):  # e.g. numbers: all of them bad, none left to strip
+        strings = strings.astype(object)
+    blank = strings.str.strip() == ""
+    bad[blank.index[blank.to_numpy(dtype=bool)]] = True
+    if bad.any():
+        raise ValueError(
+            f"Column {column.name!r} has no text (missing, empty, whitespace-only or not a string) in "
+            f"{_describe_rows(np.flatnonzero(bad), what='data row')}; every row needs its {role}: fill these rows "
+            "in or remove them."
+        )
+    return column
+
+
+def _labels(column: pd.Series) -> np.ndarray:
+    """0/1 labels as float64: the numbers 0 and 1, booleans, or the text 0/1/true/false (any case)."""
+    values = _numbers(column, _LABEL_WORDS)
+    bad = np.flatnonzero(~np.isin(values, (0.0, 1.0)))
+    if len(bad):
+        examples = ", ".join(repr(v) for v in pd.unique(column.iloc[bad[:20]].to_numpy(dtype=object))[:3])
+        raise ValueError(
+            f"Column {column.name!r} must hold 0/1 labels (0, 1, 0.0, 1.0, booleans, or the text 0/1/true/false); "
+            f"{_describe_rows(bad, what='data row')} hold something else, e.g. {examples}."
+        )
+    return values
+
+
+def _positions(column: pd.Series) -> np.ndarray:
+    """0-based positions as int64: whole numbers >= 0 (as numbers or as text)."""
+    values = np.full(len(column), np.nan) if pd.api.types.is_bool_dtype(column.dtype) else _numbers(column)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0) & (values == np.floor(values))))
+    if len(bad):
+        examples = ", ".join(repr(v) for v in pd.unique(column.iloc[bad[:20]].to_numpy(dtype=object))[:3])
+        raise ValueError(
+            f"Column {column.name!r} must hold 0-based positions (whole numbers >= 0); "
+            f"{_describe_rows(bad, what='data row')} hold something else, e.g. {examples}."
+        )
+    return values.astype(np.int64)
+
+
+def _numbers(column: pd.Series, words=None) -> np.ndarray:
+    """The column as float64: numbers, number text and booleans (0/1) as they are, ``words`` (lower-cased
+    text, stripped) by their value, NaN for anything else. Each distinct value is parsed once."""
+    codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    uniques = pd.Series(np.asarray(uniques, dtype=object))
+    values = pd.to_numeric(uniques, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    unparsed = np.isnan(values)
+    if words is not None and unparsed.any():
+        text = uniques[unparsed].astype(str).str.strip().str.lower()
+        values[unparsed] = text.map(words).to_numpy(dtype=np.float64, na_value=np.nan)
+    return values[codes]
+
+
+def _keys(column: pd.Series) -> pd.Series:
+    """Question ids of a ``qid`` column: none missing or blank, one kind (:func:`check_group_keys`)."""
+    blank = column.isna().to_numpy() | column.astype(str).str.strip().eq("").to_numpy(dtype=bool, na_value=False)
+    if blank.any():
+        raise ValueError(
+            f"Column {column.name!r} has no question id (missing, empty or whitespace-only) in "
+            f"{_describe_rows(np.flatnonzero(blank), what='data row')}; every row needs its question id."
+        )
+    check_group_keys(column, name=f"Column {column.name!r}")
+    return column
+
+
+def _check_questions(keys: pd.Series, key_name: str, questions: pd.Series, question: str, qid) -> np.ndarray:
+    """Each question's rows form one block, under one question text; returns the question code of each row."""
+    codes, uniques = pd.factorize(keys)
+    first = np.unique(codes, return_index=True)[1]  # first row of each question
+    starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
+    back = starts[first[codes[starts]] != starts]
+    if len(back):
+        raise ValueError(
+            f"Column {key_name}: the rows of a question must be contiguous, but {len(np.unique(codes[back]))} "
+            f"question(s) come back after other questions' rows, at {_describe_rows(back, what='data row')}; "
+            "sort the table by question first (e.g. pandas sort_values(..., kind='stable'))."
+        )
+    if qid is not None:
+        text = pd.factorize(questions)[0]
+        other = np.flatnonzero(text != text[first[codes]])
+        if len(other):
+            raise ValueError(
+                f"Column {qid!r}: a question id holds two or more question texts (column {question!r}), e.g. "
+                f"{_plain(uniques[codes[other[0]]])!r}; {_describe_rows(other, what='data row')} differ from "
+                "the first row of their question id. One id must name one question."
+            )
+    return codes
+
+
+def _check_unique(codes: np.ndarray, values: np.ndarray, what: str, rule: str) -> None:
+    """No two rows of a question share a value (a candidate text's code, or a position)."""
+    repeated = pd.DataFrame({"q": codes, "v": values}).duplicated(keep=False).to_numpy()
+    if repeated.any():
+        raise ValueError(f"{what} in {_describe_rows(np.flatnonzero(repeated), what='data row')}; {rule}.")
