@@ -7,11 +7,11 @@ from numbers import Integral
 import numpy as np
 import pandas as pd
 
-from .data import GroupIndex, check_X, make_frame
+from .data import GroupIndex, check_X, make_frame, ragged_arange
 from .metrics import mean_average_precision
 from .params import Interval, check_param
 
-__all__ = ["RankerMixin", "predict_rank"]
+__all__ = ["RankerMixin", "predict_rank", "rank"]
 
 
 def predict_rank(estimator, X) -> np.ndarray:
@@ -33,6 +33,47 @@ def predict_rank(estimator, X) -> np.ndarray:
     X = check_X(X, text_columns=())
     scores = estimator.predict(X)
     return GroupIndex.from_frame(X).rank(scores)
+
+
+def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
+    """Every question's candidates in rank order, with their scores, from any fitted estimator.
+
+    Works with as2rank rankers, scikit-learn pipelines ending in one and fitted searches
+    (``GridSearchCV``, :class:`~as2rank.selection.RankerSelector`): anything with ``predict``.
+
+    Parameters
+    ----------
+    estimator : fitted estimator with ``predict``
+    X : pandas.DataFrame
+        Grouped-candidate frame (e.g. from :func:`as2rank.datasets.read_pairs`).
+    top_k : int, default=None
+        Keep only the best ``top_k`` candidates of each question.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``qid``, ``question``, ``rank`` (1 = best), ``candidate``, ``score`` and ``row`` (the index
+        label of the row in ``X``); questions in order of first appearance, best candidate first. Equal
+        scores keep the original order (``position``, or the row order inside the question).
+    """
+    check_param("top_k", top_k, [Interval(Integral, 1, None), None])
+    X = check_X(X)
+    index = GroupIndex.from_frame(X)
+    scores = np.asarray(estimator.predict(X), dtype=np.float64)
+    order = index.sort(scores)
+    ranks = ragged_arange(index.sizes) + 1
+    keep = slice(None) if top_k is None else ranks <= top_k
+    order, ranks = order[keep], ranks[keep]
+    return pd.DataFrame(
+        {
+            "qid": X["qid"].to_numpy()[order],
+            "question": X["question"].to_numpy()[order],
+            "rank": ranks,
+            "candidate": X["candidate"].to_numpy()[order],
+            "score": scores[order],
+            "row": X.index.to_numpy()[order],
+        }
+    )
 
 
 class RankerMixin:

@@ -87,6 +87,12 @@ def _context(cls_name, global_method="ngram", **params):
     return make
 
 
+def _zero_shot(seed):
+    from .zeroshot import ZeroShotRanker
+
+    return ZeroShotRanker()
+
+
 def _baseline(cls_name):
     def make(seed):
         from . import baselines
@@ -107,6 +113,8 @@ ENTRIES: list[SuiteEntry] = [
     SuiteEntry("Lexical+LR", _lexical_lr, description="LexicalFeatures -> LogisticRegression"),
     SuiteEntry("Cosinet+BiRNN", _estimator("cosinet", "Cosinet"), requires=_MINILM,
                description="Cosinet, BiRNN over the candidates, listwise, MiniLM wordpiece vectors"),
+    SuiteEntry("Zero-shot", _zero_shot, suite="neural", requires=_MINILM,
+               description="no training: cosine of the packaged MiniLM sentence encoder's mean-pooled embeddings"),
     SuiteEntry("Cosinet", _estimator("cosinet", "Cosinet", rnn=None), suite="neural", requires=_MINILM,
                description="Cosinet without RNN, listwise"),
     SuiteEntry("Cosinet+BiRNN (GloVe)", _estimator("cosinet", "Cosinet", embeddings="glove-6b-50d"),
@@ -209,7 +217,7 @@ def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0)
     return X.iloc[train], y[train], X.iloc[test], y[test]
 
 
-def _show_fit_progress(est) -> None:
+def show_fit_progress(est) -> None:
     """Turn on the progress bars of ``est`` and of the estimators inside it (a Pipeline's steps), so that
     the leaderboard's bar is not the only sign of life during a long fit."""
     params = est.get_params()
@@ -279,7 +287,7 @@ def run_suite(
             continue
         est = entry.make(random_state)
         if progress:
-            _show_fit_progress(est)
+            show_fit_progress(est)
         t0 = time.perf_counter()
         est.fit(X_train, y_train)
         t1 = time.perf_counter()

@@ -1,0 +1,193 @@
+"""RankerSelector: grouped cross-validation, the paired test, the latency budget, the bounded cost, and the
+table/CLI path from a user's CSV to ranked answers."""
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import BaseEstimator, clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, GroupKFold
+from sklearn.pipeline import make_pipeline
+
+import as2rank
+from as2rank import LexicalFeatures, OverlapRankRanker, PointwiseRanker, RankerSelector, WordOverlapRanker
+from as2rank.base import RankerMixin
+from as2rank.cli import main
+from as2rank.datasets import load_sample
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = load_sample()
+    keep = X["qid"].isin(X["qid"].unique()[:240])
+    return X[keep].reset_index(drop=True), y[keep.to_numpy()]
+
+
+class _Delayed(RankerMixin, BaseEstimator):
+    """Word overlap that waits ``fit_s`` in fit and ``predict_s`` in every predict (a costly model's stand-in)."""
+
+    def __init__(self, fit_s=0.0, predict_s=0.0, negate=False):
+        self.fit_s, self.predict_s, self.negate = fit_s, predict_s, negate
+
+    def fit(self, X, y, groups=None):
+        time.sleep(self.fit_s)
+        self.inner_ = WordOverlapRanker().fit(X, y)
+        return self
+
+    def predict(self, X):
+        time.sleep(self.predict_s)
+        scores = self.inner_.predict(X)
+        return -scores if self.negate else scores
+
+
+class _Slowed(RankerMixin, BaseEstimator):
+    """``estimator`` with ``predict_s`` of waiting in every predict."""
+
+    def __init__(self, estimator, predict_s=0.05):
+        self.estimator, self.predict_s = estimator, predict_s
+
+    def fit(self, X, y, groups=None):
+        self.fitted_ = clone(self.estimator).fit(X, y)
+        return self
+
+    def predict(self, X):
+        time.sleep(self.predict_s)
+        return self.fitted_.predict(X)
+
+
+def _lexical_lr():
+    return make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(max_iter=1000)))
+
+
+def test_chooses_the_cheapest_model_tied_with_the_best(data):
+    X, y = data
+    sel = RankerSelector(candidates=[("slow", _Delayed(predict_s=0.02)), ("fast", _Delayed())], verbose=False).fit(X, y)
+    table = sel.results_table()
+    # The same scores: tied (p = 1), so the lower latency wins.
+    assert (table["map"].iloc[0] == table["map"].iloc[1]) and table["tied_with_best"].all()
+    assert sel.best_name_ == "fast" and table.set_index("model").loc["slow", "latency_ms"] >= 20
+    assert sel.cv_results_["chosen"].sum() == 1 and sel.cv_results_["model"][sel.best_index_] == "fast"
+    np.testing.assert_array_equal(sel.predict(X), WordOverlapRanker().fit(X, y).predict(X))
+
+
+def test_a_significantly_better_model_wins_and_the_budget_is_respected(data):
+    X, y = data
+    candidates = [("WO", _Delayed()), ("Lexical+LR", _Slowed(_lexical_lr()))]
+    sel = RankerSelector(candidates=candidates, verbose=False).fit(X, y)
+    table = sel.results_table().set_index("model")
+    assert sel.best_name_ == "Lexical+LR" and table.loc["WO", "p_vs_best"] < 0.05
+    # Refitted on all the data: the same predictions as a fit of a clone.
+    np.testing.assert_allclose(sel.predict(X), _lexical_lr().fit(X, y).predict(X))
+    # A budget below the better model's latency (it waits 50 ms) picks the fast one, saying why.
+    assert table.loc["Lexical+LR", "latency_ms"] >= 50
+    with pytest.warns(UserWarning, match="latency budget"):
+        tight = RankerSelector(candidates=candidates, max_latency_ms=45, refit=False, verbose=False).fit(X, y)
+    assert tight.best_name_ == "WO" and not hasattr(tight, "best_estimator_")
+    assert list(tight.results_table().set_index("model")["within_budget"][["WO", "Lexical+LR"]]) == [True, False]
+
+
+def test_a_model_that_cannot_win_stops_early(data):
+    X, y = data
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("reversed", _Delayed(negate=True))], cv=3,
+                         verbose=False).fit(X, y)
+    table = sel.results_table().set_index("model")
+    assert table.loc["WO", "n_folds"] == 3 and table.loc["reversed", "n_folds"] == 1
+    assert "significantly below" in table.loc["reversed", "status"]
+
+
+def test_time_budget_skips_what_cannot_fit(data, capsys):
+    X, y = data
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("slow fit", _Delayed(fit_s=0.4))], time_budget=0.5,
+                         refit=False).fit(X, y)
+    table = sel.results_table().set_index("model")
+    assert table.loc["WO", "n_folds"] == 3 and table.loc["slow fit", "n_folds"] < 3
+    err = capsys.readouterr().err
+    # The plan comes first, before any fold, and names the budget.
+    assert err.index("Plan") < err.index("fold 1/3") and "time budget" in err
+
+
+def test_sklearn_integration(data):
+    X, y = data
+    sel = RankerSelector(candidates=["WO+RR"], cv=GroupKFold(2), verbose=False)
+    assert repr(clone(sel).get_params()) == repr(sel.get_params())
+    sel.fit(X, y, groups=X["qid"].to_numpy())
+    assert sel.best_name_ == "WO+RR" and 0 < sel.score(X, y) <= 1
+    assert list(sel.cv_results_["n_folds"]) == [2]
+
+
+def test_bad_arguments(data):
+    X, y = data
+    with pytest.raises(ValueError, match="Unknown candidate"):
+        RankerSelector(candidates=["nope"], verbose=False).fit(X, y)
+    with pytest.raises(ValueError, match="cv must be"):
+        RankerSelector(cv=1, verbose=False).fit(X, y)
+    with pytest.raises(ValueError, match="unique"):
+        RankerSelector(candidates=[("a", _Delayed()), ("a", _Delayed())], verbose=False).fit(X, y)
+    small = X["qid"].isin(X["qid"].unique()[:3]).to_numpy()
+    with pytest.raises(ValueError, match="at least 6 questions"):
+        RankerSelector(candidates=["WO+RR"], verbose=False).fit(X[small], y[small])
+
+
+def test_rank_a_frame_with_any_fitted_estimator(data):
+    X, y = data
+    pipe = _lexical_lr().fit(X, y)
+    search = GridSearchCV(_lexical_lr(), {"pointwiseranker__estimator__C": [1.0]}, cv=GroupKFold(2),
+                          scoring=as2rank.get_scorer("map")).fit(X, y, groups=X["qid"])
+    for est in (OverlapRankRanker().fit(X, y), pipe, search):
+        ranked = as2rank.rank(est, X, top_k=2)
+        assert list(ranked.columns) == ["qid", "question", "rank", "candidate", "score", "row"]
+        assert ranked.groupby("qid", sort=False)["rank"].apply(list).map(lambda r: r in ([1], [1, 2])).all()
+        best = ranked[ranked["rank"] == 1].set_index("qid")["score"]
+        assert (best >= ranked.groupby("qid")["score"].max().loc[best.index] - 1e-12).all()
+        np.testing.assert_array_equal(X.loc[ranked["row"], "candidate"].to_numpy(), ranked["candidate"].to_numpy())
+
+
+def _user_table(X, y, path):
+    """The sample under a user's own column names, without the position column."""
+    table = pd.DataFrame({"Query": X["question"], "Sentence": X["candidate"], "IsAnswer": y.astype(int),
+                          "QID": X["qid"]})
+    table.to_csv(path, index=False)
+
+
+def test_three_commands_from_a_csv(data, tmp_path, capsys):
+    X, y = data
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    questions = X["qid"].unique()
+    first = X["qid"].isin(questions[:180]).to_numpy()
+    _user_table(X[first], y[first], train)
+    _user_table(X[~first], y[~first], test)
+    cols = ["--question", "Query", "--candidate", "Sentence", "--label", "IsAnswer", "--qid", "QID"]
+    assert main(["select", str(train), *cols, "--candidates", "WO+RR,Lexical+LR", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "Recommended:" in out and "| Lexical+LR |" in out and "as2rank fit" in out
+    model = tmp_path / "model"
+    assert main(["fit", str(train), *cols, "--model", "auto", "--candidates", "WO+RR,Lexical+LR", "--output",
+                 str(model), "--quiet"]) == 0
+    assert (model / "README.md").read_text().count("library_name: as2rank") == 1
+    ranked = tmp_path / "ranked.csv"
+    assert main(["rank", str(model), str(test), *cols[:4], "--qid", "QID", "--output", str(ranked), "--top-k", "1"]) == 0
+    out = pd.read_csv(ranked)
+    assert len(out) == X[~first]["qid"].nunique() and (out["rank"] == 1).all()
+    assert main(["evaluate", "--model", str(model), "--data", str(test), *cols]) == 0
+    assert "| pessimistic |" in capsys.readouterr().out
+    # predict reads the same table, chunk by chunk: one score per row, ranks as rank's.
+    scores = tmp_path / "scores"
+    assert main(["predict", "--model", str(model), "--input", str(test), *cols, "--output", str(scores), "--quiet",
+                 "--chunksize", "100"]) == 0
+    parts = pd.read_parquet(scores).sort_values("row")
+    assert list(parts["row"]) == list(range(int((~first).sum())))
+    top = parts[parts["rank"] == 1].set_index("qid")["row"]
+    assert (top.loc[out["qid"]].to_numpy() == out["input_row"].to_numpy()).all()
+
+
+def test_table_commands_fail_in_one_line(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"q": ["a", "a"], "c": ["x", "y"], "label": [0, 1]}).to_csv(path, index=False)
+    assert main(["select", str(path), "--candidate", "c"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'question'" in err
+    assert main(["rank", str(tmp_path / "missing"), str(path), "--question", "q", "--candidate", "c", "--output",
+                 str(tmp_path / "r.txt")]) == 2
+    assert capsys.readouterr().err.startswith("as2rank: error:")
