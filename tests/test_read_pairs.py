@@ -145,15 +145,21 @@ def test_numeric_labels_that_are_not_0_or_1(bad):
 
 
 def test_duplicate_rows(tmp_path):
+    names = {k: v for k, v in NAMES.items() if k != "position"}
     frame = table()
     frame.loc[2, "sentence"] = "NA"  # the same candidate as row 0, in the same question
-    message = read_bad(tmp_path, frame, **NAMES)
+    message = read_bad(tmp_path, frame, **names)
     assert message.startswith("Column 'sentence' repeats a candidate inside a question")
     assert "(data row 0, 2)" in message
     # The same text under two questions is not a repeat.
     frame = table()
     frame.loc[3, "sentence"] = "NA"
-    read_pairs(frame, **NAMES)
+    read_pairs(frame, **names)
+    # With positions, a repeated text is a sentence that its document repeats: two rows, told apart.
+    frame = table()
+    frame.loc[2, "sentence"] = "NA"
+    X, _ = read_pairs(frame, **NAMES)
+    assert X["candidate"].tolist()[:3] == ["NA", "Shakespeare wrote Hamlet .", "NA"]
 
 
 def test_question_split_across_the_file(tmp_path):

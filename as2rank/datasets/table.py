@@ -78,7 +78,8 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
         numbers 0 and 1, booleans, and the text ``0``/``1``/``true``/``false`` in any case; rejected: 2, -1,
         0.5, ``"yes"``, an empty field, ...); a question id is missing; the rows of a question are not
         contiguous (sort the table by question first); one question id holds two question texts; a
-        candidate text repeats inside a question; a position is not a non-negative integer or repeats
+        candidate text repeats inside a question without a position column (with one, the positions tell
+        repeated sentences apart); a position is not a non-negative integer or repeats
         inside a question.
     FileNotFoundError
         If the path does not exist.
@@ -120,9 +121,12 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
     else:
         keys, key_name = _keys(table[qid]), repr(qid)
     codes = _check_questions(keys, key_name, questions, question, qid)
-    _check_unique(codes, pd.factorize(candidates)[0], f"Column {candidate!r} repeats a candidate inside a question "
-                  "(same question id, same text)", "each (question, candidate) pair must appear once")
-    if positions is not None:
+    if positions is None:
+        # Without a position, a repeated text is the same row twice; with one, a sentence its document repeats.
+        _check_unique(codes, pd.factorize(candidates)[0], f"Column {candidate!r} repeats a candidate inside a "
+                      "question (same question id, same text)", "each (question, candidate) pair must appear once "
+                      "(drop the repeats, or name a position column if they are distinct sentences)")
+    else:
         _check_unique(codes, positions, f"Column {position!r} repeats a position inside a question",
                       "positions must be unique within a question")
 
