@@ -61,6 +61,12 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     dense + tanh, dropout, dense) that outputs one logit, trained with pointwise binary cross-entropy. Optimisation: AdamW, linear warm-up then linear decay, gradient clipping, through
     the shared loop :func:`as2rank.neural.train`.
 
+    **From a cross-encoder checkpoint**: when ``model`` names a checkpoint with a sequence-classification head
+    (an MS MARCO cross-encoder, or the ``encoder/`` folder this class saves after fine-tuning from one), the
+    model starts from that head instead of a new one (``pooling="auto"`` resolves to ``"classifier"``): before
+    any training step its score is the checkpoint's own logit (plus the prior and similarity terms, when on),
+    and training fine-tunes the head with the encoder.
+
     **TANDA ("transfer then adapt")**: fit on a large transfer set (e.g. ASNQ), set ``warm_start=True``,
     then fit on the target set: the second ``fit`` continues from the fitted weights with a fresh optimizer
     and schedule. :meth:`save_pretrained` also writes the adapted encoder, usable as ``model=`` later.
@@ -69,7 +75,8 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
         ``"minilm-l6"`` (the packaged all-MiniLM-L6-v2, offline), a local path or Hugging Face id of any
-        encoder (BERT, RoBERTa, ELECTRA, MiniLM, MPNet, ...), or a config for a randomly initialised encoder.
+        encoder (BERT, RoBERTa, ELECTRA, MiniLM, MPNet, ...) or cross-encoder checkpoint (see ``pooling``), or a
+        config for a randomly initialised encoder.
     tokenizer : None, str or tokenizer, default=None
         ``None`` uses the model's tokenizer; required when ``model`` is a config.
     num_layers : int, default=None
@@ -80,7 +87,11 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
         the token encodings, padding excluded (``"mean"``). ``"auto"`` takes the pooling the checkpoint was
         trained with: ``"mean"`` for sentence-transformers checkpoints such as the default all-MiniLM-L6-v2
         (whose first-token encoding was never trained; ``docs/benchmarks/cascade.md`` compares both),
-        ``"cls"`` for BERT, RoBERTa, ELECTRA and the like.
+        ``"cls"`` for BERT, RoBERTa, ELECTRA and the like, and ``"classifier"`` for a checkpoint with a
+        sequence-classification head: the checkpoint's own head scores
+        (:func:`~as2rank.neural.heads.classifier_scores`; the logit of a one-label head, ``logit[1] - logit[0]``
+        of a two-label one), and, being trained already, learns at ``learning_rate`` (``head_lr_multiplier``
+        is for new heads). ``"cls"`` or ``"mean"`` on such a checkpoint drop its head for a new one.
     lexical_prior : bool, default=True
         Add the logit of a lexical model to the head's logit, in training and prediction, so the network
         learns what the lexical model misses (:mod:`as2rank.prior`): a logistic regression on
@@ -196,11 +207,14 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     ----------
     model_ : torch.nn.Module
         Encoder (``model_.encoder``), head (``model_.head``) and, with ``segment_similarity``, the similarity
-        term (``model_.similarity``, its trained weight ``model_.similarity.weight``).
+        term (``model_.similarity``, its trained weight ``model_.similarity.weight``). With
+        ``pooling_="classifier"``, ``model_.encoder`` is the checkpoint's sequence classifier, head included
+        (``model_.head`` is None), and :meth:`save_pretrained` writes it whole to ``encoder/``: a cross-encoder
+        checkpoint again.
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
         Transformer blocks used.
-    pooling_ : {"cls", "mean"}
+    pooling_ : {"cls", "mean", "classifier"}
         The pooling used (``pooling`` with ``"auto"`` resolved).
     lexical_features_ : LexicalFeatures
         With ``lexical_prior``: the prior's fitted features.
@@ -246,15 +260,36 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.training_params`)."""
 
+    @property
+    def _head_modules(self):
+        # A checkpoint's own head is trained already: it learns at the encoder's rate.
+        return () if self.pooling_ == "classifier" else ("head",)
+
     def _prepare_encoder(self, encoder):
+        from .neural.backbone import is_sequence_classifier
         from .neural.pointwise import prepare_encoder
 
-        encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
-        return encoder
+        if not is_sequence_classifier(encoder):
+            encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+            return encoder
+        # A cross-encoder checkpoint: its encoder is cut in place; "auto" keeps its head, "cls"/"mean" drop it.
+        base, self.n_layers_, self.pooling_ = prepare_encoder(encoder.base_model, self.model, self.num_layers,
+                                                              self.pooling)
+        if self.pooling == "auto":
+            self.pooling_ = "classifier"
+            return encoder
+        return base
 
     def _build_module(self, encoder):
+        from .neural.backbone import is_sequence_classifier
         from .neural.heads import CrossEncoder
 
+        if self.pooling_ == "classifier" and not is_sequence_classifier(encoder):
+            # Restoring from a config (a pickle, a reused fit) builds its bare encoder; the state to load is the
+            # classifier's: build one of the checkpoint's class.
+            from transformers import AutoModelForSequenceClassification
+
+            encoder = AutoModelForSequenceClassification.from_config(encoder.config)
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
     def _export_attrs(self):

@@ -405,3 +405,23 @@ def test_pair_template_reads_the_special_tokens_and_types(tokenizer):
 
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     assert pair_template(tokenizer) == ((cls,), (sep,), (sep,), (0, 0, 0, 1, 1))
+
+
+def test_load_backbone_keeps_a_classifier_head_and_loads_float32(tokenizer, tmp_path):
+    import torch
+
+    from as2rank.neural.backbone import is_sequence_classifier, load_backbone
+
+    transformers.AutoModel.from_config(tiny_config("bert", 2)).half().save_pretrained(tmp_path / "half")
+    tokenizer.save_pretrained(tmp_path / "half")
+    encoder, _ = load_backbone(str(tmp_path / "half"))
+    assert encoder.dtype == torch.float32  # weights stay float32 (the estimators autocast)
+    assert not is_sequence_classifier(encoder)
+    transformers.AutoModelForSequenceClassification.from_config(tiny_config("bert", 2)).save_pretrained(tmp_path / "ce")
+    tokenizer.save_pretrained(tmp_path / "ce")
+    classifier, _ = load_backbone(str(tmp_path / "ce"))
+    assert is_sequence_classifier(classifier) and is_sequence_classifier(classifier.config)
+    # A config builds a bare encoder whatever its architectures say.
+    config = tiny_config("bert", 2)
+    config.architectures = ["BertForSequenceClassification"]
+    assert not is_sequence_classifier(load_backbone(config, tokenizer)[0])

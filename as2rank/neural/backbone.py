@@ -9,6 +9,13 @@ Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them
 * a :class:`transformers.PretrainedConfig`: a randomly initialised encoder of that shape (tests, ablations).
   It has no vocabulary, so ``tokenizer=`` is then required.
 
+A checkpoint whose config declares a sequence-classification architecture (``architectures`` ending in
+``"ForSequenceClassification"``, such as an MS MARCO cross-encoder) loads with its score head: the model is
+then a sequence classifier (:func:`is_sequence_classifier`), whose encoder is its ``base_model``.
+:func:`encoder_states` runs that encoder; :class:`~as2rank.transformer.TransformerRanker` fine-tunes from the
+head and :class:`~as2rank.zeroshot.ZeroShotRanker` ranks with it, while models that would drop it refuse it
+(:func:`layer_list`).
+
 ``tokenizer=`` is ``None`` (the model's own tokenizer), a path or id, or a tokenizer object.
 """
 
@@ -29,12 +36,14 @@ __all__ = [
     "LayerStack",
     "encode_pairs",
     "encoder_states",
+    "is_sequence_classifier",
     "layer_list",
     "load_backbone",
     "native_pooling",
     "padding_mask_4d",
     "question_mask",
     "resolve_model",
+    "sentence_embeddings",
     "token_budget_batches",
     "truncate_layers",
 ]
@@ -112,7 +121,9 @@ def load_backbone(model, tokenizer=None):
     Returns
     -------
     encoder : transformers.PreTrainedModel
-        In evaluation mode.
+        In evaluation mode, with float32 weights (the estimators autocast; weights and optimizer stay float32,
+        so a half-precision checkpoint is upcast). A checkpoint with a sequence-classification head loads with
+        it (:func:`is_sequence_classifier`).
     tokenizer : transformers.PreTrainedTokenizerBase
 
     Raises
@@ -120,7 +131,7 @@ def load_backbone(model, tokenizer=None):
     ValueError
         If ``model`` is a config and no tokenizer is given, or ``model`` has the wrong type.
     """
-    from transformers import AutoModel, AutoTokenizer, PretrainedConfig
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, PretrainedConfig
 
     if isinstance(tokenizer, str):
         name, local = resolve_model(tokenizer)
@@ -138,8 +149,10 @@ def load_backbone(model, tokenizer=None):
         encoder = AutoModel.from_config(copy.deepcopy(model))
     elif isinstance(model, str):
         name, local = resolve_model(model)
+        config = AutoConfig.from_pretrained(name, local_files_only=local)
+        auto = AutoModelForSequenceClassification if is_sequence_classifier(config) else AutoModel
         with _no_loading_bar():
-            encoder = AutoModel.from_pretrained(name, local_files_only=local)
+            encoder = auto.from_pretrained(name, config=config, local_files_only=local, dtype=torch.float32)
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
     else:
@@ -148,6 +161,22 @@ def load_backbone(model, tokenizer=None):
             f"transformers.PretrainedConfig, got {type(model).__name__}."
         )
     return encoder.eval(), tokenizer
+
+
+def is_sequence_classifier(model) -> bool:
+    """Whether a loaded model (or a config) is a sequence classifier: an encoder with its score head.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel or transformers.PretrainedConfig
+        A config counts when its ``architectures`` end in ``"ForSequenceClassification"`` (a checkpoint's
+        config says what it was saved as); a model when it is of such a class.
+    """
+    from transformers import PretrainedConfig
+
+    if isinstance(model, PretrainedConfig):
+        return any(str(a).endswith("ForSequenceClassification") for a in (model.architectures or ()))
+    return type(model).__name__.endswith("ForSequenceClassification")
 
 
 @contextlib.contextmanager
@@ -166,7 +195,21 @@ def _no_loading_bar():
 
 
 def layer_list(encoder) -> torch.nn.ModuleList:
-    """The list of transformer blocks of an encoder (``encoder.layer`` of BERT-style models)."""
+    """The list of transformer blocks of an encoder (``encoder.layer`` of BERT-style models).
+
+    Raises
+    ------
+    ValueError
+        If ``encoder`` is a sequence classifier (:func:`is_sequence_classifier`): a model that cuts and runs
+        the encoder's layers itself would drop the checkpoint's score head; or if no layers are found.
+    """
+    if is_sequence_classifier(encoder):
+        raise ValueError(
+            f"The model is a {type(encoder).__name__}: a cross-encoder checkpoint with its score head, which this "
+            "estimator would drop. TransformerRanker fine-tunes from that head and ZeroShotRanker ranks with it; to "
+            "start from the encoder alone, save transformers.AutoModel.from_pretrained(path) and its tokenizer to a "
+            "directory and pass that directory as model=."
+        )
     for path in (("encoder", "layer"), ("transformer", "layer"), ("layers",)):
         obj = encoder
         for attr in path:
@@ -265,10 +308,13 @@ def padding_mask_4d(config, attention_mask: torch.Tensor, dtype: torch.dtype):
 def encoder_states(encoder, batch: dict) -> torch.Tensor:
     """The encoder's last hidden states on a batch's ``input_ids``, ``attention_mask`` (and ``token_type_ids``).
 
-    For the model types of :data:`LAYERED_MODEL_TYPES` with SDPA attention (transformers' default), whose
-    implementations take a ready 4-D mask as it is, the mask is :func:`padding_mask_4d`'s: transformers would
-    read the 2-D mask on the host first. Other models build their own.
+    A sequence classifier's are those of its encoder (``base_model``): its head does not run. For the model
+    types of :data:`LAYERED_MODEL_TYPES` with SDPA attention (transformers' default), whose implementations take
+    a ready 4-D mask as it is, the mask is :func:`padding_mask_4d`'s: transformers would read the 2-D mask on
+    the host first. Other models build their own.
     """
+    if is_sequence_classifier(encoder):
+        encoder = encoder.base_model
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
     config = encoder.config
     if getattr(config, "model_type", None) in LAYERED_MODEL_TYPES and getattr(config, "_attn_implementation", None) == "sdpa":
@@ -280,6 +326,50 @@ def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     """Mean of the token encodings of each row, padding excluded."""
     weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+
+
+def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length: int, batch_tokens: int,
+                        progress) -> np.ndarray:
+    """Unit-length sentence embeddings: the mean of each text's token encodings, padding excluded.
+
+    Parameters
+    ----------
+    encoder : transformers.PreTrainedModel
+        On ``device``, in evaluation mode (a sequence classifier's encoder is used, :func:`encoder_states`).
+    tokenizer : transformers.PreTrainedTokenizerBase
+    texts : sequence of str
+        Distinct texts (each is encoded as given).
+    device : torch.device
+    dtype : torch.dtype
+        Autocast dtype (``torch.float32``: none); the means are taken in float32.
+    max_length : int
+        Texts are truncated to this many tokens.
+    batch_tokens : int
+        Padded tokens per batch (texts sorted by length, :func:`token_budget_batches`).
+    progress : callable
+        As in :func:`~as2rank.neural.predict.predict_batches`.
+
+    Returns
+    -------
+    ndarray of float64 of shape (n_texts, hidden_size)
+    """
+    from .predict import predict_batches
+
+    tokens = tokenizer([str(t) for t in texts], truncation=True, max_length=int(max_length), padding="longest",
+                       padding_side="right", return_tensors="np", return_token_type_ids=False,
+                       return_attention_mask=True)
+    ids, mask = tokens["input_ids"].astype(np.int64), tokens["attention_mask"].astype(np.int64)
+    lengths = mask.sum(axis=1)
+
+    def run(rows):
+        width = int(lengths[rows].max())
+        batch = {"input_ids": torch.from_numpy(ids[rows, :width]).to(device),
+                 "attention_mask": torch.from_numpy(mask[rows, :width]).to(device)}
+        mean = masked_mean(encoder_states(encoder, batch).float(), batch["attention_mask"])
+        return rows, torch.nn.functional.normalize(mean, dim=-1)
+
+    batches = token_budget_batches(np.ones(len(ids), dtype=np.int64), lengths, batch_tokens)
+    return predict_batches(batches, run, len(ids), device=device, dtype=dtype, progress=progress, desc="encode")
 
 
 def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, token_types: bool = True) -> dict:

@@ -1,6 +1,9 @@
-"""Torch modules of the transformer rankers: the monolithic cross-encoder and the Cascade Transformer."""
+"""Torch modules of the transformer rankers: the monolithic cross-encoder (with a new score head, or a pretrained
+checkpoint's own) and the Cascade Transformer."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -8,7 +11,7 @@ from torch import nn
 
 from ..data import ragged_arange
 from ..pruning import n_dropped
-from .backbone import LayerStack, encoder_states, masked_mean, truncate_layers
+from .backbone import LayerStack, encoder_states, is_sequence_classifier, masked_mean, truncate_layers
 
 __all__ = [
     "CARRIED",
@@ -16,7 +19,9 @@ __all__ = [
     "CrossEncoder",
     "ExitSegment",
     "SegmentSimilarity",
+    "check_classifier",
     "classifier_dropout",
+    "classifier_scores",
     "feed_forward",
     "head_logits",
     "pool",
@@ -68,7 +73,14 @@ def classifier_dropout(config) -> float:
 class CrossEncoder(nn.Module):
     """Encoder → pooled encoding (first token or token mean) → feed-forward head (2 dense layers) → logit,
     plus the :class:`SegmentSimilarity` term when built with ``similarity=True`` and the batch's ``prior``
-    logits when it has them."""
+    logits when it has them.
+
+    With ``pooling="classifier"`` the encoder is a pretrained sequence classifier (a cross-encoder checkpoint,
+    :func:`~as2rank.neural.backbone.is_sequence_classifier`) and its own head gives the logit
+    (:func:`classifier_scores`): ``head`` is then None, the head's weights live in ``encoder``, and
+    ``pooled_head`` says how that head reads the encoder (decided once, so that copies whose layers are
+    replaced, such as the int8 ones, read it alike).
+    """
 
     #: Its forward has no data-dependent control flow, so one ONNX export of it scores batches of any shape
     #: (:class:`~as2rank.neural.onnx_runtime.OnnxModule`).
@@ -78,7 +90,11 @@ class CrossEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling
-        self.head = feed_forward(encoder.config.hidden_size, 2, classifier_dropout(encoder.config))
+        if pooling == "classifier":
+            self.pooled_head = check_classifier(encoder)
+            self.head = None
+        else:
+            self.head = feed_forward(encoder.config.hidden_size, 2, classifier_dropout(encoder.config))
         self.similarity = SegmentSimilarity() if similarity else None
 
     def _hidden(self, batch: dict) -> torch.Tensor:
@@ -87,7 +103,10 @@ class CrossEncoder(nn.Module):
     def forward(self, batch: dict) -> torch.Tensor:
         """One logit per row of ``batch``, shape (rows,)."""
         hidden = self._hidden(batch)
-        logits = head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1)
+        if self.head is None:
+            logits = head_logits(functools.partial(classifier_scores, self.encoder, pooled=self.pooled_head), hidden)
+        else:
+            logits = head_logits(self.head, pool(hidden, batch["attention_mask"], self.pooling)).squeeze(-1)
         if self.similarity is not None:
             logits = logits + self.similarity(hidden, batch)
         return with_prior(logits, batch)
@@ -95,6 +114,81 @@ class CrossEncoder(nn.Module):
     def segment_cosines(self, batch: dict) -> torch.Tensor:
         """The cosine that the :class:`SegmentSimilarity` term weighs, for every row, shape (rows, 1)."""
         return segment_cosine(self._hidden(batch), batch)[:, None]
+
+
+def classifier_scores(model, hidden: torch.Tensor, pooled: bool) -> torch.Tensor:
+    """A pretrained sequence classifier's score of each row from its encoder's last hidden states, shape (rows,).
+
+    The checkpoint's own head computes it: with ``pooled``, the pooled first token (BERT's pooler, in the
+    encoder; DeBERTa's, beside it), dropout and the linear classifier; otherwise a classification head that
+    reads the first token itself (RoBERTa, XLM-R, ELECTRA, MPNet). :func:`check_classifier` tells which a model
+    is, and whether it computes its logits so.
+
+    The score of a one-label head is its logit. That of a two-label head is ``logit[1] - logit[0]``, the log-odds
+    of label 1 (the positive class, by the convention of binary classifiers) under the checkpoint's softmax: it
+    orders pairs as the positive class's probability does, and it is the logit that binary cross-entropy
+    trains, so fine-tuning continues the checkpoint's own objective. ``logit[1]`` alone would not do: the softmax
+    ignores a shift of both logits, which then moves the score of each pair by its own amount.
+    """
+    if pooled:
+        pooler = getattr(model, "pooler", None)
+        pooler = model.base_model.pooler if pooler is None else pooler
+        logits = model.classifier(model.dropout(pooler(hidden)))
+    else:
+        logits = model.classifier(hidden)
+    return logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
+
+
+def check_classifier(model) -> bool:
+    """Whether a sequence classifier's head reads a pooled vector (a linear classifier) or the hidden states
+    (a classification head of its own), checking that :func:`classifier_scores` then gives ``model``'s own
+    scores (on two made-up rows).
+
+    Returns
+    -------
+    bool
+        The ``pooled`` argument of :func:`classifier_scores` for ``model``.
+
+    Raises
+    ------
+    ValueError
+        If ``model`` is not a sequence classifier, has other than one or two labels, or computes its logits in
+        a way that :func:`classifier_scores` does not follow.
+    """
+    name = type(model).__name__
+    if not is_sequence_classifier(model):
+        raise ValueError(
+            f"pooling='classifier' needs a sequence classifier (a cross-encoder checkpoint), got a {name}."
+        )
+    n_labels = model.config.num_labels
+    if n_labels not in (1, 2):
+        raise ValueError(
+            f"The {name} has {n_labels} labels; a relevance score is read from one logit (a regression head) or "
+            "two (log-odds of label 1 against label 0), so a checkpoint with more labels cannot say which is relevant."
+        )
+    device = next(model.parameters()).device
+    ids = (torch.arange(16, device=device) % (model.config.vocab_size - 1) + 1).reshape(2, 8)
+    batch = {"input_ids": ids, "attention_mask": (ids.new_tensor(range(8)) < ids.new_tensor([[8], [5]])).long()}
+    pooled = isinstance(getattr(model, "classifier", None), nn.Linear)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(**batch).logits.float()
+            own = logits[:, 0] if n_labels == 1 else logits[:, 1] - logits[:, 0]
+            read = classifier_scores(model, encoder_states(model, batch), pooled)
+        same = read.shape == own.shape and bool(torch.allclose(read.float(), own, rtol=1e-4, atol=1e-5))
+    except (AttributeError, TypeError, RuntimeError, IndexError):
+        same = False
+    finally:
+        model.train(training)
+    if not same:
+        raise ValueError(
+            f"The {name}'s head computes its logits in a way as2rank does not read: it scores with the heads of "
+            "BERT-, DeBERTa-, RoBERTa-, XLM-R-, ELECTRA- and MPNet-style sequence classifiers (the pooled first "
+            "token, or a head on the first token)."
+        )
+    return pooled
 
 
 def segment_cosine(hidden: torch.Tensor, batch: dict) -> torch.Tensor:
