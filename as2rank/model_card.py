@@ -33,7 +33,7 @@ __all__ = ["CARD_FILE", "ModelCardData", "render_card", "write_card"]
 CARD_FILE = "README.md"
 #: Classes whose models run on torch: the card lists torch's version (and transformers' for the transformer
 #: family) when the estimator holds one of them.
-_TORCH_CLASSES = _TRANSFORMERS | {"Cosinet"}
+_TORCH_CLASSES = _TRANSFORMERS | {"Cosinet", "ZeroShotRanker"}
 #: Longest parameter value shown in full; longer ones are cut with "...".
 _MAX_VALUE = 80
 #: Plain YAML scalars that a parser would not read as a string.

@@ -34,6 +34,10 @@ __all__ = ["DEFAULT_CANDIDATES", "RankerSelector", "choose"]
 #: first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read).
 DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer")
 
+#: How far the probe's estimate of a first fold may exceed the real time: a fit on a few questions pays the
+#: start-up costs of every new batch shape, which a long fit amortises; measured up to about 2x on a CPU.
+_PROBE_SLACK = 2.0
+
 #: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
 _LATENCY_QUESTIONS = 20
 
@@ -79,9 +83,12 @@ class RankerSelector(RankerMixin, BaseEstimator):
     max_latency_ms : float, default=None
         Latency budget: only candidates whose median latency per question is at most this are chosen.
     time_budget : float, default=1200
-        Seconds the cross-validation may take (the probe before it is extra, a few small fits per candidate).
-        A fold runs only when its estimate (the probe's, then the candidate's last fold's) fits in what is
-        left, except the first fold of the first candidate: something is always measured. ``None``: no limit.
+        Seconds the selection may take before the refit: the probe (a few small fits per candidate) and the
+        cross-validation. Every candidate's first fold runs before any second one, cheapest first. A first fold
+        is judged on the probe's estimate, which errs long (a fit on a few questions pays start-up costs that a
+        long one amortises): it runs unless half the estimate overruns what is left; a later fold runs when the
+        candidate's last fold's time fits in what is left. The first candidate's first fold always runs:
+        something is always measured. ``None``: no limit.
     alpha : float, default=0.05
         Significance level of the paired tests.
     refit : bool, default=True
@@ -162,12 +169,16 @@ class RankerSelector(RankerMixin, BaseEstimator):
             )
         folds = list(splitter.split(X, y, keys))
         runs = self._runs("position" in X.columns)
-        self._probe(runs, X, y, keys, folds)
-        self._say(self._plan(runs, X, index, folds, answered))
         started = time.perf_counter()
-        for run in runs:
-            if run.status == "ok":
-                self._cross_validate(run, X, y, folds, runs, started)
+        self._probe(runs, X, y, keys, folds)
+        runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
+        self._say(self._plan(runs, X, index, folds, answered, time.perf_counter() - started))
+        # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
+        # measuring every candidate once before measuring any of them again.
+        for k in range(len(folds)):
+            for run in runs:
+                if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, started):
+                    self._run_fold(run, k, X, y, folds, runs)
         table = self._results(runs)
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
         table.loc[self.best_index_, "chosen"] = True
@@ -175,6 +186,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
         self.best_name_ = str(table["model"].iloc[self.best_index_])
         self.n_questions_ = answered
         self._say(f"Chose {self.choice_reason_}")
+        for name in ("best_estimator_", "refit_time_"):  # an earlier fit's refit is not this fit's choice
+            self.__dict__.pop(name, None)
         if self.refit:
             chosen = next(r for r in runs if r.name == self.best_name_)
             t0 = time.perf_counter()
@@ -252,60 +265,71 @@ class RankerSelector(RankerMixin, BaseEstimator):
                 estimate += small[k] + per_pair * (n - len(tiny[k]))
             run.fold_estimate_s = estimate
 
-    def _plan(self, runs, X, index, folds, answered) -> str:
+    def _plan(self, runs, X, index, folds, answered, probe_s) -> str:
         budget = "no time limit" if self.time_budget is None else f"a time budget of {_duration(self.time_budget)}"
         lines = [
             f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} pairs; "
-            f"{len(folds)} grouped folds; {budget}.",
-            "Plan (cheapest first; estimated time per fold from a probe on a few questions):",
+            f"{len(folds)} grouped folds; {budget}, {_duration(probe_s)} of it spent timing each candidate on a few "
+            "questions.",
+            "Plan (cheapest first; every candidate's first fold, then the next folds while they fit):",
         ]
-        left = np.inf if self.time_budget is None else float(self.time_budget)
-        total = 0.0
+        left = np.inf if self.time_budget is None else float(self.time_budget) - probe_s
+        ok = [r for r in runs if r.status == "ok"]
+        planned = dict.fromkeys((r.name for r in ok), 0)
+        for k in range(len(folds)):  # the rule of _admits, on the estimates
+            for i, run in enumerate(ok):
+                est = run.fold_estimate_s
+                if (k == 0 and (i == 0 or est / _PROBE_SLACK <= left)) or (k > 0 and planned[run.name] == k
+                                                                              and est <= left):
+                    planned[run.name] += 1
+                    left -= est
+        total = sum(planned[r.name] * r.fold_estimate_s for r in ok)
         for run in runs:
             if run.status != "ok":
                 lines.append(f"  {run.name:<14} {run.status}")
                 continue
-            est = run.fold_estimate_s
-            n = int(min(len(folds), max(1 if est <= left else 0, left // max(est, 1e-9))))
-            total += n * est
-            left -= n * est
-            folds_text = f"{n} of {len(folds)} folds" if n < len(folds) else f"{n} folds"
-            lines.append(f"  {run.name:<14} ~{_duration(est)} per fold -> {folds_text}" if n else
-                         f"  {run.name:<14} ~{_duration(est)} per fold -> skipped: beyond the time budget")
-        lines.append(f"Estimated total: ~{_duration(total)}" + (", then the refit of the choice." if self.refit else "."))
+            n = planned[run.name]
+            shown = f"{n} of {len(folds)} folds" if 0 < n < len(folds) else f"{n} folds" if n else "skipped: beyond the time budget"
+            lines.append(f"  {run.name:<14} ~{_duration(run.fold_estimate_s)} per fold -> {shown}")
+        lines.append(f"Estimated: ~{_duration(probe_s + total)} in all (estimates err long)"
+                     + (", then the refit of the choice." if self.refit else "."))
         return "\n".join(lines)
 
-    def _cross_validate(self, run, X, y, folds, runs, started) -> None:
-        """Run ``run``'s folds in turn while they fit in the time budget and it can still win; then time its
-        latency with the model of its last fold."""
-        estimate, fitted = run.fold_estimate_s, None
-        for k, (train, test) in enumerate(folds):
-            first = k == 0 and not any(r.per_question for r in runs)  # something is always measured
-            if not first and self.time_budget is not None and estimate > float(self.time_budget) - (
-                    time.perf_counter() - started):
-                run.stopped = f"time budget, after {k} of {len(folds)} folds"
-                if k == 0:
-                    run.status = f"skipped: a fold (~{_duration(estimate)}) exceeds the time budget left"
-                break
-            est = clone(run.estimator)
-            t0 = time.perf_counter()
-            est.fit(X.iloc[train], y[train])
-            t1 = time.perf_counter()
-            X_test = X.iloc[test]
-            ap = per_question(y[test], est.predict(X_test), X_test)
-            t2 = time.perf_counter()
-            run.per_question.append(ap)
-            run.fold_maps.append(float(ap.mean()))
-            run.fit_s.append(t1 - t0)
-            fitted = (est, X_test)
-            estimate = (t2 - t0) * 1.1  # the next fold: like this one, with a margin for noise
-            self._say(f"  {run.name:<14} fold {k + 1}/{len(folds)}: MAP {100 * run.fold_maps[-1]:.2f}, fit "
-                      f"{_duration(t1 - t0)}, predict {_duration(t2 - t1)}")
-            if k < len(folds) - 1 and self._cannot_win(run, runs):
-                run.stopped = f"significantly below the best after {k + 1} of {len(folds)} folds"
-                break
-        if fitted is not None:
-            run.latency_ms = _latency_ms(*fitted, self.random_state)
+    def _admits(self, run, k, runs, folds, started) -> bool:
+        """Whether ``run``'s fold ``k`` fits in the time budget; marks the run stopped (or skipped) if not."""
+        if self.time_budget is None or (k == 0 and not any(r.per_question for r in runs)):
+            return True  # the first candidate's first fold always runs: something is always measured
+        left = float(self.time_budget) - (time.perf_counter() - started)
+        # A first fold is judged on the probe's estimate, which errs long: it runs unless even the estimate's
+        # lower bound (a factor _PROBE_SLACK) overruns what is left; later folds on the last fold's time.
+        if run.fold_estimate_s / (_PROBE_SLACK if k == 0 else 1.0) <= left:
+            return True
+        run.stopped = f"time budget, after {k} of {len(folds)} folds"
+        if k == 0:
+            run.status = f"skipped: a fold (~{_duration(run.fold_estimate_s)}) exceeds the time budget left"
+        return False
+
+    def _run_fold(self, run, k, X, y, folds, runs) -> None:
+        """Fit and score ``run`` on fold ``k``; after its first fold, time its latency with that fold's model;
+        stop it when it is significantly below another candidate."""
+        train, test = folds[k]
+        est = clone(run.estimator)
+        t0 = time.perf_counter()
+        est.fit(X.iloc[train], y[train])
+        t1 = time.perf_counter()
+        X_test = X.iloc[test]
+        ap = per_question(y[test], est.predict(X_test), X_test)
+        t2 = time.perf_counter()
+        run.per_question.append(ap)
+        run.fold_maps.append(float(ap.mean()))
+        run.fit_s.append(t1 - t0)
+        run.fold_estimate_s = (t2 - t0) * 1.1  # the next fold: like this one, with a margin for noise
+        self._say(f"  {run.name:<14} fold {k + 1}/{len(folds)}: MAP {100 * run.fold_maps[-1]:.2f}, fit "
+                  f"{_duration(t1 - t0)}, predict {_duration(t2 - t1)}")
+        if k == 0:
+            run.latency_ms = _latency_ms(est, X_test, self.random_state)
+        if k < len(folds) - 1 and self._cannot_win(run, runs):
+            run.stopped = f"significantly below the best after {k + 1} of {len(folds)} folds"
 
     def _cannot_win(self, run, runs) -> bool:
         """Whether ``run`` is significantly below a candidate with a higher MAP on the questions both scored."""

@@ -90,7 +90,7 @@ def test_a_significantly_better_model_wins_and_the_budget_is_respected(data):
 
 def test_a_model_that_cannot_win_stops_early(data):
     X, y = data
-    sel = RankerSelector(candidates=[("WO", _Delayed()), ("reversed", _Delayed(negate=True))], cv=3,
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("reversed", _Delayed(fit_s=0.05, negate=True))], cv=3,
                          verbose=False).fit(X, y)
     table = sel.results_table().set_index("model")
     assert table.loc["WO", "n_folds"] == 3 and table.loc["reversed", "n_folds"] == 1
@@ -99,13 +99,17 @@ def test_a_model_that_cannot_win_stops_early(data):
 
 def test_time_budget_skips_what_cannot_fit(data, capsys):
     X, y = data
-    sel = RankerSelector(candidates=[("WO", _Delayed()), ("slow fit", _Delayed(fit_s=0.4))], time_budget=0.5,
+    # The probe alone (three fits of 0.3 s for "slow fit") spends the budget: the first candidate's first fold
+    # still runs, nothing else does.
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("slow fit", _Delayed(fit_s=0.3))], time_budget=0.1,
                          refit=False).fit(X, y)
     table = sel.results_table().set_index("model")
-    assert table.loc["WO", "n_folds"] == 3 and table.loc["slow fit", "n_folds"] < 3
+    assert table.loc["WO", "n_folds"] == 1 and table.loc["slow fit", "n_folds"] == 0
+    assert table.loc["slow fit", "status"].startswith("skipped") and sel.best_name_ == "WO"
     err = capsys.readouterr().err
     # The plan comes first, before any fold, and names the budget.
     assert err.index("Plan") < err.index("fold 1/3") and "time budget" in err
+    assert "Not run in full: " in sel.format_table()
 
 
 def test_sklearn_integration(data):
@@ -191,3 +195,15 @@ def test_table_commands_fail_in_one_line(tmp_path, capsys):
     assert main(["rank", str(tmp_path / "missing"), str(path), "--question", "q", "--candidate", "c", "--output",
                  str(tmp_path / "r.txt")]) == 2
     assert capsys.readouterr().err.startswith("as2rank: error:")
+
+
+def test_plot_marks_the_choice(data):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    X, y = data
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("Lexical+LR", _lexical_lr())], refit=False,
+                         verbose=False).fit(X, y)
+    ax = sel.plot()
+    labels = {t.get_text() for t in ax.texts}
+    assert labels == {"WO", "Lexical+LR"} and ax.get_xscale() == "log"
+    assert "| Lexical+LR |" in sel.format_table() and "**yes**" in sel.format_table()

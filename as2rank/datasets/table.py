@@ -103,7 +103,8 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
     if missing:
         raise ValueError(
             f"{source} has no column(s) {missing}; its columns are {list(table.columns)}. Name yours with "
-            "read_pairs(..., question=..., candidate=..., label=..., qid=..., position=...)."
+            "read_pairs(..., question=..., candidate=..., label=..., qid=..., position=...), or on the command line "
+            "--question, --candidate, --label, --qid, --position."
         )
     repeated = [c for c in names if (table.columns == c).sum() > 1]
     if repeated:
