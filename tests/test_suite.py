@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 
-from as2rank.suite import SuiteEntry, _show_fit_progress, format_leaderboard, load_benchmark_data, run_suite
+from as2rank.suite import SuiteEntry, show_fit_progress, format_leaderboard, load_benchmark_data, run_suite
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +49,9 @@ def test_progress_turns_on_the_bars_of_the_models_inside_a_pipeline():
     from as2rank.cosinet import Cosinet
 
     pipe = make_pipeline(LexicalFeatures(), Cosinet())
-    _show_fit_progress(pipe)
+    show_fit_progress(pipe)
     assert pipe.get_params()["cosinet__verbose"] is True
     assert pipe.get_params()["verbose"] is False  # the Pipeline's own step timing stays off
     model = Cosinet()
-    _show_fit_progress(model)
+    show_fit_progress(model)
     assert model.verbose is True
