@@ -112,8 +112,8 @@ def _fit(args) -> int:
         model = selector.best_estimator_
         row = selector.results_table().set_index("model").loc[selector.best_name_]
         card.metrics = {"map": float(row["map"])}
-        card.metrics_on = (f"out-of-fold, {int(row['n_folds'])}-fold grouped cross-validation on "
-                           f"{int(row['n_questions'])} questions")
+        card.metrics_on = (f"out-of-fold on {int(row['n_questions'])} questions ({int(row['n_folds'])} of "
+                           f"{args.cv} grouped cross-validation folds run)")
         card.notes = f"Chosen by as2rank's RankerSelector: {selector.choice_reason_}."
         name = selector.best_name_
     else:
@@ -137,7 +137,7 @@ def _rank(args) -> int:
     from .base import rank
     from .scale import load_model
 
-    args.label = None if args.label == "label" else args.label  # labels are never needed to rank
+    args.label = None  # labels are never read to rank (--label is ignored, as its help says)
     X, _ = _read_table(args.data, args, labels=False)
     ranked = rank(load_model(args.model), X, top_k=args.top_k).rename(columns={"row": "input_row"})
     writers = {".csv": lambda f: ranked.to_csv(f, index=False), ".tsv": lambda f: ranked.to_csv(f, sep="\t", index=False),

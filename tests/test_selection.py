@@ -90,7 +90,7 @@ def test_a_significantly_better_model_wins_and_the_budget_is_respected(data):
 
 def test_a_model_that_cannot_win_stops_early(data):
     X, y = data
-    sel = RankerSelector(candidates=[("WO", _Delayed()), ("reversed", _Delayed(fit_s=0.05, negate=True))], cv=3,
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("reversed", _Delayed(fit_s=0.5, negate=True))], cv=3,
                          verbose=False).fit(X, y)
     table = sel.results_table().set_index("model")
     assert table.loc["WO", "n_folds"] == 3 and table.loc["reversed", "n_folds"] == 1
