@@ -39,7 +39,7 @@ def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
     """Every question's candidates in rank order, with their scores, from any fitted estimator.
 
     Works with as2rank rankers, scikit-learn pipelines ending in one and fitted searches
-    (``GridSearchCV``, :class:`~as2rank.selection.RankerSelector`): anything with ``predict``.
+    (``GridSearchCV``, :class:`~as2rank.app.selection.RankerSelector`): anything with ``predict``.
 
     Parameters
     ----------

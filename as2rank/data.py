@@ -34,7 +34,7 @@ __all__ = [
 REQUIRED_COLUMNS = ("qid", "question", "candidate")
 
 #: Columns that belong to the format itself (bookkeeping and text), as opposed to feature columns that a
-#: transformer such as :class:`~as2rank.baselines.LexicalFeatures` appends.
+#: transformer such as :class:`~as2rank.lexical.baselines.LexicalFeatures` appends.
 FORMAT_COLUMNS = (
     "qid",
     "question",

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: Values of ``precision`` that name one compute dtype: float32 (``"fp32"``), bfloat16 (``"bf16"``) or the
-#: faster of the two that the device computes natively (``"auto"``); :class:`~as2rank.cosinet.Cosinet`'s
+#: faster of the two that the device computes natively (``"auto"``); :class:`~as2rank.cosinet.estimator.Cosinet`'s
 #: values, resolved by :func:`as2rank.neural.resolve_precision`.
 DTYPE_PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -52,7 +52,7 @@ TRANSFORMER_PRECISIONS = (*DTYPE_PRECISIONS, "fp16", "int8")
 POOLINGS = ("auto", "cls", "mean")
 
 #: Values of ``ContextMWA(summary=...)``: what its classifier reads beside the attended views;
-#: :data:`as2rank.neural.context.SUMMARIES`.
+#: :data:`as2rank.transformer.context.network.SUMMARIES`.
 SUMMARIES = ("pair", "sequence")
 
 

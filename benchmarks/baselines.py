@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from _common import SHARED_DATA, machine, publish
 
-from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
+from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
 from as2rank.data import GroupIndex
 from as2rank.datasets import load_squad_sent, load_wikiqa
 from as2rank.evaluation import METRICS, compare, evaluate, per_question

@@ -40,12 +40,14 @@ import pandas as pd
 import torch
 from _common import DOCS, conclude, fitted, load_average, log, run_header, save_figure, tagged, wikiqa_splits
 
-from as2rank.cascade import EXIT_GAP, CascadeTransformer, SequentialRanker, simulate_cascade, tune_alpha
+from as2rank.pruning.rules import EXIT_GAP, simulate_cascade, tune_alpha
+from as2rank.pruning.sequential import SequentialRanker
+from as2rank.transformer.cascade import CascadeTransformer
 from as2rank.data import GroupIndex, keep_answered
 from as2rank.datasets import expand_candidates
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
-from as2rank.transformer import TransformerRanker
+from as2rank.transformer.ranker import TransformerRanker
 
 DEPTHS = (2, 3, 4, 5, 6)
 

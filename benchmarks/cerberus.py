@@ -41,14 +41,14 @@ from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, con
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from as2rank.baselines import LexicalFeatures, PointwiseRanker
-from as2rank.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_logits
-from as2rank.cosinet import Cosinet
+from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_logits
+from as2rank.cosinet.estimator import Cosinet
 from as2rank.data import keep_answered
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.backbone import batch_tensors
-from as2rank.transformer import TransformerRanker
+from as2rank.transformer.ranker import TransformerRanker
 
 TEACHERS = ("TR", "Cosinet", "Lexical")
 KD_ALPHA, TEMPERATURE = 0.5, 3.0

@@ -50,14 +50,14 @@ import pandas as pd
 import torch
 from _common import CACHE, conclude, fitted, log, run_header, wikiqa_splits
 
-from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
+from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.backbone import batch_tensors
 from as2rank.neural.fitcache import FIT_CACHE
-from as2rank.transformer import TransformerRanker
+from as2rank.transformer.ranker import TransformerRanker
 
 #: Input lengths of the context models: the whole input, and the share reserved for question + candidate
 #: (= the no-context model's max_length, so the pair is encoded alike in every row of the table).

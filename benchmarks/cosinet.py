@@ -31,8 +31,8 @@ import torch
 from _common import COSINET_PAPER_BUDGET, SHARED_DATA, load_average, publish, run_header, wikiqa_splits
 from sklearn.model_selection import GroupShuffleSplit
 
-from as2rank.baselines import OverlapRankRanker
-from as2rank.cosinet import PAPER_LEARNING_RATES, Cosinet
+from as2rank.lexical.baselines import OverlapRankRanker
+from as2rank.cosinet.estimator import PAPER_LEARNING_RATES, Cosinet
 from as2rank.data import keep_answered
 from as2rank.evaluation import compare, evaluate, per_question
 
@@ -87,7 +87,7 @@ def score(y, scores, X, metrics=METRICS) -> dict:
 def paper_shape_params(config: dict) -> int:
     """Trainable parameters of a row's network with the paper's word vectors (``PAPER_SETUP``) and half its RNN
     hidden size: the shape that the paper's printed parameter counts fit."""
-    from as2rank.neural.cosinet_network import CosinetNetwork
+    from as2rank.cosinet.network import CosinetNetwork
 
     hidden = config["rnn_hidden_size"]
     network = CosinetNetwork(**{**config, "dim": PAPER_SETUP["embedding_dim"], "rnn_hidden_size": hidden // 2 if hidden else None})

@@ -15,7 +15,7 @@ ONNX export) while staying within 0.2 MAP of float32:
   left out, so no path that tokenises as as2rank does and keeps these products on torch's kernels in that dtype
   can beat it. The peer's ONNX int8 runs on the same pairs in each round, in its own virtual
   environment (``cpu_inference.py``'s subprocess), and ``precision="int8"`` runs beside them.
-- **Int8 fidelity.** The int8 copy's arithmetic (:mod:`as2rank.neural.onnx_runtime`) emulated in float32, and
+- **Int8 fidelity.** The int8 copy's arithmetic (:mod:`as2rank.neural.onnx.runtime`) emulated in float32, and
   variants of it, on all of WikiQA-test and the SQuAD sample: the shipped static int8 (inputs on a grid
   fixed at fit, SmoothQuant smoothing), inputs rounded per token instead, weights rounded by GPTQ (Frantar et
   al., 2023, https://arxiv.org/abs/2210.17323) instead of to the nearest step, and, as bounds that no int8
@@ -267,9 +267,9 @@ def fidelity(fit_questions: int) -> dict:
     import torch
 
     from as2rank.evaluation import compare, per_question
-    from as2rank.neural.calibration import calibration_rows
-    from as2rank.suite import load_benchmark_data
-    from as2rank.transformer import TransformerRanker
+    from as2rank.neural.onnx.calibration import calibration_rows
+    from as2rank.app.suite import load_benchmark_data
+    from as2rank.transformer.ranker import TransformerRanker
 
     cpu = torch.device("cpu")
     splits = wikiqa_splits()
@@ -335,8 +335,8 @@ def checks(res: dict) -> list:
 def main(argv=None):
     import torch
 
-    from as2rank.neural.onnx_runtime import onnx_available
-    from as2rank.transformer import TransformerRanker
+    from as2rank.neural.onnx.runtime import onnx_available
+    from as2rank.transformer.ranker import TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")

@@ -112,9 +112,9 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
     """
     import pandas as pd
 
-    from as2rank.cascade import CascadeTransformer
+    from as2rank.transformer.cascade import CascadeTransformer
     from as2rank.neural import onnx_runtime
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
 
     if precision == "int8-torch":  # the int8 path of an environment without ONNX Runtime
         onnx_runtime.onnx_available = lambda: False
@@ -219,7 +219,7 @@ def cascade_setup(args, work: Path, X_train, y_train, splits):
     negatives from every WikiQA sentence, as the cascade page's Table 3). Done before any timed round, so that no
     round runs while this process is still busy from a fit. Returns the model, the expanded questions and the
     section's record."""
-    from as2rank.cascade import CascadeTransformer
+    from as2rank.transformer.cascade import CascadeTransformer
     from as2rank.data import keep_answered
     from as2rank.datasets import expand_candidates
 
@@ -270,7 +270,7 @@ def time_split(fit_questions: int, pairs: int, threads: int | None) -> dict:
 def _time_split(fit_questions: int, pairs: int, threads: int | None, work: Path) -> dict:
     import onnxruntime as ort
 
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
 
     splits = wikiqa_splits()
     fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], fit_questions)).save_pretrained(
@@ -315,8 +315,8 @@ def accuracy(fit_questions: int) -> dict:
     import numpy as np
 
     from as2rank.evaluation import compare, per_question
-    from as2rank.suite import load_benchmark_data
-    from as2rank.transformer import TransformerRanker
+    from as2rank.app.suite import load_benchmark_data
+    from as2rank.transformer.ranker import TransformerRanker
 
     splits = wikiqa_splits()
     sample = load_benchmark_data("sample")
@@ -348,7 +348,7 @@ def batch_dependence(fit_questions: int) -> dict:
 
     from as2rank.data import GroupIndex
     from as2rank.metrics import mean_average_precision
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
 
     splits = wikiqa_splits()
     X, y = splits["test"]
@@ -387,9 +387,9 @@ def calibration(fit_questions: int) -> dict:
     from as2rank.data import GroupIndex
     from as2rank.metrics import mean_average_precision
     from as2rank.neural import onnx_runtime, resolve_device
-    from as2rank.neural.calibration import CALIBRATION_ROWS, activation_ranges, calibration_rows
-    from as2rank.suite import load_benchmark_data
-    from as2rank.transformer import TransformerRanker
+    from as2rank.neural.onnx.calibration import CALIBRATION_ROWS, activation_ranges, calibration_rows
+    from as2rank.app.suite import load_benchmark_data
+    from as2rank.transformer.ranker import TransformerRanker
 
     splits = wikiqa_splits()
     X_dev = splits["dev"][0]
@@ -540,7 +540,7 @@ def main(argv=None) -> None:
     import as2rank
     from as2rank.evaluation import evaluate
     from as2rank.neural import cpu_bf16_supported, int8_supported
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
 
     if args.threads:
         torch.set_num_threads(args.threads)

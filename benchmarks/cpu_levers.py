@@ -64,7 +64,7 @@ class _OpenVino:
     def __init__(self, module, example: dict, threads: int):
         import openvino as ov
 
-        from as2rank.neural.onnx_export import export_graph, padded, quiet
+        from as2rank.neural.onnx.export import export_graph, padded, quiet
 
         with tempfile.TemporaryDirectory(prefix="as2rank-openvino-") as tmp, quiet():
             path = Path(tmp) / "model.onnx"
@@ -153,8 +153,8 @@ def main(argv=None):
     import torch._inductor.config
 
     from as2rank.evaluation import compare, per_question
-    from as2rank.neural.onnx_runtime import onnx_available
-    from as2rank.transformer import TransformerRanker
+    from as2rank.neural.onnx.runtime import onnx_available
+    from as2rank.transformer.ranker import TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")

@@ -98,7 +98,7 @@ def checkpoint(spec: dict) -> str | None:
 
 def estimator(spec: dict, threads: int | None, **params):
     """The row's ``TransformerRanker(random_state=0)`` with ``params``."""
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
 
     model = checkpoint(spec)
     row = {"precision": spec.get("precision") or "auto", "n_threads": spec.get("threads", threads),
@@ -150,7 +150,7 @@ def accuracy(names: list) -> dict:
     import numpy as np
 
     from as2rank.evaluation import compare, per_question
-    from as2rank.suite import load_benchmark_data
+    from as2rank.app.suite import load_benchmark_data
 
     splits = wikiqa_splits()
     data = {f"WikiQA-test ({FIT_QUESTIONS} training questions)": (*fit_subset(*splits["train"], FIT_QUESTIONS), *splits["test"]),

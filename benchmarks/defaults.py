@@ -82,7 +82,7 @@ ESTIMATORS = {
 }
 #: How each swept estimator is built beyond the swept parameters (the page's setup says so): the cascade's α,
 #: the students' cross-fitted teachers, and the suite's ContextExtractor method in front of each context ranker
-#: (``as2rank.suite``).
+#: (``as2rank.app.suite``).
 SETTINGS = {
     "cascade": {"alpha": 0.0},
     "distilled": {"teacher_cv": 3},
@@ -107,9 +107,9 @@ def previous_label(estimator) -> str:
 def estimator_class(estimator):
     import as2rank
 
-    import as2rank.context
+    import as2rank.transformer.context.rankers
 
-    return getattr(as2rank.context if global_method(estimator) else as2rank, ESTIMATORS[estimator][0])
+    return getattr(as2rank.transformer.context.rankers if global_method(estimator) else as2rank, ESTIMATORS[estimator][0])
 
 
 def extra_params(estimator, seed) -> dict:
@@ -118,7 +118,7 @@ def extra_params(estimator, seed) -> dict:
         return dict(SETTINGS["cascade"])
     if estimator in ("distilled", "cerberus"):
         from as2rank import Cosinet
-        from as2rank.suite import _lexical_lr
+        from as2rank.app.suite import _lexical_lr
 
         return {"teachers": [Cosinet(random_state=seed), _lexical_lr(seed)], **SETTINGS[estimator]}
     return {}
@@ -129,7 +129,7 @@ def with_contexts(estimator, train, val, test):
     split) when ``estimator`` is a context ranker, else as they are."""
     if not global_method(estimator):
         return train, val, test
-    from as2rank.context import ContextExtractor
+    from as2rank.transformer.context.rankers import ContextExtractor
 
     extractor = ContextExtractor(global_method=global_method(estimator)).fit(train[0])
     return tuple((extractor.transform(X), y) for X, y in (train, val, test))
@@ -140,7 +140,7 @@ def load(data):
     from as2rank.data import keep_answered
 
     if data == "sample":
-        from as2rank.suite import load_benchmark_data
+        from as2rank.app.suite import load_benchmark_data
 
         X, y, X_test, y_test = load_benchmark_data("sample", random_state=PROTOCOL["sample_random_state"])
     else:

@@ -12,7 +12,7 @@ Each variant is a rewrite of the exported graph, run by a session that as2rank's
 threads and options):
 
 - **shipped**: the graph as exported: each self-attention block one ``com.microsoft.QAttention`` node, and
-  ONNX Runtime's ``SkipLayerNormFusion`` off (:data:`as2rank.neural.onnx_runtime.DISABLED_FUSIONS`);
+  ONNX Runtime's ``SkipLayerNormFusion`` off (:data:`as2rank.neural.onnx.runtime.DISABLED_FUSIONS`);
 - **SkipLayerNormalization fusion on**: the same graph with that fusion left on;
 - **MultiHeadAttention**: the query, key and value projections as one ``MatMulIntegerToFloat``, split, then
   ``com.microsoft.MultiHeadAttention`` (which adds their biases);
@@ -173,7 +173,7 @@ def product_rates(int8_module, batches) -> dict:
     module's threads and disabled fusions)."""
     import onnxruntime as ort
 
-    from as2rank.neural.onnx_runtime import DISABLED_FUSIONS
+    from as2rank.neural.onnx.runtime import DISABLED_FUSIONS
 
     with tempfile.TemporaryDirectory(prefix="as2rank-int8-profile-") as tmp:
         options = ort.SessionOptions()
@@ -228,7 +228,7 @@ def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = KERNEL_ROWS
 def main(argv=None):
     import onnx
 
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs (default 2000, as cpu_inference.py)")

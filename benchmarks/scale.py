@@ -124,7 +124,7 @@ def run_measured(command: list, report: Path) -> dict:
 
 def child_cli(report: str, argv: list) -> None:
     """Child mode: run ``as2rank`` with ``argv`` in this process, then write its exit status and usage."""
-    from as2rank.cli import main as cli_main
+    from as2rank.app.cli import main as cli_main
 
     status = cli_main(argv)
     Path(report).write_text(json.dumps({"returncode": status, **own_usage()}))
@@ -147,8 +147,8 @@ def grid_searches(quick: bool) -> list:
     from sklearn.model_selection import GridSearchCV, GroupKFold
     from sklearn.pipeline import make_pipeline
 
-    from as2rank.baselines import LexicalFeatures, PointwiseRanker
-    from as2rank.cosinet import Cosinet
+    from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
+    from as2rank.cosinet.estimator import Cosinet
     from as2rank.metrics import get_scorer
 
     X, y = wikiqa_splits()["full"]
@@ -224,8 +224,8 @@ def threads(estimator, mode: str, worker_threads: int) -> int:
 
 
 def fit_models(folder: Path) -> dict:
-    from as2rank.baselines import OverlapRankRanker
-    from as2rank.cosinet import Cosinet
+    from as2rank.lexical.baselines import OverlapRankRanker
+    from as2rank.cosinet.estimator import Cosinet
     from as2rank.datasets import load_sample
 
     X, y = load_sample()
@@ -291,9 +291,9 @@ STREAM_MODEL = dict(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_fil
 
 def stream_train_child(path: str, out: str, chunksize: str) -> None:
     """Run in a fresh process: one pass of partial_fit over the chunks of ``path``."""
-    from as2rank.cosinet import Cosinet
+    from as2rank.cosinet.estimator import Cosinet
     from as2rank.datasets import load_asnq
-    from as2rank.scale import count_rows
+    from as2rank.app.scale import count_rows
 
     total = count_rows(Path(path))
     model = Cosinet(**STREAM_MODEL)

@@ -8,10 +8,10 @@ The table is a user's: WikiQA-train's questions (the answered ones first, then u
 position column, written as CSV and read back with ``as2rank.datasets.read_pairs`` as the README's own-data
 commands do. ``RankerSelector`` with its default candidates cross-validates them and chooses (timed from the
 start of the probe to the choice: what ``as2rank select`` takes). Then every evaluated candidate is fitted on
-the whole table and scored on WikiQA-test (``as2rank.suite.run_suite``: a paired randomisation test of each
+the whole table and scored on WikiQA-test (``as2rank.app.suite.run_suite``: a paired randomisation test of each
 row against the best); the choice must not be significantly below the best. The choice under each latency
 budget of ``--budgets`` (milliseconds per question) comes from the same cross-validation
-(``as2rank.selection.choose``). Writes ``benchmarks/results/selection.json`` and ``docs/benchmarks/selection.md``
+(``as2rank.app.selection.choose``). Writes ``benchmarks/results/selection.json`` and ``docs/benchmarks/selection.md``
 (``AS2RANK_BENCH_TAG`` names a machine's pages, e.g. ``selection-avx2``), and ``selection.png``: MAP against
 latency per question.
 """
@@ -61,7 +61,7 @@ def plot(table: pd.DataFrame, path: Path, budgets) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from as2rank.selection_report import plot_selection
+    from as2rank.app.selection_report import plot_selection
 
     ax = plot_selection(table)
     for budget in budgets:
@@ -85,8 +85,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     from as2rank import RankerSelector
     from as2rank.datasets import read_pairs
-    from as2rank.selection import choose
-    from as2rank.suite import ENTRIES, run_suite
+    from as2rank.app.selection import choose
+    from as2rank.app.suite import ENTRIES, run_suite
 
     header = run_header("selection.py", argv)
     start = time.perf_counter()

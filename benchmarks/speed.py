@@ -70,15 +70,15 @@ import torch
 from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, publish, run_header, tagged, wikiqa_splits
 from speed_page import acceptance, plot
 
-from as2rank.cascade import CascadeTransformer
+from as2rank.transformer.cascade import CascadeTransformer
 from as2rank.data import keep_answered
 from as2rank.datasets import expand_candidates
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
 from as2rank.neural import cpu_bf16_supported, int8_supported, resolve_device
-from as2rank.neural.onnx_runtime import onnx_available
-from as2rank.transformer import TransformerRanker
-from as2rank.transformer_base import AUTO_BATCH_TOKENS
+from as2rank.neural.onnx.runtime import onnx_available
+from as2rank.transformer.ranker import TransformerRanker
+from as2rank.transformer.scaffold import AUTO_BATCH_TOKENS
 
 METRICS = ("map", "mrr", "p@1")
 #: ``CrossEncoder.predict``'s default batch size (the peer's reference row) and the sweep of the plumbing checks.

@@ -5,7 +5,7 @@ test on the other three.
 
 The bundled sample holds four Wikipedia articles; the suite's split is by paragraph, so its train and test
 questions share articles. Here the test articles are unseen, as on a user's own documents. The leaderboard
-(``as2rank.suite.run_suite``: paired randomisation tests against the best row and against WO+RR) covers the
+(``as2rank.app.suite.run_suite``: paired randomisation tests against the best row and against WO+RR) covers the
 baselines and the transformer rankers with their library defaults, and the transformer without its lexical
 prior (``lexical_prior=False``, its segment similarity kept) beside them. Writes ``benchmarks/results/unseen_articles.json`` and
 ``docs/benchmarks/unseen_articles.md`` (from ``benchmarks/pages/unseen_articles.md.j2``).
@@ -19,7 +19,7 @@ import time
 import pandas as pd
 from _common import log, publish, run_header
 
-from as2rank.suite import ENTRIES, SuiteEntry, run_suite
+from as2rank.app.suite import ENTRIES, SuiteEntry, run_suite
 
 ROWS = ("WO+RR", "WO", "Lexical+LR", "Cosinet+BiRNN", "Transformer", "Cascade a=0")
 #: The row every other is compared with (``*`` on the page), and the significance level of both comparisons.

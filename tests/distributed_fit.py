@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from as2rank.transformer import TransformerRanker
+from as2rank.transformer.ranker import TransformerRanker
 from tests.test_transformer import MAX_LENGTH, SPECIAL, WORDS, synthetic, tiny_config
 
 

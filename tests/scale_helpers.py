@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from as2rank.baselines import WordOverlapRanker
+from as2rank.lexical.baselines import WordOverlapRanker
 
 #: How many times this process unpickled a CountingRanker.
 LOADS = 0

@@ -6,7 +6,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold, cross_validate
 from sklearn.pipeline import make_pipeline
 
-from as2rank.baselines import (
+from as2rank.lexical.baselines import (
     LexicalFeatures,
     OverlapRankRanker,
     PointwiseRanker,

@@ -10,10 +10,11 @@ pytest.importorskip("transformers")
 
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 
-from as2rank.cascade import CascadeTransformer, default_exits, simulate_cascade, tune_alpha  # noqa: E402
+from as2rank.pruning.rules import simulate_cascade, tune_alpha  # noqa: E402
+from as2rank.transformer.cascade import CascadeTransformer, default_exits  # noqa: E402
 from as2rank.neural.backbone import masked_mean  # noqa: E402
 from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
-from as2rank.neural.heads import segment_cosine  # noqa: E402
+from as2rank.transformer.heads import segment_cosine  # noqa: E402
 from tests import utils  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import WORDS, small, synthetic, tokenizer  # noqa: E402,F401
@@ -239,7 +240,7 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
 
 
 def test_survivor_chunks_keep_each_chunk_s_survivors_cut_to_their_longest():
-    from as2rank.neural.heads import _survivor_chunks
+    from as2rank.transformer.heads import _survivor_chunks
 
     hidden = [torch.arange(3 * 5 * 2, dtype=torch.float32).reshape(3, 5, 2),
               100 + torch.arange(2 * 6 * 2, dtype=torch.float32).reshape(2, 6, 2)]

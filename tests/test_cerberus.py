@@ -14,13 +14,13 @@ from sklearn.base import BaseEstimator, clone  # noqa: E402
 from sklearn.exceptions import NotFittedError  # noqa: E402
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 
-from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
-from as2rank.cerberus import Cerberus, DistilledRanker, LinearEnsemble, platt_scaling, teacher_logits  # noqa: E402
+from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, platt_scaling, teacher_logits  # noqa: E402
 from as2rank.data import GroupIndex  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
-from as2rank.neural.distillation import CerberusEncoder, distillation_loss  # noqa: E402
-from as2rank.neural.heads import feed_forward, pool  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.distillation import CerberusEncoder, distillation_loss  # noqa: E402
+from as2rank.transformer.heads import feed_forward, pool  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
@@ -150,7 +150,7 @@ def test_body_runs_once_per_input_and_the_heads_once_per_batch(tokenizer, data):
 
 
 def test_cpu_inference_runs_the_heads_over_row_blocks_with_equal_logits(tokenizer, data, monkeypatch):
-    import as2rank.neural.distillation as distillation
+    import as2rank.transformer.distillation as distillation
 
     X, y = data
     est = cerberus(tokenizer, X, y).fit(X, y)
@@ -304,7 +304,7 @@ def test_teacher_logits_calibrates_and_cross_fits(data):
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from as2rank.baselines import LexicalFeatures, PointwiseRanker
+    from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
 
     lexical = make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression()))
     oof = teacher_logits([lexical, "teacher_score"], X, y, cv=2)
@@ -397,7 +397,7 @@ def test_bad_inputs(tokenizer, data):
 
 
 def test_suite_entry_is_a_valid_self_contained_cerberus():
-    from as2rank.suite import select
+    from as2rank.app.suite import select
 
     (entry,) = select(("transformers",), ["Cerberus"])
     est = entry.make(0)
@@ -417,5 +417,5 @@ def test_import_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, as2rank.cerberus; print('torch' in sys.modules)"
+    code = "import sys, as2rank.transformer.cerberus; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -15,10 +15,10 @@ from sklearn.base import clone  # noqa: E402
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 
-from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
+from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
-from as2rank.neural.context import SEGMENTS, MultiwayAttention, gather_segments, segment_widths  # noqa: E402
-from as2rank.neural.segments import encode_segments, share_budget  # noqa: E402
+from as2rank.transformer.context.network import SEGMENTS, MultiwayAttention, gather_segments, segment_widths  # noqa: E402
+from as2rank.transformer.context.segments import encode_segments, share_budget  # noqa: E402
 from as2rank.text import tokenize  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import SPECIAL, WORDS, tokenizer  # noqa: E402,F401
@@ -368,7 +368,7 @@ def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):
 
 @pytest.mark.parametrize("summary, pooling", [("pair", "auto"), ("sequence", "mean"), ("sequence", "cls")])
 def test_mwa_classifier_reads_the_summary_it_is_asked_for(summary, pooling, data, tokenizer):
-    from as2rank.neural.heads import pool
+    from as2rank.transformer.heads import pool
 
     X, y = data
     model = small(ContextMWA, tokenizer, summary=summary, pooling=pooling).fit(X, y)
@@ -511,5 +511,5 @@ def test_import_as2rank_context_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, as2rank.context; print('torch' in sys.modules)"
+    code = "import sys, as2rank.transformer.context.rankers; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

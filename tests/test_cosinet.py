@@ -15,10 +15,10 @@ from gensim.models import KeyedVectors
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
-from as2rank.cosinet import Cosinet, _encode, _table
-from as2rank.neural.cosinet_network import CosinetNetwork
+from as2rank.cosinet.estimator import Cosinet, _encode, _table
+from as2rank.cosinet.network import CosinetNetwork
 from as2rank.data import GroupIndex
-from as2rank.embeddings import load_word_vectors
+from as2rank.cosinet.word_vectors import load_word_vectors
 from as2rank.metrics import get_scorer
 from as2rank.neural import listwise_kl_loss
 
@@ -269,7 +269,7 @@ def test_listwise_needs_a_positive(kv):
 
 
 def test_importing_as2rank_and_cosinet_does_not_import_torch():
-    code = "import sys, as2rank, as2rank.cosinet, as2rank.embeddings; print('torch' in sys.modules)"
+    code = "import sys, as2rank, as2rank.cosinet.estimator, as2rank.cosinet.word_vectors; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -282,7 +282,7 @@ def test_network_module_has_no_table_in_its_state(kv):
 
 
 def test_auto_epochs_reach_the_minimum_steps(kv):
-    from as2rank.cosinet import resolve_epochs
+    from as2rank.cosinet.estimator import resolve_epochs
 
     # At least 3 epochs and 200 steps: 22 steps per epoch -> 10 epochs, 67 -> 3, 1 -> 200; an integer stays.
     assert [resolve_epochs("auto", s) for s in (22, 25, 67, 200, 1)] == [10, 8, 3, 3, 200]
@@ -296,7 +296,7 @@ def test_auto_epochs_reach_the_minimum_steps(kv):
 
 
 def test_early_stopping_holds_out_whole_questions_and_restores_the_best_epoch(kv, monkeypatch):
-    import as2rank.cosinet as cosinet_module
+    import as2rank.cosinet.estimator as cosinet_module
 
     held_masks = []
     original = cosinet_module.holdout_questions

@@ -14,11 +14,11 @@ pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-from as2rank.baselines import WordOverlapRanker  # noqa: E402
-from as2rank.cascade import CascadeTransformer  # noqa: E402
-from as2rank.cerberus import Cerberus  # noqa: E402
-from as2rank.context import ContextConcat, ContextExtractor, ContextMWA  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.lexical.baselines import WordOverlapRanker  # noqa: E402
+from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
+from as2rank.transformer.cerberus import Cerberus  # noqa: E402
+from as2rank.transformer.context.rankers import ContextConcat, ContextExtractor, ContextMWA  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests import test_context as ctx  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from as2rank.embeddings import (
+from as2rank.cosinet.word_vectors import (
     TableVectors,
     WordpieceVectors,
     load_word_vectors,

@@ -9,12 +9,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from as2rank.cerberus import DistilledRanker  # noqa: E402
+from as2rank.transformer.cerberus import DistilledRanker  # noqa: E402
 from as2rank.neural import fitcache  # noqa: E402
 from as2rank.neural.backbone import resolve_model  # noqa: E402
 from as2rank.digest import content_digest as directory_digest
 from as2rank.neural.fitcache import FIT_CACHE, FitCache, source_digest, source_digests  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import MAX_LENGTH, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
 

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from as2rank.cascade import CascadeTransformer  # noqa: E402
+from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from tests import test_context as tc  # noqa: E402
 from tests.test_cascade import one_question  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
@@ -78,12 +78,12 @@ def test_context_rankers_read_once_per_predict(cls):
     packed segments from host-side counts: one transfer per predict, whatever the number of batches."""
     import transformers
 
-    from as2rank import context
+    from as2rank.transformer.context import features, rankers
 
     tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})
     X, y = tc.synthetic(n_questions=12)
-    X = context.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
-    ranker = tc.small(getattr(context, cls), tok).fit(X, y)
+    X = features.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+    ranker = tc.small(getattr(rankers, cls), tok).fit(X, y)
     forwards = []
     ranker.model_.register_forward_hook(lambda *args: forwards.append(1))
     for batch_tokens in (100_000, 256):
@@ -100,13 +100,13 @@ def test_mwa_widths_from_host_counts_match_the_device_read():
     device gives (the batch without its counts)."""
     import transformers
 
-    from as2rank import context
+    from as2rank.transformer.context import features, rankers
     from as2rank.neural.backbone import batch_tensors
 
     tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})
     X, y = tc.synthetic(n_questions=12)
-    X = context.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
-    ranker = tc.small(context.ContextMWA, tok).fit(X, y)
+    X = features.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+    ranker = tc.small(rankers.ContextMWA, tok).fit(X, y)
     encoded = ranker._encode(X)
     batch = batch_tensors(encoded, np.arange(len(X)))
     assert isinstance(batch["host_segment_counts"], np.ndarray)

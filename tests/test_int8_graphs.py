@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 import as2rank.neural as neural  # noqa: E402
 from as2rank.neural import onnx_runtime  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 pytestmark = pytest.mark.skipif(not (onnx_runtime.onnx_available() and neural.int8_supported()),
@@ -57,7 +57,7 @@ def test_a_loaded_model_predicts_from_its_saved_graph_without_exporting(fitted, 
 
 
 def test_a_cascade_saves_one_graph_per_segment(tokenizer, data, tmp_path, monkeypatch):
-    from as2rank.cascade import CascadeTransformer
+    from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = data
     cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
@@ -115,8 +115,8 @@ def test_int8_saving_needs_a_calibrated_model(fitted, tmp_path):
 
 def test_a_context_ranker_saves_its_graph_traced_on_its_own_columns(tokenizer, tmp_path, monkeypatch):
     # ContextConcat reads context columns besides the pair: the rows that trace its graph at saving have them.
-    from as2rank.context import ContextConcat
-    from as2rank.context_features import ContextExtractor
+    from as2rank.transformer.context.rankers import ContextConcat
+    from as2rank.transformer.context.features import ContextExtractor
     from tests import test_context
 
     X, y = test_context.synthetic()

@@ -1,4 +1,4 @@
-"""Model cards (as2rank.model_card): save_pretrained / as2rank.save write a Hugging Face README.md in the
+"""Model cards (as2rank.persistence.card): save_pretrained / as2rank.save write a Hugging Face README.md in the
 top-level model directory, with YAML metadata that parses, the parameters, the data's size and the metrics;
 as2rank.load ignores it, and writing one imports nothing (torch stays out of lexical models). Offline."""
 
@@ -13,9 +13,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 import as2rank
-from as2rank.baselines import LexicalFeatures, OverlapRankRanker, PointwiseRanker
+from as2rank.lexical.baselines import LexicalFeatures, OverlapRankRanker, PointwiseRanker
 from as2rank.datasets import load_sample
-from as2rank.model_card import CARD_FILE, ModelCardData, render_card
+from as2rank.persistence.card import CARD_FILE, ModelCardData, render_card
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {"map": 0.8765, "mrr": 0.8812, "p@1": 0.8}
@@ -54,7 +54,7 @@ def test_a_card_without_data_has_metadata_parameters_and_versions(sample, tmp_pa
         "pipeline_tag": "text-ranking",
         "tags": ["answer-sentence-selection", "as2rank", "overlap-rank-ranker"],
     }
-    assert "# OverlapRankRanker" in body and "`as2rank.baselines.OverlapRankRanker`" in body
+    assert "# OverlapRankRanker" in body and "`as2rank.lexical.baselines.OverlapRankRanker`" in body
     assert "| `drop_punct` | `True` |" in body and "| `lowercase` | `True` |" in body
     assert 'as2rank.load("path/to/model")' in body
     assert f"| as2rank | {as2rank.__version__} |" in body and f"| numpy | {np.__version__} |" in body
@@ -162,7 +162,7 @@ def test_a_readme_in_the_directory_is_replaced(tmp_path):
 def test_saving_a_lexical_model_with_a_card_does_not_import_torch(pipeline, tmp_path):
     as2rank.save(pipeline, tmp_path / "p")
     code = (
-        "import sys, as2rank; from as2rank.model_card import ModelCardData; "
+        "import sys, as2rank; from as2rank.persistence.card import ModelCardData; "
         f"m = as2rank.load({str(tmp_path / 'p')!r}); "
         f"as2rank.save(m, {str(tmp_path / 'q')!r}, card=ModelCardData(train_pairs=3, metrics={{'map': 0.5}})); "
         f"as2rank.OverlapRankRanker().save_pretrained({str(tmp_path / 'r')!r}); print('torch' in sys.modules)"
@@ -178,7 +178,7 @@ def test_transformer_card_names_torch_and_transformers(tmp_path):
     import torch
     import transformers
 
-    from as2rank.transformer import TransformerRanker
+    from as2rank.transformer.ranker import TransformerRanker
     from tests.test_transformer import SPECIAL, WORDS, small, synthetic
 
     X, y = synthetic(n_questions=6)

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 import as2rank.neural as neural  # noqa: E402
 from as2rank.neural import onnx_export, onnx_runtime  # noqa: E402
 from as2rank.neural.backbone import batch_tensors  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 needs_onnx = pytest.mark.skipif(not onnx_runtime.onnx_available(), reason="onnxruntime, onnx or onnxscript missing")
@@ -117,7 +117,7 @@ def test_int8_falls_back_to_torch_without_onnx_runtime(fitted, monkeypatch):
 @needs_int8
 def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
     # Each segment's float32 graph is checked against the torch segment when it is built (OnnxModule).
-    from as2rank.cascade import CascadeTransformer
+    from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = synthetic(n_questions=10)
     cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
@@ -243,7 +243,7 @@ def _run_exported(module, *inputs, exact_integer_sums=False):
 
 def _default_kernels() -> str:
     """What ONNX Runtime's default uint8 x int8 kernels compute on this CPU: ``"exact"`` sums where
-    :func:`~as2rank.neural.onnx_runtime.u8s8_sums_exact` says so (AVX-512 VNNI, or not x86); ``"saturating"``
+    :func:`~as2rank.neural.onnx.runtime.u8s8_sums_exact` says so (AVX-512 VNNI, or not x86); ``"saturating"``
     pair sums (:func:`_saturating_sums`) on x86 CPUs with neither AVX-512 VNNI nor AVX-VNNI (SSE4.1, AVX2,
     AVX-512 without VNNI: checked on an AVX2 EPYC); ``"either"`` with AVX-VNNI alone, whose kernels the library
     treats as saturating without having checked them."""
@@ -263,7 +263,7 @@ def _saturating_sums(codes, weight):
 
 
 def _saturating_product(layer, x):
-    """What :class:`~as2rank.neural.onnx_runtime._Int8Input`'s product computes on saturating kernels: the
+    """What :class:`~as2rank.neural.onnx.runtime._Int8Input`'s product computes on saturating kernels: the
     uint8 codes of the smoothed ``x`` times the int8 weights, summed by :func:`_saturating_sums` (the kernels
     multiply the raw codes and subtract the zero point's share from the sums after), then scaled, plus the
     bias."""
@@ -404,7 +404,7 @@ def test_export_copy_quantizes_the_calibrated_layers_only(fitted):
 
 
 def test_calibration_records_each_linear_input_over_real_tokens(fitted):
-    from as2rank.neural.calibration import activation_ranges, calibration_rows
+    from as2rank.neural.onnx.calibration import activation_ranges, calibration_rows
 
     ranker, X, encoded = fitted
     model = ranker.model_.eval()

@@ -8,13 +8,13 @@ import pytest
 from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import GroupKFold
 
-from as2rank.baselines import WordOverlapRanker
-from as2rank.cascade import CascadeTransformer
-from as2rank.cerberus import Cerberus, DistilledRanker
-from as2rank.context import ContextConcat, ContextEnsemble, ContextMWA
-from as2rank.context_features import ContextExtractor
-from as2rank.cosinet import Cosinet
-from as2rank.ensemble import LinearEnsemble
+from as2rank.lexical.baselines import WordOverlapRanker
+from as2rank.transformer.cascade import CascadeTransformer
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker
+from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextMWA
+from as2rank.transformer.context.features import ContextExtractor
+from as2rank.cosinet.estimator import Cosinet
+from as2rank.ensemble.linear import LinearEnsemble
 from as2rank.params import (
     Boolean,
     HasMethods,
@@ -25,8 +25,8 @@ from as2rank.params import (
     check_param,
     validate_params,
 )
-from as2rank.pruning import SequentialRanker
-from as2rank.transformer import TransformerRanker
+from as2rank.pruning.sequential import SequentialRanker
+from as2rank.transformer.ranker import TransformerRanker
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ TRANSFORMER_RANKERS = [TransformerRanker, CascadeTransformer, Cerberus, Distille
 
 @pytest.mark.parametrize("cls", TRANSFORMER_RANKERS, ids=lambda c: c.__name__)
 def test_shared_training_parameters_follow_each_rankers_own(cls):
-    from as2rank.training_params import TRAINING_DEFAULTS
+    from as2rank.transformer.parameters import TRAINING_DEFAULTS
 
     names = list(inspect.signature(cls).parameters)
     assert names[-len(TRAINING_DEFAULTS):] == list(TRAINING_DEFAULTS)
@@ -131,7 +131,7 @@ def test_context_ensemble_keeps_its_own_budget_defaults():
 
 
 def test_with_training_params_refuses_shared_names_and_catch_alls():
-    from as2rank.training_params import with_training_params
+    from as2rank.transformer.parameters import with_training_params
 
     def clash(self, model=None, epochs=3):
         pass

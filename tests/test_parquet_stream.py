@@ -9,9 +9,9 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from as2rank.baselines import OverlapRankRanker  # noqa: E402
+from as2rank.lexical.baselines import OverlapRankRanker  # noqa: E402
 from as2rank.datasets import load_parquet  # noqa: E402
-from as2rank.scale import predict_file, score_frame  # noqa: E402
+from as2rank.app.scale import predict_file, score_frame  # noqa: E402
 from tests.utils import assert_whole_questions  # noqa: E402
 
 WORDS = np.array([f"w{i}" for i in range(500)], dtype=object)

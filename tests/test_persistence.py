@@ -20,14 +20,14 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
 import as2rank
-from as2rank.baselines import (
+from as2rank.lexical.baselines import (
     LexicalFeatures,
     OverlapRankRanker,
     PointwiseRanker,
     ReciprocalRankRanker,
     WordOverlapRanker,
 )
-from as2rank.cli import main
+from as2rank.app.cli import main
 from as2rank.persistence import FORMAT_VERSION
 from tests.scale_helpers import asnq_rows, write_asnq
 
@@ -309,11 +309,12 @@ def test_cli_help_warns_about_pickles(capsys):
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from as2rank.cascade import CascadeTransformer, SequentialRanker  # noqa: E402
-from as2rank.cerberus import Cerberus, DistilledRanker, LinearEnsemble  # noqa: E402
-from as2rank.context import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
-from as2rank.cosinet import Cosinet  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.pruning.sequential import SequentialRanker  # noqa: E402
+from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble  # noqa: E402
+from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
+from as2rank.cosinet.estimator import Cosinet  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests import test_context, test_cosinet  # noqa: E402
 from tests.test_cosinet import kv  # noqa: E402,F401
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401

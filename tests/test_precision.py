@@ -17,9 +17,9 @@ pytest.importorskip("transformers")
 import as2rank.neural as neural  # noqa: E402
 import as2rank.neural.devices as devices  # noqa: E402
 from as2rank.neural import onnx_runtime  # noqa: E402
-from as2rank.cascade import CascadeTransformer  # noqa: E402
+from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from as2rank.neural import train  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 ATOL = {"fp32": 1e-5, "bf16": 5e-2, "int8": 1.5e-1}
@@ -214,7 +214,7 @@ def test_lr_multipliers_scale_one_submodule():
 
 def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
     ranker, X = fitted
-    from as2rank.transformer_base import AUTO_BATCH_TOKENS
+    from as2rank.transformer.scaffold import AUTO_BATCH_TOKENS
 
     assert TransformerRanker().batch_tokens == "auto" and CascadeTransformer().batch_tokens == "auto"
     ranker.set_params(batch_tokens="auto")
@@ -240,7 +240,7 @@ def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
 
 
 def test_score_heads_run_in_float32_under_autocast():
-    from as2rank.neural.heads import feed_forward, head_logits
+    from as2rank.transformer.heads import feed_forward, head_logits
 
     torch.manual_seed(0)
     head = feed_forward(16, 2).eval()

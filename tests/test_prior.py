@@ -1,4 +1,4 @@
-"""The lexical prior (``as2rank.prior``) and ``TransformerRanker(lexical_prior=True)``, on tiny random models."""
+"""The lexical prior (``as2rank.transformer.prior``) and ``TransformerRanker(lexical_prior=True)``, on tiny random models."""
 
 import numpy as np
 import pytest
@@ -6,14 +6,14 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from as2rank.baselines import LexicalFeatures
-from as2rank.prior import fit_lexical_prior, lexical_prior_logits
+from as2rank.lexical.baselines import LexicalFeatures
+from as2rank.transformer.prior import fit_lexical_prior, lexical_prior_logits
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 
@@ -98,7 +98,7 @@ def test_bad_lexical_prior(tokenizer):
 
 
 def test_cascade_adds_the_prior_to_every_exit(tokenizer, tmp_path):
-    from as2rank.cascade import CascadeTransformer
+    from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = synthetic(n_questions=12)
     cascade = small(CascadeTransformer, "bert", tokenizer, lexical_prior=True, exits=(2, 4, 6)).fit(X, y)
@@ -132,7 +132,7 @@ def _without_prior(ranker, X):
 
 def _students(tokenizer):
     """Fitted DistilledRanker and Cerberus with a prior, and the frame they were fitted on."""
-    from as2rank.cerberus import Cerberus, DistilledRanker
+    from as2rank.transformer.cerberus import Cerberus, DistilledRanker
 
     X, y = synthetic(n_questions=12)
     teachers = [np.random.default_rng(0).normal(size=len(X)), np.where(y > 0, 1.0, -1.0)]
@@ -157,7 +157,7 @@ def test_students_add_the_prior_to_every_head(tokenizer, tmp_path):
 def test_context_rankers_add_the_prior(tmp_path):
     from tests import test_context as tc
 
-    from as2rank.context import ContextConcat, ContextExtractor, ContextMWA
+    from as2rank.transformer.context.rankers import ContextConcat, ContextExtractor, ContextMWA
 
     X, y = tc.synthetic(n_questions=12)
     X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)

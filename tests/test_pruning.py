@@ -1,7 +1,6 @@
-"""as2rank.pruning: the drop rule, cascade simulation, α tuning and SequentialRanker, all without torch."""
+"""as2rank.pruning.sequential: the drop rule, cascade simulation, α tuning and SequentialRanker, all without torch."""
 
 import json
-import pickle
 import subprocess
 import sys
 import textwrap
@@ -12,9 +11,10 @@ import pytest
 from sklearn.base import BaseEstimator
 
 import as2rank
-from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
+from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
 from as2rank.data import GroupIndex
-from as2rank.pruning import EXIT_GAP, SequentialRanker, drop_lowest, simulate_cascade, tune_alpha
+from as2rank.pruning.rules import EXIT_GAP, drop_lowest, simulate_cascade, tune_alpha
+from as2rank.pruning.sequential import SequentialRanker
 from tests.contract import check_ranker_contract, check_sklearn_api
 from tests.utils import one_question
 
@@ -79,8 +79,8 @@ def test_torch_free_with_torch_blocked():
         import thinc.compat
         from sklearn.base import BaseEstimator
         from as2rank import SequentialRanker, tune_alpha
-        from as2rank.baselines import OverlapRankRanker, WordOverlapRanker
-        from as2rank.cascade import SequentialRanker as Old, simulate_cascade
+        from as2rank.lexical.baselines import OverlapRankRanker, WordOverlapRanker
+        from as2rank.transformer.cascade import SequentialRanker as Old, simulate_cascade
         from as2rank.text import tokenize
 
         assert not thinc.compat.has_torch and Old is SequentialRanker
@@ -139,7 +139,7 @@ def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
         import numpy as np
         import pandas as pd
         from as2rank import SequentialRanker
-        from as2rank.baselines import OverlapRankRanker, WordOverlapRanker
+        from as2rank.lexical.baselines import OverlapRankRanker, WordOverlapRanker
 
         X = pd.DataFrame({"qid": [0, 0, 1, 1], "question": ["who wrote hamlet"] * 2 + ["where is paris"] * 2,
                           "candidate": ["shakespeare wrote hamlet", "a b", "paris is in france", "rome"]})
@@ -154,8 +154,8 @@ def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
 
 
 def test_old_import_paths():
-    import as2rank.cascade as cascade
-    import as2rank.pruning as pruning
+    import as2rank.transformer.cascade as cascade
+    import as2rank.pruning.sequential as pruning
 
     assert as2rank.SequentialRanker is pruning.SequentialRanker and as2rank.tune_alpha is pruning.tune_alpha
     for name in ("SequentialRanker", "simulate_cascade", "tune_alpha", "EXIT_GAP"):
@@ -258,15 +258,10 @@ def test_sequential_ranker_floor_rule_and_order():
         SequentialRanker([ReciprocalRankRanker()] * 2, keep=0).fit(X, y)
 
 
-def test_sequential_ranker_saved_and_pickled_before_the_move_still_load(toy, tmp_path):
+def test_a_sequential_ranker_directory_names_its_class_only(toy, tmp_path):
     X, y = toy
     sr = SequentialRanker([OverlapRankRanker(), WordOverlapRanker()], keep=0.5).fit(X, y)
-    # A model directory names the class only, so directories written when it lived in as2rank.cascade load.
+    # A model directory names the class only, so directories load wherever the class lives.
     sr.save_pretrained(tmp_path / "sr")
     assert json.loads((tmp_path / "sr" / "as2rank.json").read_text())["class"] == "SequentialRanker"
     np.testing.assert_array_equal(as2rank.load(tmp_path / "sr").predict(X), sr.predict(X))
-    # A pickle names the module: one written before the move names as2rank.cascade (same length, so the
-    # pickle's framing stays valid after the replacement).
-    old = pickle.dumps(sr).replace(b"as2rank.pruning", b"as2rank.cascade")
-    assert b"as2rank.pruning" not in old
-    np.testing.assert_array_equal(pickle.loads(old).predict(X), sr.predict(X))

@@ -7,7 +7,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from as2rank.baselines import (
+from as2rank.lexical.baselines import (
     LexicalFeatures,
     OverlapRankRanker,
     PointwiseRanker,

@@ -13,14 +13,14 @@ import torch
 from gensim.models import KeyedVectors
 from sklearn.utils import get_tags
 
-from as2rank.cascade import CascadeTransformer, SequentialRanker
-from as2rank.cerberus import Cerberus, DistilledRanker, LinearEnsemble
-from as2rank.context import ContextConcat, ContextEnsemble, ContextMWA
-from as2rank.cosinet import Cosinet, _encode, _table
-from as2rank.neural.cosinet_network import CosinetNetwork
+from as2rank.transformer.cascade import CascadeTransformer, SequentialRanker
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble
+from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextMWA
+from as2rank.cosinet.estimator import Cosinet, _encode, _table
+from as2rank.cosinet.network import CosinetNetwork
 from as2rank.data import GroupIndex
 from as2rank.neural import torch_threads
-from as2rank.transformer import TransformerRanker
+from as2rank.transformer.ranker import TransformerRanker
 from tests.test_cosinet import WORDS, synthetic
 from tests.test_transformer import MAX_LENGTH, SPECIAL, tiny_config
 from tests.test_transformer import WORDS as BERT_WORDS

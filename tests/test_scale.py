@@ -29,15 +29,15 @@ from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 
-from as2rank.baselines import LexicalFeatures, PointwiseRanker, WordOverlapRanker  # noqa: E402
-from as2rank.cascade import CascadeTransformer  # noqa: E402
-from as2rank.cli import main  # noqa: E402
+from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker, WordOverlapRanker  # noqa: E402
+from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
+from as2rank.app.cli import main  # noqa: E402
 from as2rank.datasets import load_asnq, load_parquet, load_sample  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
 from as2rank.neural import linear_warmup_decay, torch_threads  # noqa: E402
 from as2rank.neural.distributed import Shard  # noqa: E402
-from as2rank.scale import predict_dask, predict_file, score_frame  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.app.scale import predict_dask, predict_file, score_frame  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests import scale_helpers  # noqa: E402
 from tests.scale_helpers import InterruptingRanker, asnq_rows, write_asnq  # noqa: E402
 from tests.utils import assert_whole_questions  # noqa: E402

@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 import as2rank
 from as2rank import LexicalFeatures, OverlapRankRanker, PointwiseRanker, RankerSelector, WordOverlapRanker
 from as2rank.base import RankerMixin
-from as2rank.cli import main
+from as2rank.app.cli import main
 from as2rank.datasets import load_sample
 
 

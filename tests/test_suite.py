@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 
-from as2rank.suite import SuiteEntry, show_fit_progress, format_leaderboard, load_benchmark_data, run_suite
+from as2rank.app.suite import SuiteEntry, show_fit_progress, format_leaderboard, load_benchmark_data, run_suite
 
 
 @pytest.fixture(scope="module")
 def board():
-    from as2rank.baselines import OverlapRankRanker, ReciprocalRankRanker
+    from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker
 
     data = load_benchmark_data("sample")
     entries = [
@@ -45,8 +45,8 @@ def test_leaderboard_labels_percentages_and_counts_questions(board):
 
 def test_progress_turns_on_the_bars_of_the_models_inside_a_pipeline():
     pytest.importorskip("torch")
-    from as2rank.baselines import LexicalFeatures
-    from as2rank.cosinet import Cosinet
+    from as2rank.lexical.baselines import LexicalFeatures
+    from as2rank.cosinet.estimator import Cosinet
 
     pipe = make_pipeline(LexicalFeatures(), Cosinet())
     show_fit_progress(pipe)

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from as2rank.neural.backbone import encode_pairs, token_budget_batches  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 
 WORDS = (
@@ -295,7 +295,7 @@ def test_packaged_minilm_loads_offline():
 
 
 def test_import_as2rank_does_not_import_torch():
-    code = "import sys, as2rank, as2rank.transformer, as2rank.cascade; print('torch' in sys.modules)"
+    code = "import sys, as2rank, as2rank.transformer.ranker, as2rank.transformer.cascade; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import as2rank  # noqa: E402
-from as2rank.transformer import TransformerRanker  # noqa: E402
-from as2rank.zeroshot import ZeroShotRanker  # noqa: E402
+from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
+from as2rank.transformer.zeroshot import ZeroShotRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import MAX_LENGTH, synthetic, tiny_config, tokenizer  # noqa: E402, F401 (a fixture)
 
@@ -271,7 +271,7 @@ def test_explicit_pooling_drops_the_head_for_a_new_one(checkpoints):
 
 
 def test_models_that_would_drop_the_head_refuse_it(checkpoints):
-    from as2rank.cascade import CascadeTransformer
+    from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = synthetic()
     with pytest.raises(ValueError, match="score head, which this estimator would drop"):

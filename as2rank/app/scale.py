@@ -1,0 +1,389 @@
+"""Scoring data larger than memory: stream a file through a fitted model (the ``as2rank predict`` command), or
+score a Dask DataFrame on a cluster.
+
+:func:`predict_file` reads an ASNQ TSV or a grouped-candidate Parquet table in chunks of whole questions,
+scores each chunk and writes one Parquet part per chunk, so memory follows the chunk size and an
+interrupted run resumes where it stopped. :func:`predict_dask` scores a Dask DataFrame partition by
+partition after making sure no question spans two partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..data import GroupIndex
+
+__all__ = ["count_rows", "iter_chunks", "load_model", "predict_dask", "predict_file", "score_frame"]
+
+_MANIFEST = "_as2rank_predict.json"
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.is_dir() or path.suffix.lower() in _PARQUET_SUFFIXES
+
+
+def iter_chunks(path, chunksize: int, window: int = 0, columns=None):
+    """``(X, y)`` chunks of whole questions of a file, by its format.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A Parquet file or directory in the grouped-candidate format (``.parquet``/``.pq`` or a directory;
+        read by :func:`~as2rank.datasets.load_parquet`, labels not needed), or anything else as an ASNQ TSV
+        (:func:`~as2rank.datasets.load_asnq`, rows of a question contiguous).
+    chunksize : int
+    window : int, default=0
+        Parquet only: how far apart the rows of a question may be (see ``load_parquet``).
+    columns : dict, default=None
+        The file is a user's table (CSV, TSV, Parquet or JSON Lines with a header), read whole by
+        :func:`~as2rank.datasets.read_pairs` with these keyword arguments (``question``, ``candidate``,
+        ``qid``, ``position``; labels are not read), then cut into chunks.
+
+    Returns
+    -------
+    iterator of (pandas.DataFrame, ndarray or None)
+        Chunks indexed by row number in the file.
+    """
+    from ..datasets import load_asnq, load_parquet, read_pairs
+
+    path = Path(path)
+    if columns is not None:
+        return _frame_chunks(read_pairs(path, **columns, label=None)[0], chunksize)
+    if _is_parquet(path):
+        return load_parquet(path, chunksize, label=None, window=window)
+    if window:
+        raise ValueError("window applies to Parquet input; an ASNQ TSV must have the rows of a question contiguous.")
+    return load_asnq(path, chunksize)
+
+
+def _frame_chunks(X, chunksize: int):
+    """``(X, None)`` chunks of about ``chunksize`` rows of a frame whose questions are contiguous, cut at the
+    first question that starts past each multiple of ``chunksize``."""
+    codes = pd.factorize(X["qid"])[0]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    block = starts // chunksize
+    bounds = np.r_[starts[np.r_[True, block[1:] != block[:-1]]], len(X)]
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        yield X.iloc[start:stop], None
+
+
+def count_rows(path) -> int:
+    """Rows of a Parquet table (from its metadata) or lines of a TSV (read in 16 MiB blocks, without parsing).
+
+    For the progress bar of :func:`predict_file`, and the ``total_rows`` of ``partial_fit``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    int
+    """
+    path = Path(path)
+    if _is_parquet(path):
+        import pyarrow.dataset as ds
+
+        return ds.dataset(path, format="parquet").count_rows()
+    count, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 24):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def load_model(path):
+    """A fitted model: a ``save_pretrained`` directory (pickle-free), or a ``joblib.dump``/pickle file.
+
+    A directory is read by :func:`as2rank.load <as2rank.persistence.load>`, which instantiates only as2rank
+    classes and allow-listed scikit-learn estimators. A joblib or pickle file runs code when it is loaded:
+    load only files from a trusted source.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    estimator
+
+    Raises
+    ------
+    FileNotFoundError
+        If nothing is at ``path``.
+    ValueError
+        With a one-line message naming the file, when it is not a fitted model (random bytes, a truncated
+        or foreign pickle, an object without ``predict``, a damaged directory, ...).
+    """
+    from ..persistence import _one_line, load
+
+    path = Path(path)
+    expected = "expected a save_pretrained directory or a joblib file of a fitted estimator"
+    if not path.exists():
+        raise FileNotFoundError(f"No model at {str(path)!r}.")
+    if path.is_dir():
+        try:
+            return load(path)
+        except (ValueError, ImportError):
+            raise
+        except Exception as exc:  # e.g. a damaged encoder/ of a transformer
+            raise ValueError(f"{path} is not a loadable as2rank model: {_one_line(exc)}; {expected}.") from None
+    import joblib
+
+    try:
+        model = joblib.load(path)
+    except Exception as exc:  # a damaged or foreign file fails in many ways (EOFError, UnpicklingError, ...)
+        detail = _one_line(exc, 200)
+        detail = detail if detail == type(exc).__name__ else f"{type(exc).__name__}: {detail}"
+        reason = f"it cannot be unpickled ({detail})"
+        raise ValueError(f"{path} is not a fitted as2rank model: {reason}; {expected}.") from None
+    reason = None
+    if not hasattr(model, "predict"):
+        reason = f"it holds a {type(model).__name__}, not an estimator with predict"
+    else:
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        try:
+            check_is_fitted(model)
+        except NotFittedError:
+            reason = f"it holds an unfitted {type(model).__name__}"
+        except TypeError:  # not a scikit-learn estimator, but it has predict
+            pass
+    if reason is not None:
+        raise ValueError(f"{path} is not a fitted as2rank model: {reason}; {expected}.")
+    return model
+
+
+def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
+    """Scores and 1-based ranks inside each question of a frame holding whole questions.
+
+    Parameters
+    ----------
+    estimator : fitted estimator with ``predict``
+    X : pandas.DataFrame
+        Grouped-candidate frame; every question's rows all in it (a partition of whole questions).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``score`` (float64) and ``rank`` (int64), indexed like ``X``.
+    """
+    if len(X) == 0:
+        return pd.DataFrame({"score": np.empty(0), "rank": np.empty(0, dtype=np.int64)}, index=X.index)
+    scores = np.asarray(estimator.predict(X), dtype=np.float64)
+    ranks = GroupIndex.from_frame(X).rank(scores)
+    return pd.DataFrame({"score": scores, "rank": ranks.astype(np.int64)}, index=X.index)
+
+
+def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model_id=None, progress=True, overwrite=False,
+                 columns=None):
+    """Score every row of a file in chunks of whole questions, writing one Parquet part per chunk.
+
+    The output is a directory (``scores.parquet/part-00000.parquet``, ...) that ``pandas.read_parquet`` and
+    pyarrow read as one table with one row per input row: ``row`` (0-based row number in the input),
+    ``qid``, ``score`` and ``rank`` (1-based inside the question). Parts are written atomically (a temporary
+    name, then a rename). Chunks are a deterministic function of the input and ``chunksize``, so a run
+    that was interrupted resumes at the first missing part and rewrites nothing twice: the output ends
+    with every row exactly once. A manifest (``_as2rank_predict.json``, ignored by Parquet readers) records
+    the input, ``chunksize``, ``window`` and ``model_id`` so that a resumed run cannot mix two runs.
+
+    Parameters
+    ----------
+    estimator : fitted estimator with ``predict``
+    input : str or os.PathLike
+        ASNQ TSV, or Parquet file/directory (see :func:`iter_chunks`).
+    output : str or os.PathLike
+        Output directory.
+    chunksize : int, default=100_000
+        Rows per chunk (about; a question is never split): memory follows it.
+    window : int, default=0
+        Parquet input whose questions are locally interleaved: see :func:`~as2rank.datasets.load_parquet`.
+    model_id : str, default=None
+        Identity of the model (e.g. its path and modification time), checked when resuming.
+    progress : bool, default=True
+        A tqdm progress bar over the input rows.
+    overwrite : bool, default=False
+        Start over, deleting the parts of an earlier run, instead of resuming it.
+    columns : dict, default=None
+        The input is a user's table, read whole under these column names (see :func:`iter_chunks`); ``row``
+        is then its 0-based data row.
+
+    Returns
+    -------
+    dict
+        ``rows`` (rows in the output), ``parts``, ``parts_skipped`` (already written by an interrupted run),
+        ``seconds``, ``rows_per_second`` (rows scored in this run per second).
+
+    Raises
+    ------
+    ValueError
+        If ``output`` holds the output of a different run (another input, chunk size, window or model) and
+        ``overwrite`` is False, or is a file.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    input, output = Path(input), Path(output)
+    if not input.exists():
+        raise FileNotFoundError(f"No input at {str(input)!r}.")
+    stat = input.stat()
+    settings = {
+        "input": str(input.resolve()),
+        "input_bytes": stat.st_size,
+        "input_mtime": stat.st_mtime,
+        "chunksize": int(chunksize),
+        "window": int(window),
+        "model": model_id,
+        **({} if columns is None else {"columns": dict(columns)}),
+    }
+    manifest = output / _MANIFEST
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {str(output)!r} is a file; the output is a directory of Parquet parts.")
+    if output.exists() and overwrite:
+        for part in output.glob("*part-*.parquet*"):
+            part.unlink()
+        manifest.unlink(missing_ok=True)
+    if manifest.exists():
+        previous = json.loads(manifest.read_text())
+        if previous["settings"] != settings:
+            changed = [k for k in settings if previous["settings"].get(k) != settings[k]]
+            raise ValueError(
+                f"{str(output)!r} holds the output of another run (different {', '.join(changed)}); pass "
+                "overwrite=True (--overwrite) to start over, or choose another output."
+            )
+    elif output.exists() and any(output.glob("part-*.parquet")):
+        raise ValueError(f"{str(output)!r} holds Parquet parts without a manifest; remove them or pass overwrite=True.")
+    output.mkdir(parents=True, exist_ok=True)
+    _write_json(manifest, {"settings": settings, "complete": False})
+
+    total = count_rows(input) if progress and columns is None else None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="as2rank predict", unit="row", unit_scale=True)
+    start = time.perf_counter()
+    rows = parts = skipped = scored = 0
+    try:
+        for i, (X, _) in enumerate(iter_chunks(input, int(chunksize), int(window), columns)):
+            part = output / f"part-{i:05d}.parquet"
+            if part.exists():
+                skipped += 1
+            else:
+                scores = score_frame(estimator, X)
+                table = pa.table(
+                    {
+                        "row": pa.array(X.index.to_numpy(np.int64)),
+                        "qid": pa.array(X["qid"].to_numpy()),
+                        "score": pa.array(scores["score"].to_numpy()),
+                        "rank": pa.array(scores["rank"].to_numpy()),
+                    }
+                )
+                temporary = output / f".{part.name}.tmp"
+                pq.write_table(table, temporary)
+                os.replace(temporary, part)  # atomic: a part is either complete or absent
+                scored += len(X)
+            rows += len(X)
+            parts += 1
+            if bar is not None:
+                bar.update(len(X))
+    finally:
+        if bar is not None:
+            bar.close()
+    stale = sorted(p for p in output.glob("part-*.parquet") if int(p.stem.split("-")[1]) >= parts)
+    if stale:
+        raise ValueError(f"{str(output)!r} holds parts beyond the {parts} chunks of the input: {stale[0].name}.")
+    _write_json(manifest, {"settings": settings, "complete": True, "rows": rows, "parts": parts})
+    seconds = time.perf_counter() - start
+    return {
+        "rows": rows,
+        "parts": parts,
+        "parts_skipped": skipped,
+        "seconds": seconds,
+        "rows_per_second": scored / seconds if seconds > 0 else float("nan"),
+    }
+
+
+def _write_json(path: Path, data: dict) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=2))
+    os.replace(temporary, path)
+
+
+def predict_dask(estimator, ddf, *, partitioned=False):
+    """Score a Dask DataFrame in the grouped-candidate format, partition by partition.
+
+    The fitted estimator enters the task graph once, as one task: each worker fetches it when it first
+    needs it and keeps it for the partitions it scores (not one copy per partition). Dask's active memory
+    manager (on by default, policy ``ReduceReplicas``) may drop a worker's copy while no waiting task there
+    needs it, and the worker then fetches it again. Work stealing (on by default) may move the estimator's task
+    to another worker after the first received it: a worker unpickles a task when it arrives, so the first
+    worker then loads the estimator once more when it fetches it. For a strict one copy per worker, start the
+    scheduler with ``distributed.scheduler.active-memory-manager.start: False`` and
+    ``distributed.scheduler.work-stealing: False``. Every partition must hold whole
+    questions, since scores such as Cosinet's depend on a question's other candidates and ranks are per
+    question: unless ``partitioned=True``, the frame is first shuffled by ``qid`` (hash partitioning), after
+    adding a ``position`` column (the order of the rows inside their question, which a shuffle would lose)
+    when it has none.
+
+    Parameters
+    ----------
+    estimator : fitted estimator with ``predict``
+        It must pickle (every as2rank estimator does, to a CPU state).
+    ddf : dask.dataframe.DataFrame
+        Columns ``qid``, ``question``, ``candidate`` (and what the model reads).
+    partitioned : bool, default=False
+        The caller guarantees that no question spans two partitions (e.g. files written one question set
+        per file): skip the shuffle.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        Lazy; columns ``score`` (float64) and ``rank`` (int64, 1-based inside the question), with the index
+        of ``ddf``'s rows (after the shuffle the row order differs: join on the index).
+
+    Examples
+    --------
+    >>> import dask.dataframe as dd
+    >>> from dask.distributed import Client
+    >>> client = Client()                                                    # doctest: +SKIP
+    >>> ddf = dd.read_parquet("asnq-dev/")                                   # doctest: +SKIP
+    >>> scores = predict_dask(model, ddf).compute()                          # doctest: +SKIP
+    """
+    import dask
+
+    missing = [c for c in ("qid", "question", "candidate") if c not in ddf.columns]
+    if missing:
+        raise ValueError(f"ddf is missing the column(s) {missing} of the grouped-candidate format.")
+    if not partitioned:
+        if "position" not in ddf.columns:
+            # The shuffle may reorder a question's rows: remember their order to break ties as in memory, in a
+            # column that is not a ``position`` (no model may read the row order as a rank).
+            ddf = ddf.assign(**{_ROW_ORDER: ddf.groupby("qid").cumcount()})
+        ddf = ddf.shuffle(on="qid")
+    model = dask.delayed(estimator, pure=False, traverse=False)
+    meta = pd.DataFrame({"score": pd.Series(dtype="float64"), "rank": pd.Series(dtype="int64")}, index=ddf._meta.index)
+    return ddf.map_partitions(_score_partition, model, meta=meta)
+
+
+#: The column in which :func:`predict_dask` keeps the row order of a question without ``position``.
+_ROW_ORDER = "_as2rank_row_order"
+
+
+def _score_partition(X, estimator):
+    """:func:`score_frame` with the frame first, as ``map_partitions`` calls it; rows put back in their
+    questions' original order first when :func:`predict_dask` recorded it."""
+    if _ROW_ORDER not in X.columns:
+        return score_frame(estimator, X)
+    order = np.argsort(X[_ROW_ORDER].to_numpy(), kind="stable")
+    scored = score_frame(estimator, X.iloc[order].drop(columns=_ROW_ORDER))
+    return scored.iloc[np.argsort(order, kind="stable")]

@@ -1,0 +1,80 @@
+"""How :class:`~as2rank.app.selection.RankerSelector` shows its results: a Markdown table and a plot of MAP
+against latency. NumPy/pandas only; the plot imports matplotlib when called."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["format_selection", "plot_selection"]
+
+
+def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms=None) -> str:
+    """The selector's results (``RankerSelector.results_table()``) as a Markdown table with a footer.
+
+    MAP columns are percentages: ``MAP`` over every question the candidate scored out of fold (± the
+    standard deviation across folds), ``shared`` over the questions every evaluated candidate scored (what
+    the best is chosen on). ``≈ best`` is ``yes`` when the paired randomisation test does not separate the
+    candidate from the best at level ``alpha``.
+    """
+    lines = [
+        "| model | MAP (%) | shared (%) | ≈ best | folds | fit (s/fold) | latency (ms/question) | chosen |",
+        "| --- | ---: | ---: | :---: | ---: | ---: | ---: | :---: |",
+    ]
+    skipped = []
+    for _, r in table.iterrows():
+        if r["n_folds"] == 0:
+            skipped.append(f"{r['model']}: {r['status']}")
+            continue
+        spread = f" ± {100 * r['map_std']:.2f}" if np.isfinite(r["map_std"]) else ""
+        if pd.isna(r["p_vs_best"]):
+            tied = "best"
+        else:
+            shown = "p<0.001" if r["p_vs_best"] < 0.001 else f"p={r['p_vs_best']:.3f}"
+            tied = f"{'yes' if r['tied_with_best'] else 'no'} ({shown})"
+        latency = f"{r['latency_ms']:.1f}" + ("" if r["within_budget"] else " (over budget)")
+        lines.append(
+            f"| {r['model']} | {100 * r['map']:.2f}{spread} | {100 * r['map_shared']:.2f} | {tied} | {int(r['n_folds'])} | "
+            f"{r['fit_s']:.1f} | {latency} | {'**yes**' if r['chosen'] else ''} |"
+        )
+    evaluated = table[table["n_folds"] > 0]
+    notes = [
+        f"MAP over the questions each model scored out of fold (± across folds); shared: over the "
+        f"{int(evaluated['n_questions'].min()) if len(evaluated) else 0} questions every model scored. ≈ best: not "
+        f"significantly below the best (paired randomisation test over questions, p ≥ {alpha:g}). Latency: median "
+        "time to rank one question's candidates on this machine."
+    ]
+    if max_latency_ms is not None:
+        notes.append(f"Latency budget: {max_latency_ms:g} ms per question.")
+    stopped = [f"{r['model']}: {r['status']}" for _, r in evaluated.iterrows() if "stopped" in str(r["status"])]
+    if stopped or skipped:
+        notes.append("Not run in full: " + "; ".join(stopped + skipped) + ".")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes)
+
+
+def plot_selection(table: pd.DataFrame, *, max_latency_ms=None, ax=None):
+    """MAP (%) against the latency per question (log scale), one point per evaluated candidate with its
+    spread across folds as an error bar; the choice is circled and the latency budget drawn.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    shown = table[table["n_folds"] > 0]
+    spread = np.nan_to_num(100 * shown["map_std"].to_numpy(dtype=float))
+    ax.errorbar(shown["latency_ms"], 100 * shown["map"], yerr=spread, fmt="o", capsize=3)
+    for _, r in shown.iterrows():
+        ax.annotate(r["model"], (r["latency_ms"], 100 * r["map"]), textcoords="offset points", xytext=(5, 5))
+    chosen = shown[shown["chosen"].astype(bool)]
+    ax.scatter(chosen["latency_ms"], 100 * chosen["map"], s=250, facecolors="none", edgecolors="red", label="chosen")
+    if max_latency_ms is not None:
+        ax.axvline(max_latency_ms, linestyle="--", color="grey", label="latency budget")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per question (ms, log scale)")
+    ax.set_ylabel("out-of-fold MAP (%)")
+    ax.legend(loc="lower right")
+    return ax

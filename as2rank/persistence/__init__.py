@@ -1,0 +1,532 @@
+"""Pickle-free model files: one directory format for every as2rank estimator.
+
+A model directory holds ``as2rank.json`` (the format version, the class, its parameters and fitted attributes as
+JSON), the numeric arrays of those in ``arrays.safetensors``, the weights of torch modules in ``*.safetensors``
+files, nested estimators (a ``PointwiseRanker``'s classifier, a ``SequentialRanker``'s steps, a ``Pipeline``'s
+steps) in subdirectories of the same format, and a model card, ``README.md`` (:mod:`as2rank.persistence.card`; top
+level only, not read by :func:`load`). The transformer family adds ``encoder/`` (a transformers model and its
+tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``). Nothing in it is a pickle: loading
+reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
+estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file.
+
+:func:`save` writes any supported estimator or pipeline and :func:`load` (``as2rank.load``) reads any
+directory back, whatever its class; the estimators' ``save_pretrained``/``from_pretrained`` are the same
+per class. This module imports only NumPy: lexical models save and load without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .._version import __version__
+from .card import write_card
+from .registry import _TRANSFORMERS, SKLEARN_CLASSES, _is_estimator, class_name, resolve_class
+
+__all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "load", "read_meta", "save"]
+
+#: Version of the directory format written by this as2rank; directories of a newer version are refused.
+#: A directory without a ``format_version`` is version 0 and is read as version 1.
+FORMAT_VERSION = 1
+META_FILE = "as2rank.json"
+ARRAYS_FILE = "arrays.safetensors"
+HEADS_FILE = "heads.safetensors"
+INT8_FOLDER = "onnx"
+
+#: Fitted attributes that describe a past run rather than the model (training history, last predict's report).
+_UNSAVED_ATTRS = ("history_", "member_histories_", "cost_report_", "report_")
+
+
+class PersistenceMixin:
+    """``save_pretrained``/``from_pretrained`` of the estimators that the generic writer saves.
+
+    A class lists in ``_saved_private_attrs`` the private fitted attributes that prediction needs, and
+    rebuilds a torch module attribute from its weights in ``_module_from_state(name, state_dict)``.
+    """
+
+    _saved_private_attrs: tuple = ()
+
+    def save_pretrained(self, path, *, card=None) -> None:
+        """Write the fitted estimator to a pickle-free directory (see :mod:`as2rank.persistence`).
+
+        Parameters
+        ----------
+        path, card
+            As in :func:`save`.
+        """
+        save(self, path, card=card)
+
+    @classmethod
+    def from_pretrained(cls, path, **params):
+        """Load an estimator written by :meth:`save_pretrained` (or :func:`as2rank.persistence.save`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        **params
+            Parameters overriding the saved ones (e.g. ``device="cpu"``); a name that the class does not
+            have is set on every nested estimator that has it.
+
+        Returns
+        -------
+        estimator
+        """
+        path = Path(path)
+        meta = read_meta(path)
+        _check_class(meta, cls, path)
+        return _load(cls, path, meta, params)
+
+
+def _check_class(meta, cls, path) -> None:
+    if meta["class"] != class_name(cls):
+        raise ValueError(f"{path} holds a {meta['class']}, not a {cls.__name__}; load it with as2rank.load.")
+
+
+# ----------------------------------------------------------------------------------------------- as2rank.json
+def write_meta(path, name, params, fitted) -> None:
+    """Write ``as2rank.json`` (atomically): format version, :func:`class_name`, encoded ``params`` and
+    ``fitted`` attributes (``None``: not fitted)."""
+    meta = {"format_version": FORMAT_VERSION, "as2rank_version": __version__, "class": name, "params": params,
+            "fitted": fitted}
+    temporary = path / f".{META_FILE}.tmp"
+    temporary.write_text(json.dumps(meta, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    os.replace(temporary, path / META_FILE)
+
+
+def read_meta(path) -> dict:
+    """``as2rank.json`` of a model directory, checked.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The model directory.
+
+    Returns
+    -------
+    dict
+        ``format_version``, ``class``, ``params`` and ``fitted`` (``None`` when not fitted).
+
+    Raises
+    ------
+    ValueError
+        If ``as2rank.json`` is missing, not JSON of the expected shape, or of a newer format version.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"No model at {str(path)!r}.")
+    file = path / META_FILE
+    what = "the as2rank.json of a directory written by save_pretrained"
+    if not path.is_dir() or not file.is_file():
+        raise ValueError(f"{path} is not an as2rank model directory: {file} is missing; expected {what}.")
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{file} is not valid JSON ({_one_line(exc)}); expected {what}.") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("class"), str) or not isinstance(meta.get("params"), dict):
+        raise ValueError(f"{file} lacks a 'class' name and a 'params' object; expected {what}.")
+    version = meta.get("format_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"{file} has an invalid format_version {version!r}; expected {what}.")
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{file} has format version {version}, but as2rank {__version__} reads format version "
+            f"{FORMAT_VERSION} at most; upgrade as2rank to load it."
+        )
+    fitted = meta.get("fitted")
+    if fitted is not None and not isinstance(fitted, dict):
+        raise ValueError(f"{file}: 'fitted' must be an object or null; expected {what}.")
+    return {**meta, "format_version": version, "fitted": fitted}
+
+
+# ----------------------------------------------------------------------------------------------- encoding
+def _module_types():
+    """Classes of torch modules, transformers configs and tokenizers, when those packages are in use."""
+    torch, hf = sys.modules.get("torch"), sys.modules.get("transformers")
+    return (torch.nn.Module if torch else (), hf.PretrainedConfig if hf else (), hf.PreTrainedTokenizerBase if hf else ())
+
+
+def _safe_name(name, path) -> str:
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name:
+        raise ValueError(f"{path / META_FILE} refers to the file {name!r}, which is not a plain name in {path}.")
+    return name
+
+
+class _Writer:
+    """Encodes values as JSON for one model directory: numeric arrays go to ``arrays.safetensors``, torch
+    modules to ``<key>.safetensors`` and estimators to subdirectories named by their key."""
+
+    def __init__(self, path: Path, owner, *, strict: bool = False):
+        self.path, self.owner, self.strict, self.arrays = path, owner, strict, {}
+
+    def fail(self, key, value, why=""):
+        raise ValueError(
+            f"{type(self.owner).__name__}: {key.split('.', 1)[1]} is a {type(value).__name__}{why}, which cannot be "
+            "saved pickle-free; save this model with joblib.dump instead (and load such files only from a "
+            "trusted source)."
+        )
+
+    def encode(self, value, key):
+        module, config, tokenizer = _module_types()
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int) and not isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, float) and not isinstance(value, np.floating):
+            return value if math.isfinite(value) else {"__type__": "float", "value": repr(value)}
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+            item = value.item()
+            if isinstance(item, float) and not math.isfinite(item):
+                item = repr(item)
+            return {"__type__": "numpy", "dtype": value.dtype.name, "value": item}
+        if isinstance(value, np.str_):
+            return str(value)
+        if isinstance(value, np.ndarray):
+            return self.encode_array(value, key)
+        if isinstance(value, list):
+            return [self.encode(v, f"{key}.{i}") for i, v in enumerate(value)]
+        if isinstance(value, tuple):
+            return {"__type__": "tuple", "items": [self.encode(v, f"{key}.{i}") for i, v in enumerate(value)]}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) for k in value) and "__type__" not in value:
+                return {k: self.encode(v, f"{key}.{i}") for i, (k, v) in enumerate(value.items())}
+            items = [[self.encode(k, f"{key}.{i}k"), self.encode(v, f"{key}.{i}")] for i, (k, v) in enumerate(value.items())]
+            return {"__type__": "dict", "items": items}
+        if isinstance(value, os.PathLike):
+            return {"__type__": "path", "value": os.fspath(value)}
+        if self.strict:
+            self.fail(key, value)
+        if _is_estimator(value):
+            _save(value, self.path / key)
+            return {"__type__": "estimator", "path": key}
+        if isinstance(value, module) and hasattr(self.owner, "_module_from_state"):
+            _write_torch({k: v for k, v in value.state_dict().items()}, self.path / f"{key}.safetensors")
+            return {"__type__": "module", "file": f"{key}.safetensors"}
+        if isinstance(value, config):
+            return {"__type__": "transformers_config", "value": self.encode(value.to_dict(), key)}
+        if isinstance(value, tokenizer):
+            value.save_pretrained(self.path / key)
+            return {"__type__": "tokenizer", "path": key}
+        if key == "params.embeddings" and hasattr(self.owner, "_fitted_keyed_vectors") and hasattr(self.owner, "vocabulary_"):
+            # A Cosinet's in-memory word vectors: saved as the vectors of the fitted vocabulary (as pickling does).
+            return {"__type__": "fitted_vectors"}
+        self.fail(key, value)
+
+    def encode_array(self, value, key):
+        kind = value.dtype.kind
+        if kind in "biuf" and value.dtype.itemsize <= 8:
+            if value.dtype.byteorder == ">":
+                value = value.astype(value.dtype.newbyteorder("<"))
+            self.arrays[key] = np.ascontiguousarray(value)
+            return {"__type__": "ndarray", "key": key}
+        if kind == "U" or (kind == "O" and all(isinstance(v, str) for v in value.ravel())):
+            return {"__type__": "strings", "dtype": value.dtype.str, "shape": list(value.shape),
+                    "data": [str(v) for v in value.ravel()]}
+        self.fail(key, value, f" of dtype {value.dtype}")
+
+    def write(self, name, params, fitted) -> None:
+        if self.arrays:
+            from safetensors.numpy import save_file
+
+            save_file(self.arrays, str(self.path / ARRAYS_FILE))
+        write_meta(self.path, name, params, fitted)
+
+
+class _Reader:
+    """Decodes the values of one model directory's ``as2rank.json``."""
+
+    def __init__(self, path: Path):
+        self.path, self._arrays, self.modules, self.vectors = path, None, {}, []
+
+    def arrays(self) -> dict:
+        if self._arrays is None:
+            from safetensors.numpy import load_file
+
+            self._arrays = _read_safetensors(self.path / ARRAYS_FILE, load_file)
+        return self._arrays
+
+    def decode(self, value, key=""):
+        if isinstance(value, list):
+            return [self.decode(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        kind = value.get("__type__")
+        if kind is None:
+            return {k: self.decode(v, k) for k, v in value.items()}
+        if kind == "ndarray":
+            try:
+                return self.arrays()[value["key"]]
+            except KeyError:
+                raise ValueError(f"{self.path / ARRAYS_FILE} lacks the array {value['key']!r}.") from None
+        if kind == "strings":
+            if np.dtype(value["dtype"]).kind not in "OU":
+                raise ValueError(f"{self.path / META_FILE}: {value['dtype']!r} is not a string dtype.")
+            data = np.empty(len(value["data"]), dtype=np.dtype(value["dtype"]))
+            data[:] = value["data"]
+            return data.reshape(value["shape"])
+        if kind == "numpy":
+            dtype = np.dtype(value["dtype"])
+            if dtype.kind not in "biuf":
+                raise ValueError(f"{self.path / META_FILE}: {value['dtype']!r} is not a numeric dtype.")
+            return dtype.type(value["value"])
+        if kind == "float":
+            return float(value["value"])
+        if kind == "tuple":
+            return tuple(self.decode(v) for v in value["items"])
+        if kind == "dict":
+            return {_hashable(self.decode(k)): self.decode(v) for k, v in value["items"]}
+        if kind == "path":
+            return Path(value["value"])
+        if kind == "estimator":
+            sub = self.path / _safe_name(value["path"], self.path)
+            meta = read_meta(sub)
+            return _load(resolve_class(meta["class"], sub / META_FILE), sub, meta, {})
+        if kind == "module":
+            from safetensors.torch import load_file
+
+            self.modules[key] = _read_safetensors(self.path / _safe_name(value["file"], self.path), load_file)
+            return None
+        if kind == "transformers_config":
+            from transformers import AutoConfig
+
+            return AutoConfig.for_model(**self.decode(value["value"]))
+        if kind == "tokenizer":
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(self.path / _safe_name(value["path"], self.path)), local_files_only=True)
+        if kind == "fitted_vectors":
+            self.vectors.append(key)
+            return None
+        raise ValueError(f"{self.path / META_FILE} holds a value of unknown type {kind!r}.")
+
+
+def _hashable(key):
+    return tuple(_hashable(k) for k in key) if isinstance(key, (list, tuple)) else key
+
+
+def _read_safetensors(file: Path, load_file) -> dict:
+    if not file.is_file():
+        raise ValueError(f"{file} is missing: the model directory is incomplete.")
+    try:
+        return load_file(str(file))
+    except Exception as exc:  # safetensors raises its own error type on a damaged file
+        raise ValueError(f"{file} is not a readable safetensors file ({_one_line(exc)}).") from None
+
+
+def _write_torch(state_dict, file: Path) -> None:
+    from safetensors.torch import save_file
+
+    # Copies on the CPU: a model trained on a GPU loads on a machine without one, and no two tensors share memory.
+    save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()}, str(file))
+
+
+# ----------------------------------------------------------------------------------------------- save / load
+def save(estimator, path, *, card=None) -> None:
+    """Write a fitted estimator or pipeline to a pickle-free model directory.
+
+    Supported: every as2rank estimator, and pipelines and allow-listed scikit-learn estimators
+    (:data:`SKLEARN_CLASSES`) made of them. Read it back with :func:`load`.
+
+    Parameters
+    ----------
+    estimator : estimator
+        Fitted (estimators that need no fit, such as the rule rankers, may be saved as they are).
+    path : str or os.PathLike
+        The directory (created if missing; files of the same names, ``README.md`` included, are overwritten).
+    card : as2rank.persistence.card.ModelCardData, optional
+        Training data and metrics for the model card, ``README.md`` (:mod:`as2rank.persistence.card`).
+
+    Raises
+    ------
+    ValueError
+        If the estimator, or a value it holds, cannot be saved without pickling (the message names it).
+    sklearn.exceptions.NotFittedError
+        If the estimator is not fitted.
+    """
+    from sklearn.utils.validation import check_is_fitted
+
+    if class_name(estimator) in _TRANSFORMERS:
+        estimator.save_pretrained(path, card=card)  # the main process writes under a distributed launcher
+        return
+    check_is_fitted(estimator)
+    _save(estimator, Path(path))
+    write_card(estimator, path, card)
+
+
+def _save(estimator, path: Path) -> None:
+    """Write ``estimator``, fitted or not (nested estimators: unfitted templates keep their parameters)."""
+    name = class_name(estimator)
+    path.mkdir(parents=True, exist_ok=True)
+    if name in _TRANSFORMERS and hasattr(estimator, "model_"):
+        write_transformer(estimator, path)
+        return
+    sklearn = name in SKLEARN_CLASSES
+    writer = _Writer(path, estimator)
+    params = {k: writer.encode(v, f"params.{k}") for k, v in estimator.get_params(deep=False).items()}
+    if name in _TRANSFORMERS:
+        fitted = None
+    else:
+        saved = getattr(estimator, "_saved_private_attrs", ())
+        attrs = {
+            k: v for k, v in vars(estimator).items()
+            if (k.endswith("_") and not k.startswith("_") and k not in _UNSAVED_ATTRS) or k in saved
+        }
+        writer.strict = sklearn
+        fitted = {k: writer.encode(v, f"fitted.{k}") for k, v in attrs.items()}
+    writer.write(name, params, fitted)
+
+
+def load(path, **params):
+    """Load any model directory written by ``save_pretrained`` or :func:`save`, whatever its class.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    **params
+        Parameters overriding the saved ones (e.g. ``device="cpu"``); a name that the saved class does not
+        have is set on every nested estimator that has it (the steps of a ``SequentialRanker``, ...).
+
+    Returns
+    -------
+    estimator
+
+    Raises
+    ------
+    ValueError
+        If the directory is not a model directory, is damaged, names a class outside the allow-list, or
+        has a newer format version.
+
+    Examples
+    --------
+    >>> import as2rank
+    >>> model = as2rank.load("wo-rr")                  # doctest: +SKIP
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    return _load(resolve_class(meta["class"], path / META_FILE), path, meta, params)
+
+
+def _load(cls, path: Path, meta: dict, params: dict):
+    if meta["class"] in _TRANSFORMERS and meta["fitted"] is not None:
+        return read_transformer(cls, path, params, meta)
+    own = set(cls._get_param_names())
+    reader = _Reader(path)
+    try:
+        saved = reader.decode(meta["params"])
+        est = cls(**{**saved, **{k: v for k, v in params.items() if k in own}})
+        for name, value in reader.decode(meta["fitted"] or {}).items():
+            if name not in reader.modules:
+                setattr(est, name, value)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path / META_FILE} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
+    for name, state in reader.modules.items():
+        setattr(est, name, est._module_from_state(name, state))
+    for name in reader.vectors:
+        if name not in params:
+            setattr(est, name, est._fitted_keyed_vectors())
+    _SKLEARN_RESTORES.get(meta["class"], lambda est: None)(est)
+    _set_nested(est, {k: v for k, v in params.items() if k not in own})
+    return est
+
+
+def _children(value):
+    """The estimators held by a value (directly, or in lists, tuples and dicts)."""
+    if _is_estimator(value):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _children(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _children(v)
+
+
+def _set_nested(est, params: dict) -> None:
+    """Set each of ``params`` on every estimator nested in ``est`` that has that parameter."""
+    done = set()
+
+    def visit(node):
+        for child in _children(list(vars(node).values())):
+            names = child.get_params(deep=False)
+            child.set_params(**{k: v for k, v in params.items() if k in names})
+            done.update(k for k in params if k in names)
+            visit(child)
+
+    if params:
+        visit(est)
+    unknown = sorted(set(params) - done)
+    if unknown:
+        raise ValueError(f"{type(est).__name__} and the estimators it holds have no parameter {', '.join(unknown)}.")
+
+
+# ----------------------------------------------------------------------------------------------- transformers
+def write_transformer(est, path) -> None:
+    """Write a fitted transformer-family estimator: ``encoder/`` (the encoder and its tokenizer, loadable by
+    ``transformers.AutoModel`` and usable as ``model=``), ``heads.safetensors`` and ``as2rank.json``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    est.model_.encoder.save_pretrained(path / "encoder")
+    est.tokenizer_.save_pretrained(path / "encoder")
+    if getattr(est, "pooling_", None) == "mean":
+        # Say so the sentence-transformers way, so that pooling="auto" keeps it when the saved encoder is the
+        # ``model=`` of a new estimator (TANDA's adapt step).
+        (path / "encoder" / "1_Pooling").mkdir(exist_ok=True)
+        (path / "encoder" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    _write_torch({k: v for k, v in est.model_.state_dict().items() if not k.startswith("encoder.")}, path / HEADS_FILE)
+    writer = _Writer(path, est, strict=True)
+    params = {k: writer.encode(v, f"params.{k}") for k, v in est.get_params(deep=False).items() if k not in est._unsaved_params}
+    writer.strict = False  # the fitted attributes may hold estimators (a lexical prior's features): subdirectories
+    writer.write(class_name(est), params, {k: writer.encode(v, f"fitted.{k}") for k, v in est._export_attrs().items()})
+
+
+def read_transformer(cls, path, params: dict, meta=None):
+    """Load a transformer-family estimator written by :func:`write_transformer` (weights on the CPU; the
+    ``device`` parameter moves them at prediction)."""
+    from ..neural.backbone import load_backbone
+
+    path = Path(path)
+    if meta is None:
+        meta = read_meta(path)
+        _check_class(meta, cls, path)
+    if meta["fitted"] is None:  # an unfitted template (a step of a SequentialRanker): its parameters only
+        return _load(cls, path, meta, params)
+    unknown = sorted(set(params) - set(cls._get_param_names()))
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no parameter {', '.join(unknown)}.")
+    reader = _Reader(path)
+    try:
+        est = cls(**{**reader.decode(meta["params"]), "model": str(path / "encoder"), "tokenizer": None, **params})
+        est._import_attrs(reader.decode(meta["fitted"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path / META_FILE} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
+    from safetensors.torch import load_file
+
+    heads = _read_safetensors(path / HEADS_FILE, load_file)
+    encoder, est.tokenizer_ = load_backbone(est.model)
+    module = est._build_module(encoder)
+    missing, unexpected = module.load_state_dict(heads, strict=False)
+    if unexpected or any(not k.startswith("encoder.") for k in missing):
+        raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
+    est.model_, est._int8_graphs = module.eval(), path / INT8_FOLDER  # used if they match (onnx_runtime.int8_copy)
+    return est
+
+
+# ----------------------------------------------------------------------------------------------- scikit-learn
+def _restore_ridge(est) -> None:
+    from sklearn.preprocessing import LabelBinarizer
+
+    if hasattr(est, "classes_"):
+        est._label_binarizer = LabelBinarizer(pos_label=1, neg_label=-1).fit(est.classes_)
+
+
+#: Private state that prediction needs, rebuilt from the public fitted attributes.
+_SKLEARN_RESTORES = {"sklearn.linear_model.RidgeClassifier": _restore_ridge}
+
+
+def _one_line(exc, limit=300) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

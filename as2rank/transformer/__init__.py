@@ -1,0 +1,1 @@
+"""The transformer family: the scaffold every transformer estimator is built on, its parameters, the lexical prior and segment similarity, the heads, TransformerRanker, CascadeTransformer, Cerberus and its distilled student, ZeroShotRanker and the context rankers."""

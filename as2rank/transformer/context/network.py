@@ -1,0 +1,288 @@
+"""Torch modules of the context rankers (Han, Soldaini & Moschitti 2021, §2.2): multi-way attention over
+context segments and the two-encoder context ensemble.
+
+Inputs carry a ``segments`` tensor beside ``input_ids`` (see :data:`SEGMENTS`), so that a module can tell
+the question, candidate, local-context and global-context tokens of one concatenated sequence apart.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...params import SUMMARIES as _SUMMARIES
+from ...params import Options, check_param
+from ...neural.backbone import encoder_states, masked_mean
+from ..heads import head_logits, pool, with_prior
+
+__all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
+
+#: Segment id of each token of a context input: special tokens (and padding) are 0.
+SEGMENTS = {"special": 0, "question": 1, "candidate": 2, "local": 3, "global": 4}
+
+
+def classifier(in_features: int, hidden: int, dropout: float = 0.1) -> nn.Sequential:
+    """Dropout, dense ``in_features → hidden`` + tanh, dropout, dense → 1 logit (the cross-encoder head,
+    widened to read several pooled vectors)."""
+    return nn.Sequential(nn.Dropout(dropout), nn.Linear(in_features, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+
+
+def segment_widths(segments: torch.Tensor, groups) -> list[int]:
+    """For each group of segment ids, the largest number of its tokens in a row (at least 1).
+
+    One device-to-host read for all groups, made before the encoder runs (a read after the encoder would make
+    a GPU idle while the rest is launched). It still waits for the work queued before it, so
+    :class:`MultiwayContextEncoder` reads the widths from the batch's host-side counts where it has them.
+
+    Parameters
+    ----------
+    segments : Tensor of int, shape (batch, length)
+        Segment id of every token (:data:`SEGMENTS`).
+    groups : sequence of sequences of int
+
+    Returns
+    -------
+    list of int
+    """
+    return _widths([_kept(segments, ids).sum(dim=1) for ids in groups])
+
+
+def _widths(counts) -> list[int]:
+    return torch.stack(counts).amax(dim=1).clamp_min(1).tolist()
+
+
+def _kept(segments: torch.Tensor, ids) -> torch.Tensor:
+    # Comparisons with Python ints: a tensor of ``ids`` would be a host-to-device copy, which on a GPU waits
+    # for everything queued before it.
+    keep = segments == ids[0]
+    for i in ids[1:]:
+        keep |= segments == i
+    return keep
+
+
+def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens of some segments of each row, packed to the left and padded to ``width``.
+
+    Parameters
+    ----------
+    hidden : Tensor of shape (batch, length, dim)
+    segments : Tensor of int, shape (batch, length)
+        Segment id of every token (:data:`SEGMENTS`).
+    ids : sequence of int
+        Segments to keep, in sequence order (their tokens keep their order).
+    width : int, default=None
+        Tokens per row of the output, at least the largest count of kept tokens in a row
+        (:func:`segment_widths`); ``None`` reads that count from the device.
+
+    Returns
+    -------
+    tokens : Tensor of shape (batch, width, dim)
+    mask : Tensor of bool, shape (batch, width)
+        True for real tokens; a row without any token of ``ids`` is all False.
+    """
+    keep = _kept(segments, ids)
+    counts = keep.sum(dim=1)
+    if width is None:
+        width = max(1, int(counts.max()))
+    return _pack(hidden, keep, counts, width)
+
+
+def _pack(hidden, keep, counts, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # A stable sort of "not kept" brings the kept positions first, in their order.
+    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]
+    tokens = hidden.gather(1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    mask = torch.arange(width, device=hidden.device).unsqueeze(0) < counts.unsqueeze(1)
+    return tokens, mask
+
+
+class MultiwayAttention(nn.Module):
+    """Multi-way attention (Tan et al., IJCAI 2018): each query token attends to the key tokens with four
+    scoring functions, and the four attended views are mixed by an attention over the ways.
+
+    With query token ``q`` and key token ``k``:
+
+    * concat: ``v_cᵀ tanh(W_c¹ q + W_c² k)``
+    * bilinear: ``qᵀ W_b k``
+    * dot: ``v_dᵀ tanh(W_d (P_q q ⊙ P_k k))``
+    * minus: ``v_mᵀ tanh(W_m (q − k))``
+
+    Scores are soft-maxed over the real key tokens; each way's view of a query token is the weighted sum
+    of the keys. Mixed aggregation: ``s_w = vᵀ tanh(W_a view_w + U_a q)``, soft-maxed over the ways, and the
+    output is ``Σ_w softmax(s)_w view_w``.
+
+    Departures from Tan et al., for cost: the concat, dot and minus ways work in an ``attention_dim`` space
+    (their (query × key × attention_dim) tensors are the layer's memory and time), so the dot way takes the
+    element-wise product after projecting ``q`` and ``k`` (``P_q``, ``P_k``) rather than in the full hidden
+    space; and the views feed a pooled classifier directly (the transformer below already contextualises
+    every token, where Tan et al. run a GRU).
+
+    Parameters
+    ----------
+    hidden : int
+        Token encoding size.
+    attention_dim : int
+        Size of the concat, dot and minus scoring spaces and of the way-mixing layer.
+    """
+
+    WAYS = ("concat", "bilinear", "dot", "minus")
+
+    def __init__(self, hidden: int, attention_dim: int):
+        super().__init__()
+        a = attention_dim
+        self.concat_query, self.concat_key = nn.Linear(hidden, a, bias=False), nn.Linear(hidden, a, bias=False)
+        self.bilinear = nn.Linear(hidden, hidden, bias=False)
+        self.dot_query, self.dot_key = nn.Linear(hidden, a, bias=False), nn.Linear(hidden, a, bias=False)
+        self.dot = nn.Linear(a, a, bias=False)
+        # W_m (q − k) = W_m q − W_m k: one projection of each side, not one per (query, key) pair.
+        self.minus = nn.Linear(hidden, a, bias=False)
+        self.score = nn.ModuleDict({w: nn.Linear(a, 1, bias=False) for w in ("concat", "dot", "minus")})
+        self.mix_view, self.mix_query = nn.Linear(hidden, a, bias=False), nn.Linear(hidden, a)
+        self.mix_score = nn.Linear(a, 1, bias=False)
+
+    def weights(self, query, keys, key_mask) -> torch.Tensor:
+        """Attention weights of every way, shape (batch, 4, queries, keys); zero on padded keys, and all
+        zero for a row without keys."""
+        a = self.dot.in_features
+        # One projection of each side for the three tanh ways; W_m (q − k) = W_m q + (−W_m) k, so concat and
+        # minus are both sums of a query and a key projection: one broadcast sum and one tanh serve both.
+        query_proj = F.linear(query, torch.cat((self.concat_query.weight, self.minus.weight, self.dot_query.weight)))
+        key_proj = F.linear(keys, torch.cat((self.concat_key.weight, -self.minus.weight, self.dot_key.weight)))
+        q, k = query_proj.unsqueeze(2), key_proj.unsqueeze(1)  # (B, Tq, 1, 3a), (B, 1, Tk, 3a)
+        additive = torch.tanh(q[..., : 2 * a] + k[..., : 2 * a]) @ torch.block_diag(
+            self.score["concat"].weight.T, self.score["minus"].weight.T
+        )  # (B, Tq, Tk, 2)
+        dot = self.score["dot"](torch.tanh(self.dot(q[..., 2 * a :] * k[..., 2 * a :]))).squeeze(-1)
+        bilinear = self.bilinear(query) @ keys.transpose(1, 2)
+        concat, minus = additive.unbind(-1)
+        scores = torch.stack((concat, bilinear, dot, minus), dim=1)  # (B, 4, Tq, Tk)
+        valid = key_mask[:, None, None, :]
+        # A finite fill (not -inf) keeps rows without any key free of NaN in the forward and backward pass.
+        scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1).masked_fill(~valid, 0.0)
+
+    def forward(self, query, query_mask, keys, key_mask) -> torch.Tensor:
+        """Attended representation of every query token.
+
+        Parameters
+        ----------
+        query : Tensor of shape (batch, queries, hidden)
+        query_mask : Tensor of bool, shape (batch, queries)
+        keys : Tensor of shape (batch, keys, hidden)
+        key_mask : Tensor of bool, shape (batch, keys)
+
+        Returns
+        -------
+        Tensor of shape (batch, queries, hidden)
+            Zero for padded query tokens and for rows without keys.
+        """
+        weights = self.weights(query, keys, key_mask)  # (B, 4, Tq, Tk)
+        # view_w = weights_w @ keys, so W_a view_w = weights_w @ (W_a keys) and Σ_w β_w view_w =
+        # (Σ_w β_w weights_w) @ keys: the same values without materialising the four (Tq × hidden) views.
+        projected = weights @ self.mix_view(keys).unsqueeze(1)  # (B, 4, Tq, a)
+        mix = torch.softmax(self.mix_score(torch.tanh(projected + self.mix_query(query).unsqueeze(1))), dim=1)
+        mixed = (mix * weights).sum(dim=1) @ keys
+        return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
+
+
+#: What :class:`MultiwayContextEncoder`'s classifier may read beside the attended views (defined in
+#: :data:`as2rank.params.SUMMARIES`).
+SUMMARIES = _SUMMARIES
+
+
+def check_summary(summary) -> None:
+    """Raise ``ValueError`` unless ``summary`` is one of :data:`SUMMARIES`."""
+    check_param("summary", summary, [Options(SUMMARIES)])
+
+
+class MultiwayContextEncoder(nn.Module):
+    """One encoder over question, candidate and context segments; multi-way attention from the
+    question+candidate tokens to each context's tokens, separately; a classifier over a summary of the
+    encoding and the attended views averaged over the question+candidate tokens (the MWA model, paper
+    Figure 2c).
+
+    Parameters
+    ----------
+    encoder : transformers.PreTrainedModel
+    pooling : {"cls", "mean"}
+        Pooling of the whole sequence (as :class:`~as2rank.transformer.heads.CrossEncoder`), used by
+        ``summary="sequence"``.
+    contexts : tuple of str
+        ``"local"`` and/or ``"global"``: one :class:`MultiwayAttention` each.
+    attention_dim : int
+    summary : {"pair", "sequence"}, default="pair"
+        What the classifier reads beside the attended views: the mean of the question+candidate tokens'
+        own encodings (``"pair"``: Tan et al.'s aggregation reads each token's encoding beside its
+        attended views), or the pooled whole sequence, context tokens included (``"sequence"``).
+    """
+
+    def __init__(self, encoder, pooling: str, contexts, attention_dim: int, summary: str = "pair"):
+        super().__init__()
+        check_summary(summary)
+        hidden = encoder.config.hidden_size
+        self.encoder = encoder
+        self.pooling = pooling
+        self.summary = summary
+        self.contexts = tuple(contexts)
+        self.attention = nn.ModuleDict({c: MultiwayAttention(hidden, attention_dim) for c in self.contexts})
+        self.head = classifier(hidden * (1 + len(self.contexts)), hidden)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """One logit per row of ``batch`` (its ``segments`` tell the question, candidate and context
+        tokens apart), shape (rows,).
+
+        The packed segments' widths come from the batch's ``host_segment_counts`` (tokens of each segment id
+        in each row, a host array) when it has them, else from one read of the device (see
+        :func:`segment_widths`)."""
+        groups = [(SEGMENTS["question"], SEGMENTS["candidate"])] + [(SEGMENTS[c],) for c in self.contexts]
+        keeps = [_kept(batch["segments"], ids) for ids in groups]
+        counts = [keep.sum(dim=1) for keep in keeps]
+        host = batch.get("host_segment_counts")
+        if host is None:
+            widths = _widths(counts)  # before the encoder: see segment_widths
+        else:
+            widths = [max(1, int(host[:, list(ids)].sum(axis=1).max(initial=0))) for ids in groups]
+        hidden = encoder_states(self.encoder, batch)
+        query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])
+        parts = [masked_mean(query, query_mask) if self.summary == "pair" else pool(hidden, batch["attention_mask"], self.pooling)]
+        for i, context in enumerate(self.contexts, start=1):
+            keys, key_mask = _pack(hidden, keeps[i], counts[i], widths[i])
+            attended = self.attention[context](query, query_mask, keys, key_mask)
+            parts.append(masked_mean(attended, query_mask))
+        return with_prior(head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1), batch)
+
+
+class ContextEnsembleModule(nn.Module):
+    """Two encoders, one reading question + candidate + local context and one question + candidate +
+    global context; their pooled encodings concatenated into a classifier (paper Figure 2b).
+
+    The batch holds the local inputs under the usual keys and the global ones under ``global_*`` keys.
+    With ``trim_padding`` (the default) each set is cut to its own longest row, so neither pays for the
+    other's padding; without it both run at the batch's width (fixed-length timing).
+    """
+
+    def __init__(self, encoder, global_encoder, pooling: str, trim_padding: bool = True):
+        super().__init__()
+        self.encoder = encoder
+        self.global_encoder = global_encoder
+        self.pooling = pooling
+        self.trim_padding = trim_padding
+        hidden = encoder.config.hidden_size
+        self.head = classifier(2 * hidden, hidden)
+
+    def _pooled(self, encoder, batch, prefix, width):
+        inputs = {k: batch[prefix + k][:, :width] for k in ("input_ids", "attention_mask", "token_type_ids") if prefix + k in batch}
+        hidden = encoder_states(encoder, inputs)
+        return pool(hidden, inputs["attention_mask"], self.pooling)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """One logit per row of ``batch`` (local inputs under the usual keys, global ones under
+        ``global_*``), shape (rows,)."""
+        masks = (batch["attention_mask"], batch["global_attention_mask"])
+        if self.trim_padding:
+            # Both widths in one host read, before either encoder runs (see segment_widths).
+            widths = torch.stack([m.sum(dim=1).amax() for m in masks]).clamp_min(1).tolist()
+        else:
+            widths = [m.shape[1] for m in masks]
+        pooled = (self._pooled(self.encoder, batch, "", widths[0]), self._pooled(self.global_encoder, batch, "global_", widths[1]))
+        return head_logits(self.head, torch.cat(pooled, dim=-1)).squeeze(-1)

@@ -1,0 +1,588 @@
+"""The shared machinery of the transformer rankers: :class:`_TransformerEstimator`.
+
+It holds what every transformer-backed ranker (:class:`~as2rank.transformer.ranker.TransformerRanker`, the cascade,
+the distilled and the context rankers) shares: loading the backbone (:mod:`as2rank.neural.backbone`), pair
+encoding, the one training loop (:func:`as2rank.neural.train`) with an optional dev set and early stopping,
+``partial_fit`` on a stream of chunks, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`),
+numeric precision (autocast, or an int8 copy for prediction on the CPU), pickling to a CPU state and
+``save_pretrained``/``from_pretrained`` (the directory format of :mod:`as2rank.persistence`). A subclass
+supplies the torch module, its loss and its scoring. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from numbers import Integral
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from ..base import RankerMixin
+from ..data import check_ranking_data, holdout_questions
+from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
+from ..metrics import mean_average_precision
+from ..params import Interval, check_param, validate_params
+from .parameters import TRAINING_CONSTRAINTS, with_training_params
+
+#: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
+#: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
+#: less; the ONNX Runtime copy is faster still with smaller ones (``docs/benchmarks/speed.md`` sweeps both).
+AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
+
+
+class _TransformerEstimator(RankerMixin, BaseEstimator):
+    """Shared fit/predict/persistence of the transformer rankers (see the module docstring)."""
+
+    #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
+    #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
+    _inference_params = ("batch_tokens", "verbose", "reuse_fit", "n_threads")
+    #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
+    _head_modules = ("head",)
+    #: Whether the model trains from a stream of chunks (``partial_fit``); models that need the whole training
+    #: set at once (teachers calibrated on it, members fitted before a joint stage) do not offer it.
+    _streamable = True
+    #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
+    #: it; fit-time inputs such as distillation teachers are not part of the model).
+    _unsaved_params = ("model", "tokenizer")
+    #: Accepted values of the shared parameters (:func:`as2rank.params.validate_params`); each subclass
+    #: extends it with its own parameters.
+    _parameter_constraints = {"max_length": [Interval(Integral, 8, None)], **TRAINING_CONSTRAINTS}
+    #: Shared parameters (:data:`~as2rank.transformer.parameters.TRAINING_DEFAULTS`) whose default differs here.
+    _training_defaults = {}
+    #: Whether ``early_stopping="auto"`` holds out validation questions from large enough training data by
+    #: itself (:func:`~as2rank.early_stopping.holdout_fraction`): set where the defaults benchmark measured it.
+    _auto_holdout = False
+    #: ``batch_tokens="auto"`` per device (:data:`AUTO_BATCH_TOKENS`).
+    _auto_batch_tokens = AUTO_BATCH_TOKENS
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
+        (:func:`~as2rank.transformer.parameters.with_training_params`)."""
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = with_training_params(cls.__dict__["__init__"], cls._training_defaults)
+
+    # ----------------------------------------------------------------- subclass hooks
+    def _build_module(self, encoder):
+        raise NotImplementedError
+
+    def _loss(self, module, batch):
+        """The training loss of one batch: the one hook the training loop calls.
+
+        ``batch`` holds the batch's token tensors, ``labels``, the per-row ``_row_targets`` and two entries
+        for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
+        ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
+        fit's seeded generator (the same in every process of a distributed fit)."""
+        raise NotImplementedError
+
+    def _prepare_encoder(self, encoder):
+        """Set fitted attributes that depend on the loaded encoder, and cut it to the depth used."""
+        raise NotImplementedError
+
+    def _row_targets(self, X, y, index) -> dict:
+        """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
+        (e.g. teacher logits for distillation); sliced to each batch's rows. Called once per ``fit`` or
+        ``partial_fit`` call, on its validated data."""
+        return {}
+
+    #: Text columns the model reads; they join the key under which identical fits are reused.
+    _input_columns = ("question", "candidate")
+
+    def _init_module(self, X, y, groups, eval_set):
+        """The module a fresh ``fit`` trains: the backbone loaded, cut and wrapped in the subclass's heads.
+
+        Runs inside ``fit``'s seeded block; a subclass may train parts first (the context ensemble trains
+        its two encoders before their joint fine-tuning).
+        """
+        from ..neural.backbone import load_backbone
+
+        encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
+        return self._build_module(self._prepare_encoder(encoder))
+
+    def _check_continuation(self) -> None:
+        """Called before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted
+        model): refuse parameters that the fitted model cannot continue with."""
+
+    def _set_trainable(self, module) -> None:
+        """Choose the parameters the training loop updates (default: all, word embeddings per
+        ``freeze_embeddings``)."""
+        module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
+
+    # ----------------------------------------------------------------- shared machinery
+    def _check_params(self):
+        """Check every parameter against the class's ``_parameter_constraints``, then the cross-parameter rule
+        that all the transformer estimators share (``validation_fraction`` needs early stopping); a subclass
+        extends it with its own cross-parameter rules."""
+        validate_params(self, self._parameter_constraints)
+        check_early_stopping(self)
+
+    def _encode(self, X):
+        return self._encode_for(self.model_, X)
+
+    def _encode_for(self, module, X):
+        """The rows of ``X`` encoded as ``module`` reads them (the fitted ``model_`` once fit has built it)."""
+        from ..neural.backbone import encode_pairs, uses_token_types
+
+        return encode_pairs(
+            self.tokenizer_,
+            X["question"].to_numpy(),
+            X["candidate"].to_numpy(),
+            max_length=self.max_length,
+            token_types=uses_token_types(module.encoder, self.tokenizer_),
+        )
+
+    def _compute_dtype(self, device, *, training: bool = False):
+        """The autocast dtype of ``precision`` on ``device`` (see :func:`as2rank.neural.devices.autocast_dtype`)."""
+        from ..neural.devices import autocast_dtype
+
+        return autocast_dtype(self.precision, device, training=training)
+
+    def _batch_tokens(self, device, module=None) -> int:
+        """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)
+        for ``module``, the model :meth:`_module_on` gave (None: a torch model)."""
+        if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
+            if device.type != "cpu":
+                return self._auto_batch_tokens["other"]
+            from ..neural.onnx.runtime import OnnxCascade, OnnxModule
+
+            return self._auto_batch_tokens["cpu-onnx" if isinstance(module, (OnnxModule, OnnxCascade)) else "cpu"]
+        check_param("batch_tokens", self.batch_tokens, self._parameter_constraints["batch_tokens"])
+        return int(self.batch_tokens)
+
+    def _quantized(self) -> bool:
+        """Whether prediction runs the int8 copy of the model."""
+        from ..neural import int8_supported
+
+        return self.precision == "int8" and int8_supported()
+
+    def _training_params(self) -> dict:
+        params = self.get_params(deep=False)
+        return {k: v for k, v in params.items() if k not in self._inference_params}
+
+    def fit(self, X, y, groups=None, eval_set=None):
+        """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
+
+        Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its shard of
+        each batch (see :mod:`as2rank.neural.distributed`); every process ends with the same model.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame.
+        y : array-like of shape (n_rows,)
+            Relevance labels; a label > 0 is a positive.
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        eval_set : tuple (X_dev, y_dev), default=None
+            Dev set: early stopping watches its MAP and keeps the best weights. It replaces the
+            ``validation_fraction`` hold-out.
+
+        Returns
+        -------
+        self
+        """
+        from ..neural import resolve_device
+        from ..neural.distributed import training_session
+        from ..neural.fitcache import FIT_CACHE, fit_key, source_digests
+
+        X, y, index = check_ranking_data(X, y, groups)
+        self._check_params()
+        device = resolve_device(self.device)
+        dev = check_eval_set(self, eval_set)
+        warm = bool(self.warm_start) and hasattr(self, "model_")
+        if warm:
+            self._check_continuation()
+        # Per-row targets (distillation teachers' logits) are training data too: computed once, keyed and trained on.
+        targets = self._row_targets(X, y, index)
+        key = sources = None
+        if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
+            # The initial weights enter the key by content (None: a name not on disk, so no reuse).
+            sources = source_digests(self.model, self.tokenizer)
+        if sources is not None:
+            columns = self._input_columns
+            data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y, targets)
+            dev_data = None if dev is None else (*(dev[0][c].to_numpy() for c in columns), dev[2].codes, dev[1])
+            params = {**self._training_params(), "model": sources[0], "tokenizer": sources[1]}
+            key = fit_key(self, params, str(device), data, dev_data)
+            cached = FIT_CACHE.get(key)
+            if cached is not None:
+                self._restore_fitted(cached)
+                self._train_state = None
+                self.fit_cache_hit_ = True
+                self._report_cache_hit()
+                return self
+
+        dtype = self._compute_dtype(device, training=True)
+        with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
+            if not warm:
+                self.model_ = self._init_module(X, y, groups, eval_set)
+            set_training_summary(self, self._train(X, y, index, targets, rng, setup, dev=dev))
+        # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
+        self._train_state = None
+        self.fit_cache_hit_ = False
+        # Stored only if the initial weights did not change on disk while training (they were loaded after
+        # the digest was taken).
+        if key is not None and source_digests(self.model, self.tokenizer) == sources:
+            FIT_CACHE.put(key, self._fitted_state())
+        return self
+
+    def _report_cache_hit(self) -> None:
+        from ..neural.distributed import is_main_process
+
+        if self.verbose and is_main_process():
+            print(
+                f"{type(self).__name__}.fit: weights reused from an identical earlier fit in this process, not "
+                "trained; to train, set reuse_fit=False or call as2rank.neural.fitcache.FIT_CACHE.clear().",
+                file=sys.stderr,
+            )
+
+    @available_if(lambda est: est._streamable)
+    def partial_fit(self, X, y, groups=None, total_rows=None):
+        """Train on one chunk of a stream of whole questions: one pass over its rows, continuing the optimizer
+        and the learning-rate schedule of the previous calls.
+
+        For data larger than memory (ASNQ), call it on the chunks of :func:`~as2rank.datasets.load_asnq` or
+        :func:`~as2rank.datasets.load_parquet`; peak memory then follows the chunk size, not the file. The
+        first call declares ``total_rows``, the rows that all calls together will train on (the file's rows
+        times the passes over it): the warm-up and decay of the learning rate are laid out over them, so
+        that a step's rate is that of ``fit`` at the same fraction of the data. ``epochs``,
+        ``validation_fraction``, ``patience`` and ``eval_every`` do not apply (make the passes yourself; score
+        a dev set between calls). The first call starts from the fitted weights when the estimator is fitted,
+        else from ``model``; a later ``fit`` ends the stream. A single call on all the data (``total_rows`` a
+        multiple of ``batch_size``) trains exactly as ``fit`` with ``epochs=1``.
+
+        Batches never mix chunks (each chunk ends with a smaller batch unless its rows are a multiple of
+        ``batch_size``), and rows are shuffled within a chunk only: shuffle the file beforehand, by whole
+        questions, when its order is not random.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame: one chunk.
+        y : array-like of shape (n_rows,)
+            Relevance labels; a label > 0 is a positive.
+        groups : array-like of shape (n_rows,), default=None
+            Question ids overriding ``X["qid"]``.
+        total_rows : int, default=None
+            Training rows over all calls; required on the first call, ignored afterwards.
+
+        Returns
+        -------
+        self
+
+        Examples
+        --------
+        >>> from as2rank.datasets import load_asnq
+        >>> from as2rank.app.scale import count_rows
+        >>> model = TransformerRanker(random_state=0)                                   # doctest: +SKIP
+        >>> total = count_rows("asnq/train.tsv")                                        # doctest: +SKIP
+        >>> for X, y in load_asnq("asnq/train.tsv", chunksize=200_000):                 # doctest: +SKIP
+        ...     model.partial_fit(X, y, total_rows=total)
+        """
+        from ..neural import TrainingState, resolve_device
+        from ..neural.distributed import training_session
+
+        X, y, index = check_ranking_data(X, y, groups)
+        self._check_params()
+        device = resolve_device(self.device)
+        state = TrainingState.resume(getattr(self, "_train_state", None), total_rows, int(self.batch_size))
+        if hasattr(self, "model_"):
+            self._check_continuation()
+        dtype = self._compute_dtype(device, training=True)
+        with training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs) as (
+            setup,
+            rng,
+        ):
+            if not hasattr(self, "model_"):
+                self.model_ = self._init_module(X, y, groups, None)
+            history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+        set_training_summary(self, history if state.runs == 1 else self.history_.extend(history))
+        self.fit_cache_hit_ = False
+        self._train_state = state
+        return self
+
+    def _train(self, X, y, index, targets, rng, setup, dev=None, state=None):
+        """Run the training loop on validated data and its ``_row_targets``: ``fit`` (``state=None``; an
+        optional dev set) or one ``partial_fit`` call (one pass, continuing ``state``). Returns the history."""
+        import torch
+
+        from ..neural import train
+        from ..neural.backbone import batch_tensors, length_bucket_batches
+        from ..neural.distributed import LocalBatch
+
+        device, shard = setup.device, setup.shard
+        module = self.model_
+        self._set_trainable(module)
+        self._int8_model_ = self._int8_graphs = None  # the new weights need their own int8 copy
+        encoded = self._encode(X)
+        train_rows = np.arange(len(X))
+        fraction = holdout_fraction(self, index, y)
+        if state is None and dev is None and fraction is not None:
+            is_dev = holdout_questions(index, y, fraction, rng)
+            if is_dev.all():
+                raise ValueError("validation_fraction leaves no training question; lower it.")
+            dev_rows = np.flatnonzero(is_dev)
+            train_rows = np.flatnonzero(~is_dev)
+            dev_enc = {k: v[dev_rows] for k, v in encoded.items()}
+            dev = (None, y[dev_rows], index.take(dev_rows))
+        elif dev is not None:
+            dev_enc = self._encode(dev[0])
+
+        labels = torch.from_numpy((y > 0).astype(np.float32))
+        targets = {k: torch.as_tensor(v) for k, v in targets.items()}
+        lengths = encoded["lengths"][train_rows]
+        steps = math.ceil(len(train_rows) / self.batch_size)
+
+        # The losses' draws come from their own stream, so they leave the batch order as it is.
+        draws = rng.spawn(1)[0]
+
+        def batches(epoch):
+            for i, part in enumerate(length_bucket_batches(lengths, self.batch_size, rng)):
+                # Numbered and drawn for the global batch: the same in every process.
+                step, draw = epoch * steps + i, float(draws.random())
+                rows, real = shard.split(train_rows[part], index.codes[train_rows[part]])
+                batch = batch_tensors(encoded, rows)
+                batch.update({k: v[rows] for k, v in targets.items()}, labels=labels[rows], step=step, draw=draw)
+                yield LocalBatch(batch, len(rows) if real else 0)
+
+        evaluate = None
+        if dev is not None:
+            from ..neural.predict import no_progress, predict_logits
+
+            dev_y, dev_index = dev[1], dev[2]
+            # Resolved here: the loop calls back into the estimator only through its loss.
+            eval_tokens, eval_dtype = self._batch_tokens(device), self._compute_dtype(device)
+
+            def evaluate(m):
+                # The dev MAP ranks by the module's output, averaged over its heads where it has several.
+                scores = predict_logits(m, dev_enc, device, batch_tokens=eval_tokens, dtype=eval_dtype,
+                                        progress=no_progress)
+                return mean_average_precision(dev_y, scores.mean(axis=1) if scores.ndim == 2 else scores, dev_index)
+
+        history = train(
+            module,
+            batches,
+            self._loss,
+            epochs=self.epochs if state is None else 1,
+            steps_per_epoch=steps,
+            learning_rate=self.learning_rate,
+            device=device,
+            optimizer="adamw",
+            weight_decay=self.weight_decay,
+            schedule="linear",
+            warmup=self.warmup,
+            max_grad_norm=self.max_grad_norm,
+            verbose=self.verbose,
+            desc=type(self).__name__,
+            evaluate=evaluate,
+            eval_every=self.eval_every,
+            patience=self.patience if evaluate is not None else None,
+            precision=self._compute_dtype(device, training=True),
+            lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules},
+            accelerator=setup.accelerator,
+            state=state,
+        )
+        if getattr(module, "onnx_exportable", False):
+            # The fixed input ranges of the int8 copy (static quantization), from the weights just trained.
+            from ..neural.onnx.calibration import activation_ranges, calibration_rows
+
+            self.activation_ranges_ = activation_ranges(module, encoded, calibration_rows(train_rows), device,
+                                                        previous=getattr(self, "activation_ranges_", None) if state else None)
+        return history
+
+    # ----------------------------------------------------------------- persistence
+    def _fitted_state(self) -> dict:
+        """Everything fit learned, with the module as config + CPU tensors (no device, no live module)."""
+        module = self.model_
+        return {
+            "config": module.encoder.config,
+            "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
+            "attrs": {k: v for k, v in vars(self).items() if _is_learnt(k)},
+        }
+
+    def _restore_fitted(self, state: dict) -> None:
+        from transformers import AutoModel
+
+        for k in [k for k in vars(self) if _is_learnt(k) and k not in state["attrs"]]:
+            delattr(self, k)  # fitted by an earlier fit, absent from the restored one (e.g. a lexical prior)
+        for k, v in state["attrs"].items():
+            setattr(self, k, v)
+        module = self._build_module(AutoModel.from_config(state["config"]))
+        module.load_state_dict(state["state_dict"])
+        self.model_ = module.eval()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        # The int8 copy is rebuilt on first use: quantized kernels may not exist where the pickle is loaded.
+        state.pop("_int8_model_", None)
+        if "model_" in state:
+            # The live module may sit on a GPU: pickle its config and CPU tensors instead.
+            state = {k: v for k, v in state.items() if k != "model_"}
+            state["_fitted"] = self._fitted_state()
+        return state
+
+    def __setstate__(self, state):
+        fitted = state.pop("_fitted", None)
+        super().__setstate__(state)
+        if fitted is not None:
+            self._restore_fitted(fitted)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Head initialisation, dropout and batch order draw from random_state: None draws fresh entropy per fit.
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    def save_pretrained(self, path, *, int8: bool = False, card=None) -> None:
+        """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
+
+        Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
+        ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
+        "transfer" output), ``heads.safetensors`` (the score heads), ``as2rank.json`` (format version,
+        class, parameters and fitted attributes) and ``README.md`` (a model card: :mod:`as2rank.persistence.card`).
+        Files of the same names are overwritten. Load with :meth:`from_pretrained` or
+        :func:`as2rank.load <as2rank.persistence.load>`.
+        Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
+        others wait until the directory is complete.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        int8 : bool, default=False
+            Also write ``onnx/``: the graphs that ``precision="int8"`` runs on ONNX Runtime, exported now
+            (:func:`~as2rank.neural.onnx.runtime.write_int8_copy`). A process that loads the directory then
+            predicts at int8 without exporting them, which takes seconds per graph. A loaded model uses them only
+            if they were exported from its weights by the same as2rank; otherwise it exports again. Needs
+            a model calibrated for int8 at fit and ``pip install as2rank[onnx]``.
+        card : as2rank.persistence.card.ModelCardData, optional
+            Training data and metrics for the model card, ``README.md``.
+        """
+        from ..persistence.card import write_card
+        from ..neural.distributed import is_main_process, wait_for_everyone
+        from ..persistence import INT8_FOLDER, write_transformer
+
+        check_is_fitted(self, "model_")
+        if int8:
+            from ..neural.onnx.runtime import onnx_available
+
+            if not hasattr(self, "activation_ranges_"):
+                raise ValueError(f"This {type(self).__name__} has no int8 calibration: its model cannot run on ONNX Runtime.")
+            if not onnx_available():
+                raise ImportError("int8=True exports to ONNX Runtime: pip install as2rank[onnx]")
+        if is_main_process():
+            write_transformer(self, path)
+            if int8:
+                from ..neural.onnx.runtime import write_int8_copy
+
+                write_int8_copy(self._int8_copy_to_save(), Path(path) / INT8_FOLDER)
+            write_card(self, path, card)
+        wait_for_everyone()
+
+    def _int8_copy_to_save(self):
+        """The model's int8 copy on ONNX Runtime, traced on two made-up rows of the columns it reads (any rows
+        give the same graphs), or read from the graphs it was loaded with."""
+        import pandas as pd
+
+        from ..data import check_X
+        from ..neural import torch_threads
+
+        columns = getattr(self, "_input_columns", ("question", "candidate"))
+        rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
+        with torch_threads(self.n_threads):
+            return self._int8_model(True, self._encode(check_X(rows)))
+
+    def _int8_model(self, onnx: bool, encoded):
+        """The int8 copy on ONNX Runtime (``onnx``; read from the graphs the model was loaded with where they
+        match) or torch's, built once per fitted module, thread count, inputs and (by value: a copy quantized to
+        other ranges is another model) ranges."""
+        import torch
+
+        from ..neural.onnx.copies import dynamic_copy, onnx_copy
+        from ..neural.onnx.runtime import ranges_key
+
+        ranges = ranges_key(self.activation_ranges_) if onnx else b""
+        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (), ranges)
+        cached = getattr(self, "_int8_model_", None)
+        if cached is None or cached[0] != key:
+            saved = getattr(self, "_int8_graphs", None)
+            int8_model = onnx_copy(self.model_, encoded, self.activation_ranges_, saved) if onnx else dynamic_copy(self.model_)
+            cached = self._int8_model_ = (key, int8_model)
+        return cached[1]
+
+    @classmethod
+    def from_pretrained(cls, path, **params):
+        """Load an estimator written by :meth:`save_pretrained` (on the CPU; ``device`` applies at prediction).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        **params
+            Parameters overriding the saved ones (e.g. ``device="cpu"``, ``alpha=0.3``).
+
+        Returns
+        -------
+        estimator
+            Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
+            continue from the adapted weights.
+        """
+        from ..persistence import read_transformer
+
+        return read_transformer(cls, path, params)
+
+    def _export_attrs(self) -> dict:
+        ranges = getattr(self, "activation_ranges_", None)
+        return {"n_layers_": self.n_layers_, **({"activation_ranges_": ranges} if ranges is not None else {})}
+
+    def _import_attrs(self, attrs: dict) -> None:
+        self.n_layers_ = attrs["n_layers_"]
+        if "activation_ranges_" in attrs:
+            self.activation_ranges_ = attrs["activation_ranges_"]
+
+    # ----------------------------------------------------------------- prediction helpers
+    def _module_on(self, device, encoded=None):
+        """The model to predict with on ``device``: the fitted one, or its int8 copy (built once per fitted model
+        and thread count). Given the ``encoded`` rows to predict, a model calibrated at fit (``activation_ranges_``,
+        set for modules that declare themselves ``onnx_exportable``) gets its static int8 copy on ONNX Runtime
+        when that is installed (one graph, or one per cascade segment:
+        :func:`~as2rank.neural.onnx.runtime.int8_copy`), else torch's dynamic quantization."""
+        check_is_fitted(self, "model_")
+        if not (device.type == "cpu" and self._quantized()):
+            return self.model_.to(device).eval()
+        from ..neural.onnx.runtime import onnx_available
+
+        return self._int8_model(encoded is not None and hasattr(self, "activation_ranges_") and onnx_available(), encoded)
+
+    def _row_logits(self, module, encoded, device):
+        """The module's output for every encoded row (the one batched predict loop of the per-row models:
+        :func:`as2rank.neural.predict.predict_logits`)."""
+        from ..neural.predict import predict_logits
+
+        return predict_logits(
+            module,
+            encoded,
+            device,
+            batch_tokens=self._batch_tokens(device, module),
+            dtype=self._compute_dtype(device),
+            progress=self._progress,
+        )
+
+    def _progress(self, iterable, total, desc):
+        from ..neural.distributed import is_main_process
+
+        # Under a launcher every process predicts; one progress bar is enough.
+        if not (self.verbose and is_main_process()):
+            return iterable
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, unit="batch")
+
+
+def _is_learnt(name: str) -> bool:
+    """Whether the fitted attribute ``name`` is part of what a fit learns (the state that pickles and the fit
+    cache carry): the live module, a prediction's cost report and the cache-hit flag are not."""
+    return name.endswith("_") and not name.startswith("_") and name not in ("model_", "cost_report_", "fit_cache_hit_")
+
