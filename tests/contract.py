@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils import estimator_checks as ec
 
+import as2rank
 from as2rank.base import predict_rank
 from as2rank.data import GroupIndex
 
@@ -53,6 +54,7 @@ def check_ranker_contract(estimator, X, y, *, atol=1e-12):
     assert fitted.fit(X, y) is fitted
     assert joblib.hash(clone(fitted).get_params()) == params_before, "fit must not change constructor parameters"
 
+    fitted_state = dict(vars(fitted))
     scores = fitted.predict(X)
     assert scores.shape == (len(X),) and scores.dtype.kind == "f"
     # Row order of X does not change any row's score.
@@ -69,9 +71,21 @@ def check_ranker_contract(estimator, X, y, *, atol=1e-12):
         assert np.all(np.diff(s[np.argsort(r)]) <= atol)
 
     assert 0.0 <= fitted.score(X, y) <= 1.0
+    ranked = as2rank.rank(fitted, X)
+    assert len(ranked) == len(X)
+    assert_state_unchanged(fitted, fitted_state, "predict, predict_rank, score and rank")
     for restored in (pickle.loads(pickle.dumps(fitted)), _joblib_round_trip(fitted)):
         np.testing.assert_allclose(restored.predict(X), scores, atol=atol, rtol=0)
     return fitted
+
+
+def assert_state_unchanged(est, before: dict, calls: str) -> None:
+    """``vars(est)`` holds the same attributes, bound to the same objects, as ``before``: only ``fit`` (and
+    ``partial_fit``, loading) sets state on an estimator."""
+    after = vars(est)
+    added, removed = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+    rebound = sorted(k for k in set(after) & set(before) if after[k] is not before[k])
+    assert not (added or removed or rebound), f"{calls} changed {type(est).__name__}: added {added}, removed {removed}, rebound {rebound}"
 
 
 def _joblib_round_trip(est):

@@ -46,15 +46,15 @@ def test_contract_with_drops(kind, tokenizer):
     est = small(CascadeTransformer, kind, tokenizer, alpha=0.3)
     fitted = check_ranker_contract(est, X, y, atol=1e-5)
     assert fitted.exits_ == (2, 3, 4, 5, 6)
-    assert fitted.cost_report_["relative_cost"] < 1
+    assert fitted.predict(X, return_cost=True)[1]["relative_cost"] < 1
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
 def test_alpha_zero_equals_full_encoder_and_final_classifier(kind, tokenizer):
     X, y = synthetic()
     est = small(CascadeTransformer, kind, tokenizer).fit(X, y)
-    scores = est.predict(X)
-    assert est.cost_report_["relative_cost"] == 1.0
+    scores, cost = est.predict(X, return_cost=True)
+    assert cost["relative_cost"] == 1.0
     enc = est._encode(X)
     module = est.model_.eval()
     with torch.inference_mode():
@@ -94,8 +94,7 @@ def test_exit_sampling_all_trains_every_exit_on_every_batch(tokenizer):
 
 def test_floor_rule_128_candidates(fitted):
     X = one_question()
-    scores = fitted.set_params(alpha=0.3).predict(X)
-    report = fitted.cost_report_
+    scores, report = fitted.set_params(alpha=0.3).predict(X, return_cost=True)
     assert report["survivors"].tolist() == [128, 90, 63, 45, 32]
     assert report["rows_per_layer"].tolist() == [128, 128, 90, 63, 45, 32]
     assert report["relative_cost"] == pytest.approx((2 * 128 + 90 + 63 + 45 + 32) / (6 * 128))
@@ -114,9 +113,9 @@ def test_per_exit_alpha_and_several_questions_per_batch(fitted, batch_tokens):
     X = pd.concat([one_question(40, seed=1).assign(qid="a"), one_question(17, seed=2).assign(qid="b")])
     alpha = [0.5, 0.0, 0.25, 0.1]
     fitted.set_params(alpha=alpha, batch_tokens=batch_tokens)
-    scores = fitted.predict(X)
+    scores, cost = fitted.predict(X, return_cost=True)
     # Per question: 40 -> 20 -> 20 -> 15 -> 14 and 17 -> 9 -> 9 -> 7 -> 7.
-    assert fitted.cost_report_["survivors"].tolist() == [57, 29, 29, 22, 21]
+    assert cost["survivors"].tolist() == [57, 29, 29, 22, 21]
     sim, report = simulate_cascade(fitted.predict_exits(X), X["qid"], alpha, fitted.exits_, X["position"])
     np.testing.assert_allclose(scores, sim, atol=1e-5)
     assert report["rows_per_layer"].tolist() == [57, 57, 29, 29, 22, 21]
@@ -126,8 +125,8 @@ def test_per_exit_alpha_and_several_questions_per_batch(fitted, batch_tokens):
 def test_exit_layer_scores_with_one_classifier(fitted):
     X, _ = synthetic()
     fitted.set_params(exit_layer=3)
-    scores = fitted.predict(X)
-    assert fitted.cost_report_["relative_cost"] == pytest.approx(3 / 6)
+    scores, cost = fitted.predict(X, return_cost=True)
+    assert cost["relative_cost"] == pytest.approx(3 / 6)
     fitted.set_params(exit_layer=None)
     np.testing.assert_allclose(scores, fitted.predict_exits(X)[:, 1], atol=1e-5)
     with pytest.raises(ValueError, match="exit_layer"):
@@ -194,8 +193,8 @@ def test_chunked_layers_score_like_whole_questions(fitted):
     results = {}
     for batch_tokens in (40, 200, 1_000_000):
         fitted.set_params(alpha=[0.3, 0.2, 0.0, 0.5], batch_tokens=batch_tokens)
-        fitted.predict(X)
-        results[batch_tokens] = (fitted.cost_report_["rows_per_layer"].tolist(), fitted.predict_exits(X))
+        cost = fitted.predict(X, return_cost=True)[1]
+        results[batch_tokens] = (cost["rows_per_layer"].tolist(), fitted.predict_exits(X))
     for batch_tokens in (40, 200):
         assert results[batch_tokens][0] == results[1_000_000][0]
         np.testing.assert_allclose(results[batch_tokens][1], results[1_000_000][1], atol=1e-5)
@@ -255,11 +254,9 @@ def test_survivor_chunks_keep_each_chunk_s_survivors_cut_to_their_longest():
 def test_token_cost_weights_the_row_cost_by_tokens(fitted, monkeypatch):
     X, _ = synthetic()
     fitted.set_params(alpha=0.0)
-    fitted.predict(X)
-    assert fitted.cost_report_["relative_token_cost"] == 1.0  # every row through every layer
+    assert fitted.predict(X, return_cost=True)[1]["relative_token_cost"] == 1.0  # every row through every layer
     fitted.set_params(exit_layer=3)
-    fitted.predict(X)
-    assert fitted.cost_report_["relative_token_cost"] == pytest.approx(3 / 6)  # every row through 3 of 6
+    assert fitted.predict(X, return_cost=True)[1]["relative_token_cost"] == pytest.approx(3 / 6)  # every row through 3 of 6
     fitted.set_params(exit_layer=None)
     # Hand-computed: rows that reached exits 6, 2 and 4 (of exits 2..6), of their own token lengths.
     rows = X[X["qid"] == X["qid"].iloc[0]].head(3)
@@ -267,7 +264,7 @@ def test_token_cost_weights_the_row_cost_by_tokens(fitted, monkeypatch):
     logits = np.full((3, 5), np.nan)
     logits[0, :], logits[1, :1], logits[2, :3] = 1.0, 1.0, 1.0
     monkeypatch.setattr(fitted, "_run", lambda *args: (logits, np.zeros(6, dtype=np.int64)))
-    fitted.predict(rows)
+    cost = fitted.predict(rows, return_cost=True)[1]
     expected = (6 * lengths[0] + 2 * lengths[1] + 4 * lengths[2]) / (6 * lengths.sum())
-    assert fitted.cost_report_["relative_token_cost"] == pytest.approx(expected)
+    assert cost["relative_token_cost"] == pytest.approx(expected)
     assert lengths.min() < lengths.max() and expected != pytest.approx((6 + 2 + 4) / 18)

@@ -149,18 +149,19 @@ def test_global_context_is_best_first_and_excludes_the_candidate():
     scores = extractor._ngram_scores(X, extractor._document_table(X)["text"], np.full(6, row), np.arange(6))
     expected = [DOC[i] for i in np.lexsort((np.arange(5), -scores[:5])) if i != 2]
     assert out.loc["r2", "global_context"] == " ".join(expected)
-    assert extractor.report_["mean_global_sentences"] == 4  # the 4 other distinct sentences, for every row
+    report = extractor.transform(X, return_report=True)[1]
+    assert report["mean_global_sentences"] == 4  # the 4 other distinct sentences, for every row
 
 
 def test_global_token_budget_holds():
     X = hamlet_frame()
     for budget in (4, 5, 9, 12, 100):
         extractor = ContextExtractor(max_global_sentences=5, max_global_tokens=budget)
-        out = extractor.fit_transform(X)
+        out, report = extractor.fit(X).transform(X, return_report=True)
         counts = [len(t) for t in tokenize(out["global_context"].tolist(), lower=False)]
         assert max(counts) <= budget
         # Whole sentences only: every selected piece is a document sentence.
-        assert extractor.report_["mean_global_tokens"] == pytest.approx(np.mean(counts))
+        assert report["mean_global_tokens"] == pytest.approx(np.mean(counts))
     tight = ContextExtractor(max_global_sentences=5, max_global_tokens=5).fit_transform(X)
     assert set(tight["global_context"]) <= {""} | set(DOC)
     assert ContextExtractor(max_global_sentences=0).fit_transform(X)["global_context"].eq("").all()
@@ -178,7 +179,8 @@ def test_row_order_and_other_columns_untouched():
     assert "local_context" not in shuffled.columns  # the input is not modified
     reference = extractor.fit_transform(X)
     pd.testing.assert_frame_equal(out, reference.iloc[perm])
-    assert extractor.report_["n_rows"] == len(X) and 0 < extractor.report_["mean_global_sentences"] <= 5
+    report = extractor.transform(X, return_report=True)[1]
+    assert report["n_rows"] == len(X) and 0 < report["mean_global_sentences"] <= 5
 
 
 def test_documents_mapping_gives_the_same_contexts():

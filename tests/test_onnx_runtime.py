@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import as2rank.neural as neural  # noqa: E402
-from as2rank.neural import onnx_export, onnx_runtime  # noqa: E402
+from as2rank.neural.onnx import export as onnx_export  # noqa: E402
+from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
 from as2rank.neural.backbone import batch_tensors  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 import as2rank.neural as neural  # noqa: E402
 import as2rank.neural.devices as devices  # noqa: E402
-from as2rank.neural import onnx_runtime  # noqa: E402
+from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
 from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from as2rank.neural import train  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402

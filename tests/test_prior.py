@@ -228,7 +228,7 @@ def test_similarity_prior_survives_save_pretrained_and_refuses_a_changed_checkpo
 
     import transformers
 
-    from as2rank.neural import similarity
+    from as2rank.transformer import similarity
 
     from tests.test_transformer import tiny_config
 
@@ -260,7 +260,7 @@ def test_similarity_prior_needs_the_lexical_prior_and_a_checkpoint_on_disk(token
 
 def test_similarity_prior_leaves_the_seeded_fit_as_it_is(checkpoint):
     """Whether the prior's encoder was loaded before in the process or not, a seeded fit gives the same model."""
-    from as2rank.neural import similarity
+    from as2rank.transformer import similarity
 
     X, y = synthetic(n_questions=12)
     FIT_CACHE.clear()

@@ -80,17 +80,19 @@ def test_torch_free_with_torch_blocked():
         from sklearn.base import BaseEstimator
         from as2rank import SequentialRanker, tune_alpha
         from as2rank.lexical.baselines import OverlapRankRanker, WordOverlapRanker
-        from as2rank.transformer.cascade import SequentialRanker as Old, simulate_cascade
+        import as2rank.transformer.cascade  # the cascade's module imports without torch too
+        from as2rank.pruning.rules import simulate_cascade
         from as2rank.text import tokenize
 
-        assert not thinc.compat.has_torch and Old is SequentialRanker
+        assert not thinc.compat.has_torch
         assert tokenize(["Who wrote Hamlet?"], lower=True) == [["who", "wrote", "hamlet", "?"]]
         X = pd.DataFrame({"qid": [0, 0, 0, 1, 1], "question": ["who wrote hamlet"] * 3 + ["where is paris"] * 2,
                           "candidate": ["hamlet is a play", "shakespeare wrote hamlet", "a b", "paris is in france",
                                         "rome"], "position": [0, 1, 2, 0, 1]})
         y = np.array([0, 1, 0, 1, 0])
         sr = SequentialRanker([WordOverlapRanker(), OverlapRankRanker()]).fit(X, y)
-        assert np.isfinite(sr.predict(X)).all() and sr.cost_report_["survivors"].tolist() == [5, 3]
+        scores, cost = sr.predict(X, return_cost=True)
+        assert np.isfinite(scores).all() and cost["survivors"].tolist() == [5, 3]
         logits = np.random.default_rng(0).normal(size=(5, 3))
         scores, report = simulate_cascade(logits, X["qid"], 0.5, (1, 2, 3), X["position"])
         assert report["survivors"].tolist() == [5, 3, 2]
@@ -151,15 +153,6 @@ def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in ("[]", "['thinc.compat']"), out.stdout
-
-
-def test_old_import_paths():
-    import as2rank.transformer.cascade as cascade
-    import as2rank.pruning.sequential as pruning
-
-    assert as2rank.SequentialRanker is pruning.SequentialRanker and as2rank.tune_alpha is pruning.tune_alpha
-    for name in ("SequentialRanker", "simulate_cascade", "tune_alpha", "EXIT_GAP"):
-        assert getattr(cascade, name) is getattr(pruning, name)
 
 
 def test_drop_lowest_floor_rule_and_ties():
@@ -232,26 +225,25 @@ def test_sequential_ranker_with_baselines(toy):
     X, y = toy
     sr = SequentialRanker([OverlapRankRanker(), WordOverlapRanker()], keep=0.5)
     fitted = check_ranker_contract(sr, X, y)
-    fitted.predict(X)
+    cost = fitted.predict(X, return_cost=True)[1]
     # q1: 3 -> 2, q2: 3 -> 2, q3: 2 -> 1.
-    assert fitted.cost_report_["survivors"].tolist() == [8, 5]
-    assert fitted.cost_report_["relative_cost"] == pytest.approx(13 / 8)  # each step re-scores its survivors
+    assert cost["survivors"].tolist() == [8, 5]
+    assert cost["relative_cost"] == pytest.approx(13 / 8)  # each step re-scores its survivors
 
 
 def test_sequential_ranker_floor_rule_and_order():
     X = one_question()
     y = np.zeros(len(X))
     sr = SequentialRanker([ReciprocalRankRanker()] * 5, keep=0.7).fit(X, y)
-    scores = sr.predict(X)
-    assert sr.cost_report_["survivors"].tolist() == [128, 90, 63, 45, 32]
-    assert sr.cost_report_["rows_per_layer"].tolist() == [128, 90, 63, 45, 32]  # one layer per step
+    scores, cost = sr.predict(X, return_cost=True)
+    assert cost["survivors"].tolist() == [128, 90, 63, 45, 32]
+    assert cost["rows_per_layer"].tolist() == [128, 90, 63, 45, 32]  # one layer per step
     two_layer = SequentialRanker([ReciprocalRankRanker()] * 2, keep=0.5, costs=[2, 3]).fit(X, y)
-    two_layer.predict(X)
-    assert two_layer.cost_report_["rows_per_layer"].tolist() == [128, 128, 64, 64, 64]
-    assert two_layer.cost_report_["relative_cost"] == pytest.approx((2 * 128 + 3 * 64) / (3 * 128))
+    cost = two_layer.predict(X, return_cost=True)[1]
+    assert cost["rows_per_layer"].tolist() == [128, 128, 64, 64, 64]
+    assert cost["relative_cost"] == pytest.approx((2 * 128 + 3 * 64) / (3 * 128))
     half = SequentialRanker([ReciprocalRankRanker()] * 2, costs=[0.5, 1]).fit(X, y)
-    half.predict(X)
-    assert half.cost_report_["rows_per_layer"] is None
+    assert half.predict(X, return_cost=True)[1]["rows_per_layer"] is None
     # Reciprocal rank keeps the earliest candidates, so the ranking is the original order.
     assert GroupIndex.from_frame(X).rank(scores).tolist() == list(range(1, 129))
     with pytest.raises(ValueError, match="keep"):

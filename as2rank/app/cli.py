@@ -9,7 +9,7 @@
     Scores a file larger than memory (ASNQ TSV or Parquet) with a saved model, chunk by chunk, into a
     Parquet directory; an interrupted run resumes where it stopped.
 ``as2rank select DATA``
-    Cross-validates the candidate models on the user's table and recommends one (:class:`RankerSelector`).
+    Cross-validates the candidate models on the user's table and recommends one (:class:`~as2rank.app.selection.RankerSelector`).
 ``as2rank fit DATA --model NAME|auto --output DIR``
     Fits a model (``auto``: the selector's choice) on the table and saves it with a model card.
 ``as2rank rank DIR DATA --output ranked.csv``

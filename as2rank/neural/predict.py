@@ -8,13 +8,16 @@ autocast, behind the progress bar, and gathers the outputs in row order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import torch
 
 from .backbone import batch_tensors, token_budget_batches
 from .devices import autocast, to_device
 
-__all__ = ["no_progress", "predict_batches", "predict_logits"]
+__all__ = ["Predictor", "no_progress", "predict_batches", "predict_logits"]
 
 #: Outputs kept on the device before :func:`predict_batches` reads them (16M values: 64 MiB in float32).
 PENDING_VALUES = 1 << 24
@@ -119,3 +122,33 @@ def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, p
         batches, lambda rows: (rows, module(to_device(batch_tensors(encoded, rows), device))), n,
         device=device, dtype=dtype, progress=progress,
     )
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """What a fitted estimator predicts with on one device: the module (the fitted one, or its int8 copy),
+    the device, the autocast dtype and the padded-token budget of a batch. Built by the transformer estimators'
+    ``predictor()`` from their fitted state and their current inference parameters.
+
+    Attributes
+    ----------
+    module : torch.nn.Module or int8 copy
+    device : torch.device
+    dtype : torch.dtype
+        Autocast dtype (``torch.float32``: none).
+    batch_tokens : int
+        Padded tokens per batch.
+    progress : callable
+        ``progress(batches, n_batches, description)``: the progress bar, or :func:`no_progress`.
+    """
+
+    module: object
+    device: torch.device
+    dtype: torch.dtype
+    batch_tokens: int
+    progress: Callable = no_progress
+
+    def logits(self, encoded: dict) -> np.ndarray:
+        """The module's output for every ``encoded`` row (:func:`predict_logits`)."""
+        return predict_logits(self.module, encoded, self.device, batch_tokens=self.batch_tokens, dtype=self.dtype,
+                              progress=self.progress)

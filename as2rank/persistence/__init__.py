@@ -38,8 +38,8 @@ ARRAYS_FILE = "arrays.safetensors"
 HEADS_FILE = "heads.safetensors"
 INT8_FOLDER = "onnx"
 
-#: Fitted attributes that describe a past run rather than the model (training history, last predict's report).
-_UNSAVED_ATTRS = ("history_", "member_histories_", "cost_report_", "report_")
+#: Fitted attributes that describe a past run rather than the model (the training history).
+_UNSAVED_ATTRS = ("history_", "member_histories_")
 
 
 class PersistenceMixin:
@@ -57,7 +57,7 @@ class PersistenceMixin:
         Parameters
         ----------
         path, card
-            As in :func:`save`.
+            As in :func:`~as2rank.persistence.save`.
         """
         save(self, path, card=card)
 
@@ -511,7 +511,11 @@ def read_transformer(cls, path, params: dict, meta=None):
     missing, unexpected = module.load_state_dict(heads, strict=False)
     if unexpected or any(not k.startswith("encoder.") for k in missing):
         raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
-    est.model_, est._int8_graphs = module.eval(), path / INT8_FOLDER  # used if they match (onnx_runtime.int8_copy)
+    est.model_ = module.eval()
+    if (path / INT8_FOLDER).is_dir():  # int8 graphs saved with the model: read where they match its weights
+        from ..neural.onnx.copies import INT8_COPIES
+
+        INT8_COPIES.attach_graphs(est.model_, path / INT8_FOLDER)
     return est
 
 

@@ -29,7 +29,7 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     Every step is fitted on the full training data. At prediction, the first step scores all candidates;
     each later step scores only the survivors of the previous one: a step keeping a fraction ``keep`` of
     the ``k`` survivors of a question drops the ``floor((1 − keep) · k)`` lowest-scoring ones, the same rule
-    as :class:`~as2rank.transformer.cascade.CascadeTransformer` with ``alpha = 1 − keep`` (:func:`drop_lowest`). Scores
+    as :class:`~as2rank.transformer.cascade.CascadeTransformer` with ``alpha = 1 − keep`` (:func:`~as2rank.pruning.rules.drop_lowest`). Scores
     follow the cascade convention of :mod:`as2rank.pruning.sequential` (a row dropped earlier ranks below every row
     that went further). Steps may be any as2rank rankers, e.g.
     ``SequentialRanker([OverlapRankRanker(), Cosinet(), TransformerRanker()])`` (PyTerrier's
@@ -42,19 +42,21 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     keep : float or sequence of float, default=0.5
         Fraction in (0, 1] of the survivors kept after each step but the last.
     costs : sequence of float, default=None
-        Cost per row of each step, for ``cost_report_``; ``None`` takes the number of transformer layers of
+        Cost per row of each step, for the cost report; ``None`` takes the number of transformer layers of
         steps that have one (``n_layers_``) and 1 for others.
 
     Attributes
     ----------
     steps_ : list of estimators
         Fitted clones.
-    cost_report_ : dict
-        After ``predict``: ``relative_cost`` (sum over steps of cost × rows scored, divided by the largest
-        step cost × rows: the paper's SR cost relative to the biggest model), ``survivors`` (rows scored by
-        each step), ``rows_per_layer`` (when every step cost is a whole number of layers: the rows each
-        layer of each step processed, as the cascade reports; else ``None``), ``step_costs``, ``n_rows``,
-        ``n_questions``.
+
+    Notes
+    -----
+    ``predict(X, return_cost=True)`` also returns the call's cost report, a dict: ``relative_cost`` (sum over
+    steps of cost × rows scored, divided by the largest step cost × rows: the paper's SR cost relative to the
+    biggest model), ``survivors`` (rows scored by each step), ``rows_per_layer`` (when every step cost is a
+    whole number of layers: the rows each layer of each step processed, as the cascade reports; else ``None``),
+    ``step_costs``, ``n_rows``, ``n_questions``.
     """
 
     _parameter_constraints = {
@@ -100,17 +102,21 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         self.steps_ = [clone(step).fit(X, y, groups=groups) for step in self.steps]
         return self
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X, return_cost: bool = False):
         """One score per row, consistent with the sequence of drops.
 
         Parameters
         ----------
         X : pandas.DataFrame
             Grouped-candidate frame; each question's rows pass the steps together.
+        return_cost : bool, default=False
+            Also return the cost report of this call (see the class's Notes).
 
         Returns
         -------
-        ndarray of float64 of shape (n_rows,)
+        scores : ndarray of float64 of shape (n_rows,)
+        cost : dict
+            Only with ``return_cost=True``.
         """
         check_is_fitted(self, "steps_")
         drops = self._check_steps()
@@ -133,7 +139,7 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
             dtype=np.float64,
         )
         whole_layers = np.all(costs == np.round(costs)) and np.all(costs >= 1)
-        self.cost_report_ = {
+        report = {
             "relative_cost": float(costs @ np.asarray(survivors) / (costs.max() * index.n_rows)),
             "survivors": np.asarray(survivors, dtype=np.int64),
             "rows_per_layer": np.repeat(survivors, costs.astype(np.int64)) if whole_layers else None,
@@ -141,7 +147,8 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
             "n_rows": index.n_rows,
             "n_questions": index.n_groups,
         }
-        return _stage_scores(raw, reached, n_steps)
+        scores = _stage_scores(raw, reached, n_steps)
+        return (scores, report) if return_cost else scores
 
     def __sklearn_tags__(self):
         from sklearn.utils import get_tags

@@ -66,8 +66,8 @@ class CascadeTransformer(SegmentSimilarityMixin, _TransformerEstimator):
     α=0.3 and 128 candidates, 90, 63, 45 and 32 candidates remain after the first four exits.
 
     Scores (see :mod:`as2rank.pruning.sequential`): rows reaching the last exit get its logit, rows dropped earlier are
-    shifted below them by ``EXIT_GAP`` per missing exit, so ranks follow the cascade. After ``predict``,
-    ``cost_report_`` holds the relative cost and the rows processed per layer.
+    shifted below them by ``EXIT_GAP`` per missing exit, so ranks follow the cascade. ``predict(X,
+    return_cost=True)`` also returns the cost report: the relative cost and the rows processed per layer.
 
     ``alpha`` and ``exit_layer`` act only at inference: they can be changed on a fitted model with
     ``set_params``, and with ``reuse_fit=True`` and an integer ``random_state``,
@@ -135,11 +135,14 @@ reuse_fit, random_state, verbose
     fit_cache_hit_ : bool
         Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
         :class:`~as2rank.transformer.ranker.TransformerRanker`.
-    cost_report_ : dict
-        Set by ``predict``/``predict_exits``: ``relative_cost`` (rows × layers run, over all rows × all
-        layers: the paper's cost), ``relative_token_cost`` (the same in tokens × layers: survivors longer than
-        the dropped rows save less than ``relative_cost`` says), ``rows_per_layer``, ``survivors`` (rows
-        scored by each exit), ``n_rows``, ``n_questions``.
+
+    Notes
+    -----
+    The cost report that ``predict(X, return_cost=True)`` and ``predict_exits(X, return_cost=True)`` return
+    is a dict: ``relative_cost`` (rows × layers run, over all rows × all layers: the paper's cost),
+    ``relative_token_cost`` (the same in tokens × layers: survivors longer than the dropped rows save less
+    than ``relative_cost`` says), ``rows_per_layer``, ``survivors`` (rows scored by each exit), ``n_rows``,
+    ``n_questions``.
     """
 
     _auto_holdout = True
@@ -214,7 +217,7 @@ reuse_fit, random_state, verbose
             raise ValueError(f"exit_layer must be one of the exits {self.exits_}, got {self.exit_layer!r}.")
         return [0.0] * len(alphas), self.exits_.index(self.exit_layer)
 
-    def _run(self, module, encoded, index, device, alphas, last_exit):
+    def _run(self, predictor, encoded, index, alphas, last_exit):
         from ..neural import to_device
         from ..neural.backbone import batch_tensors, token_budget_batches
         from ..neural.predict import predict_batches
@@ -222,7 +225,7 @@ reuse_fit, random_state, verbose
         # Groups are budgeted by their real tokens: the chunks inside them are cut by length, so a question
         # costs about its tokens, not its rows × its longest row.
         tokens = np.add.reduceat(encoded["lengths"][index.order], index.starts)
-        chunk_tokens = self._batch_tokens(device, module)
+        module, device, chunk_tokens = predictor.module, predictor.device, predictor.batch_tokens
         batches = token_budget_batches(tokens, np.ones_like(tokens), CHUNKS_PER_GROUP * chunk_tokens)
         rows_per_layer = np.zeros(self.exits_[last_exit], dtype=np.int64)
 
@@ -235,8 +238,8 @@ reuse_fit, random_state, verbose
             rows_per_layer[:] += batch_rows
             return rows, logits
 
-        logits = predict_batches(batches, run, index.n_rows, device=device, dtype=self._compute_dtype(device),
-                                 progress=self._progress, desc="cascade")
+        logits = predict_batches(batches, run, index.n_rows, device=device, dtype=predictor.dtype,
+                                 progress=predictor.progress, desc="cascade")
         if logits.ndim == 1:  # no rows
             logits = logits.reshape(0, len(self.exits_))
         return logits, rows_per_layer
@@ -249,15 +252,16 @@ reuse_fit, random_state, verbose
         return device.type == "cpu"
 
     def _predict_logits(self, X, alphas, last_exit):
-        from ..neural import resolve_device, torch_threads
+        """Every exit's logits of every row (NaN past the exit where the row stopped), the exit each row
+        reached, and the cost report."""
+        from ..neural import torch_threads
 
         check_is_fitted(self, "model_")
         X = check_X(X)
         index = GroupIndex.from_frame(X)
-        device = resolve_device(self.device)
+        encoded = self.encode(X)
         with torch_threads(self.n_threads):
-            encoded = self._encode(X)
-            logits, rows_per_layer = self._run(self._module_on(device, encoded), encoded, index, device, alphas, last_exit)
+            logits, rows_per_layer = self._run(self.predictor(encoded=encoded), encoded, index, alphas, last_exit)
         reached = np.sum(~np.isnan(logits), axis=1) - 1
         survivors = np.bincount(reached, minlength=last_exit + 1)[::-1].cumsum()[::-1]
         report = _report(rows_per_layer, survivors, index.n_rows, index.n_groups)
@@ -267,27 +271,31 @@ reuse_fit, random_state, verbose
         tokens = encoded["lengths"]
         layers = tokens @ np.asarray(self.exits_)[reached]
         report["relative_token_cost"] = float(layers / (self.n_layers_ * tokens.sum())) if len(tokens) else 0.0
-        self.cost_report_ = report
-        return logits, reached
+        return logits, reached, report
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X, return_cost: bool = False):
         """One score per row, consistent with the cascade (see the class docstring).
 
         Parameters
         ----------
         X : pandas.DataFrame
             Grouped-candidate frame; each question's candidates are pruned together.
+        return_cost : bool, default=False
+            Also return the cost report of this call (see the class's Notes).
 
         Returns
         -------
-        ndarray of float64 of shape (n_rows,)
+        scores : ndarray of float64 of shape (n_rows,)
+        cost : dict
+            Only with ``return_cost=True``.
         """
         check_is_fitted(self, "model_")
         alphas, last_exit = self._inference_plan()
-        logits, reached = self._predict_logits(X, alphas, last_exit)
-        return _stage_scores(logits[np.arange(len(logits)), reached], reached, last_exit + 1)
+        logits, reached, report = self._predict_logits(X, alphas, last_exit)
+        scores = _stage_scores(logits[np.arange(len(logits)), reached], reached, last_exit + 1)
+        return (scores, report) if return_cost else scores
 
-    def predict_exits(self, X) -> np.ndarray:
+    def predict_exits(self, X, return_cost: bool = False):
         """Logits of every exit classifier for every row, without any drop (one full encoder pass).
 
         Useful to evaluate every exit at α=0 at once (the paper's Table 2) and for
@@ -296,11 +304,16 @@ reuse_fit, random_state, verbose
         Parameters
         ----------
         X : pandas.DataFrame
+        return_cost : bool, default=False
+            Also return the cost report of this call (every row through every layer).
 
         Returns
         -------
-        ndarray of float64 of shape (n_rows, n_exits)
+        logits : ndarray of float64 of shape (n_rows, n_exits)
+        cost : dict
+            Only with ``return_cost=True``.
         """
         check_is_fitted(self, "model_")
         n_exits = len(self.exits_)
-        return self._predict_logits(X, [0.0] * (n_exits - 1), n_exits - 1)[0]
+        logits, _, report = self._predict_logits(X, [0.0] * (n_exits - 1), n_exits - 1)
+        return (logits, report) if return_cost else logits

@@ -31,9 +31,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
-from ..data import check_X
 from ..ensemble.linear import LinearEnsemble
 from ..params import POOLINGS, Interval, Options
 from .prior import LexicalPriorMixin
@@ -286,12 +284,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         -------
         ndarray of float64 of shape (n_rows, n_heads)
         """
-        from ..neural import resolve_device
-
-        check_is_fitted(self, "model_")
-        X = check_X(X)
-        device = resolve_device(self.device)
-        return self._row_logits(self._module_on(device), self._encode(X), device)
+        return self.predictor().logits(self.encode(X))
 
     def predict(self, X) -> np.ndarray:
         """One score per row: the mean of the heads' logits (Eq. 5), higher is better.

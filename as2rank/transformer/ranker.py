@@ -11,9 +11,7 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
-from ..data import check_X
 from ..params import POOLINGS, Interval, Options
 from .prior import SegmentSimilarityMixin
 from .scaffold import _TransformerEstimator
@@ -43,14 +41,11 @@ class _PointwiseScoring:
         -------
         ndarray of float64 of shape (n_rows,)
         """
-        from ..neural import resolve_device, torch_threads
+        from ..neural import torch_threads
 
-        check_is_fitted(self, "model_")
-        X = check_X(X)
-        device = resolve_device(self.device)
+        encoded = self.encode(X)
         with torch_threads(self.n_threads):
-            encoded = self._encode(X)
-            return self._row_logits(self._module_on(device, encoded), encoded, device)
+            return self.predictor(encoded=encoded).logits(encoded)
 
 
 class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerEstimator):

@@ -22,7 +22,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
-from ..data import check_ranking_data, holdout_questions
+from ..data import check_ranking_data, check_X, holdout_questions
 from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
 from ..metrics import mean_average_precision
 from ..params import Interval, check_param, validate_params
@@ -143,7 +143,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
     def _batch_tokens(self, device, module=None) -> int:
         """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)
-        for ``module``, the model :meth:`_module_on` gave (None: a torch model)."""
+        for ``module``, the model a :meth:`predictor` holds (None: a torch model)."""
         if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
             if device.type != "cpu":
                 return self._auto_batch_tokens["other"]
@@ -317,7 +317,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         device, shard = setup.device, setup.shard
         module = self.model_
         self._set_trainable(module)
-        self._int8_model_ = self._int8_graphs = None  # the new weights need their own int8 copy
+        if sys.modules.get("as2rank.neural.onnx.copies") is not None:  # the new weights need their own int8 copy
+            sys.modules["as2rank.neural.onnx.copies"].INT8_COPIES.forget(module)
         encoded = self._encode(X)
         train_rows = np.arange(len(X))
         fraction = holdout_fraction(self, index, y)
@@ -417,8 +418,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
     def __getstate__(self):
         state = super().__getstate__()
-        # The int8 copy is rebuilt on first use: quantized kernels may not exist where the pickle is loaded.
-        state.pop("_int8_model_", None)
         if "model_" in state:
             # The live module may sit on a GPU: pickle its config and CPU tensors instead.
             state = {k: v for k, v in state.items() if k != "model_"}
@@ -487,31 +486,15 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         give the same graphs), or read from the graphs it was loaded with."""
         import pandas as pd
 
-        from ..data import check_X
-        from ..neural import torch_threads
+        from ..neural.onnx.copies import INT8_COPIES
 
         columns = getattr(self, "_input_columns", ("question", "candidate"))
         rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
+        encoded = self.encode(rows)
+        from ..neural import torch_threads
+
         with torch_threads(self.n_threads):
-            return self._int8_model(True, self._encode(check_X(rows)))
-
-    def _int8_model(self, onnx: bool, encoded):
-        """The int8 copy on ONNX Runtime (``onnx``; read from the graphs the model was loaded with where they
-        match) or torch's, built once per fitted module, thread count, inputs and (by value: a copy quantized to
-        other ranges is another model) ranges."""
-        import torch
-
-        from ..neural.onnx.copies import dynamic_copy, onnx_copy
-        from ..neural.onnx.runtime import ranges_key
-
-        ranges = ranges_key(self.activation_ranges_) if onnx else b""
-        key = (self.model_, "onnx" if onnx else "torch", torch.get_num_threads(), tuple(encoded) if onnx else (), ranges)
-        cached = getattr(self, "_int8_model_", None)
-        if cached is None or cached[0] != key:
-            saved = getattr(self, "_int8_graphs", None)
-            int8_model = onnx_copy(self.model_, encoded, self.activation_ranges_, saved) if onnx else dynamic_copy(self.model_)
-            cached = self._int8_model_ = (key, int8_model)
-        return cached[1]
+            return INT8_COPIES.get(self.model_, onnx=True, encoded=encoded, ranges=self.activation_ranges_)
 
     @classmethod
     def from_pretrained(cls, path, **params):
@@ -542,33 +525,63 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         if "activation_ranges_" in attrs:
             self.activation_ranges_ = attrs["activation_ranges_"]
 
-    # ----------------------------------------------------------------- prediction helpers
-    def _module_on(self, device, encoded=None):
-        """The model to predict with on ``device``: the fitted one, or its int8 copy (built once per fitted model
-        and thread count). Given the ``encoded`` rows to predict, a model calibrated at fit (``activation_ranges_``,
-        set for modules that declare themselves ``onnx_exportable``) gets its static int8 copy on ONNX Runtime
-        when that is installed (one graph, or one per cascade segment:
-        :func:`~as2rank.neural.onnx.runtime.int8_copy`), else torch's dynamic quantization."""
+    # ----------------------------------------------------------------- prediction
+    def encode(self, X) -> dict:
+        """The token arrays the fitted model reads for the rows of ``X`` (what :meth:`predictor` scores).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame with the columns the model reads.
+
+        Returns
+        -------
+        dict of ndarray
+            Token arrays of shape (n_rows, width) and ``lengths`` of shape (n_rows,).
+        """
+        from ..neural import torch_threads
+
         check_is_fitted(self, "model_")
-        if not (device.type == "cpu" and self._quantized()):
-            return self.model_.to(device).eval()
-        from ..neural.onnx.runtime import onnx_available
+        X = check_X(X)
+        with torch_threads(self.n_threads):
+            return self._encode(X)
 
-        return self._int8_model(encoded is not None and hasattr(self, "activation_ranges_") and onnx_available(), encoded)
+    def predictor(self, device=None, encoded=None):
+        """What ``predict`` runs on ``device``: the fitted module or its int8 copy, the autocast dtype and the
+        batch's token budget, from the fitted state and the current inference parameters.
 
-    def _row_logits(self, module, encoded, device):
-        """The module's output for every encoded row (the one batched predict loop of the per-row models:
-        :func:`as2rank.neural.predict.predict_logits`)."""
-        from ..neural.predict import predict_logits
+        With ``precision="int8"`` on the CPU the module is an int8 copy, built once per fitted model and thread
+        count and kept beside the model (:data:`~as2rank.neural.onnx.copies.INT8_COPIES`): given the
+        ``encoded`` rows to predict, a model calibrated at fit (``activation_ranges_``) gets its static int8
+        copy on ONNX Runtime when that is installed, else torch's dynamic quantization.
 
-        return predict_logits(
-            module,
-            encoded,
-            device,
-            batch_tokens=self._batch_tokens(device, module),
-            dtype=self._compute_dtype(device),
-            progress=self._progress,
-        )
+        Parameters
+        ----------
+        device : str or torch.device, default=None
+            None: the estimator's ``device``.
+        encoded : dict of ndarray, default=None
+            Rows from :meth:`encode`: the ONNX Runtime copy is traced on a few of them.
+
+        Returns
+        -------
+        as2rank.neural.predict.Predictor
+        """
+        from ..neural import resolve_device
+        from ..neural.predict import Predictor
+
+        check_is_fitted(self, "model_")
+        device = resolve_device(self.device if device is None else device)
+        if device.type == "cpu" and self._quantized():
+            from ..neural.onnx.copies import INT8_COPIES
+            from ..neural.onnx.runtime import onnx_available
+
+            onnx = encoded is not None and hasattr(self, "activation_ranges_") and onnx_available()
+            module = INT8_COPIES.get(self.model_, onnx=onnx, encoded=encoded,
+                                     ranges=self.activation_ranges_ if onnx else None)
+        else:
+            module = self.model_.to(device).eval()
+        return Predictor(module, device, self._compute_dtype(device), self._batch_tokens(device, module),
+                         self._progress)
 
     def _progress(self, iterable, total, desc):
         from ..neural.distributed import is_main_process
@@ -583,6 +596,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
 def _is_learnt(name: str) -> bool:
     """Whether the fitted attribute ``name`` is part of what a fit learns (the state that pickles and the fit
-    cache carry): the live module, a prediction's cost report and the cache-hit flag are not."""
-    return name.endswith("_") and not name.startswith("_") and name not in ("model_", "cost_report_", "fit_cache_hit_")
+    cache carry): the live module and the cache-hit flag are not."""
+    return name.endswith("_") and not name.startswith("_") and name not in ("model_", "fit_cache_hit_")
 

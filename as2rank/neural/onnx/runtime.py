@@ -436,7 +436,7 @@ def ranges_key(ranges: dict) -> bytes:
 @functools.lru_cache(maxsize=1)
 def _source_digest() -> str:
     """Digest of the ``.py`` files of the installed as2rank (names and bytes)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     digest = hashlib.blake2b(digest_size=20)
     for file in sorted(root.rglob("*.py")):
         name = file.relative_to(root).as_posix().encode()

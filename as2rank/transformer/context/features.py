@@ -113,7 +113,8 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
     as spaCy word and punctuation tokens (a ranker's wordpiece tokenizer splits the same text into more).
 
     ``transform`` returns a copy of ``X`` with ``local_context`` and ``global_context`` added (replaced if
-    present); no other column and no row order change. It also sets ``report_``.
+    present); no other column and no row order change; ``transform(X, return_report=True)`` also returns a
+    report of the contexts it built.
 
     Parameters
     ----------
@@ -135,11 +136,10 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
     device : str, default="auto"
         Device of the encoder (``"cosine"``).
 
-    Attributes
-    ----------
-    report_ : dict
-        Set by each ``transform``: ``mean_local_sentences``, ``mean_global_sentences`` (the paper reports
-        ~3 with h=5 on ASNQ), ``mean_global_tokens`` and ``n_rows``.
+    Notes
+    -----
+    The report of ``transform(X, return_report=True)`` is a dict: ``mean_local_sentences``,
+    ``mean_global_sentences`` (the paper reports ~3 with h=5 on ASNQ), ``mean_global_tokens`` and ``n_rows``.
 
     Examples
     --------
@@ -207,7 +207,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         self._check_document_columns(X)
         return self
 
-    def transform(self, X) -> pd.DataFrame:
+    def transform(self, X, return_report: bool = False):
         """Add the ``local_context`` and ``global_context`` columns.
 
         Parameters
@@ -215,10 +215,15 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         X : pandas.DataFrame
             Grouped-candidate frame with the document columns that ``fit`` checked.
 
+        return_report : bool, default=False
+            Also return the report of the contexts built (see the class's Notes).
+
         Returns
         -------
-        pandas.DataFrame
+        X_out : pandas.DataFrame
             A copy of ``X`` with the two columns (other columns and the row order unchanged).
+        report : dict
+            Only with ``return_report=True``.
         """
         X = check_X(X)
         self._check_params()
@@ -228,16 +233,17 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         global_rows, global_sents = self._global(X, docs)
         n = len(X)
         global_tokens = np.bincount(global_rows, weights=docs["tokens"][global_sents], minlength=n)
-        self.report_ = {
+        report = {
             "mean_local_sentences": float(len(local_rows) / n),
             "mean_global_sentences": float(len(global_rows) / n),
             "mean_global_tokens": float(global_tokens.mean()),
             "n_rows": n,
         }
-        return X.assign(
+        out = X.assign(
             local_context=_join(local_rows, docs["text"][local_sents], n),
             global_context=_join(global_rows, docs["text"][global_sents], n),
         )
+        return (out, report) if return_report else out
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
