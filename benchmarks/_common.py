@@ -1,10 +1,12 @@
-"""The benchmark harness that every script in ``benchmarks/`` shares: where the data is, which machine ran
-them, logging, the cache of fitted models (``benchmarks/cache/``, git-ignored) that lets a re-run retrain
-nothing unchanged (the library's source included), and the pages: a script saves its results
-(``benchmarks/results/<name>.json``) and renders them through its template
-(``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``; ``python benchmarks/render.py``
-renders every page again from the saved results. Scoring and significance
-tests come from :mod:`as2rank.evaluation`, which ``as2rank bench`` uses too."""
+"""The benchmark harness that every script in ``benchmarks/`` and ``benchmarks/studies/`` shares: where the
+data is, which machine ran them, logging, the cache of fitted models (``benchmarks/cache/``, git-ignored) that
+lets a re-run retrain nothing unchanged (the library's source included), and the pages: a script saves its
+results (``benchmarks/results/<name>.json``) and renders them through its template
+(``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``. The studies (investigations behind
+the library's choices, not reproductions of a paper) keep theirs apart: a template in
+``benchmarks/studies/pages/`` puts its results in ``benchmarks/studies/results/`` and its page (and figures) in
+``docs/studies/``. ``python benchmarks/render.py`` renders every page again from the saved results. Scoring
+and significance tests come from :mod:`as2rank.evaluation`, which ``as2rank bench`` uses too."""
 
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 COSINET_PAPER_BUDGET = {"epochs": 3, "batch_size": 8}
 DOCS = ROOT / "docs" / "benchmarks"
 PAGES = ROOT / "benchmarks" / "pages"
+#: The studies' results, templates and pages: a page whose template is in ``STUDY_PAGES`` is a study's.
+STUDY_RESULTS = ROOT / "benchmarks" / "studies" / "results"
+STUDY_PAGES = ROOT / "benchmarks" / "studies" / "pages"
+STUDY_DOCS = ROOT / "docs" / "studies"
 CACHE = ROOT / "benchmarks" / "cache"
 #: ``AS2RANK_BENCH_TAG`` (e.g. ``h100``) names a run's result files apart from the default machine's.
 TAG = os.environ.get("AS2RANK_BENCH_TAG", "")
@@ -268,7 +274,7 @@ def wikiqa_splits():
 def session_calls():
     """Record every call of an ONNX Runtime copy (``OnnxModule``) while open: yields the list that receives
     ``(module, its inputs, seconds)`` for each call."""
-    from as2rank.neural import onnx_runtime
+    from as2rank.neural.onnx import runtime as onnx_runtime
 
     calls, call = [], onnx_runtime.OnnxModule.__call__
 
@@ -338,11 +344,22 @@ def num(value, spec: str = ".2f") -> str:
     return format(value, spec)
 
 
+def is_study(template: str) -> bool:
+    """Whether the pages of ``template`` are a study's (its template is in ``benchmarks/studies/pages/``)."""
+    return (STUDY_PAGES / f"{template}.md.j2").exists()
+
+
+def folders(template: str) -> tuple[Path, Path]:
+    """Where the results and the pages (and figures) of ``template`` go: ``(RESULTS, DOCS)``, or
+    ``(STUDY_RESULTS, STUDY_DOCS)`` for a study."""
+    return (STUDY_RESULTS, STUDY_DOCS) if is_study(template) else (RESULTS, DOCS)
+
+
 def _environment():
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(PAGES),
+        loader=jinja2.FileSystemLoader([PAGES, STUDY_PAGES]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -363,22 +380,31 @@ def tagged_as(res: dict, name: str) -> str:
 
 
 def render_page(res: dict) -> str:
-    """The Markdown page of ``res``: its template (``res["template"]``) rendered with ``res`` as ``res``."""
+    """The Markdown page of ``res``: its template (``res["template"]``) rendered with ``res`` as ``res``.
+
+    A result that a later run replaced carries ``"stale"``: a sentence saying what it predates and which page
+    holds the current results, shown under the page's title."""
     env = _environment()
     env.globals.update(tagged=lambda name: tagged_as(res, name))
-    return env.get_template(f"{res['template']}.md.j2").render(res=res)
+    text = env.get_template(f"{res['template']}.md.j2").render(res=res)
+    if res.get("stale"):
+        title, _, body = text.partition("\n")
+        text = f"{title}\n\n> **An earlier run, kept for reference.** {res['stale']}\n\n" + body.lstrip("\n")
+    return text
 
 
 def publish(res: dict, name: str, template: str | None = None) -> Path:
     """Save ``res`` as ``benchmarks/results/<name>.json`` and render it to ``docs/benchmarks/<name>.md``
     (``name`` with the run's tag, :data:`TAG`), through ``benchmarks/pages/<template>.md.j2`` (default:
-    ``name``). Returns the page's path."""
+    ``name``); a study's template puts them in the studies' folders instead (:func:`folders`). Returns the
+    page's path."""
     res = jsonable({**res, "template": template or res.get("template") or name, "tag": TAG})
     stem = tagged(name + ".json")[: -len(".json")]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    page = DOCS / f"{stem}.md"
+    results, docs = folders(res["template"])
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
+    docs.mkdir(parents=True, exist_ok=True)
+    page = docs / f"{stem}.md"
     page.write_text(render_page(res))
     log(f"wrote {page.relative_to(ROOT)}")
     return page

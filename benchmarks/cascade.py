@@ -311,7 +311,7 @@ def table3(ct, trs, X, y, tuned_alpha):
         add(f"SR α={alpha}", "SR", alpha, scores, sr.cost_report_["relative_cost"], timing,
             {"survivors": sr.cost_report_["survivors"]})
     ct.set_params(alpha=0.0, exit_layer=None)
-    # predict_exits is predict at α=0 (the same _predict_logits call, all rows through every layer and exit)
+    # predict_exits is predict at α=0 (the same call, all rows through every layer and exit)
     # returning every exit's logits instead of the final scores.
     logits, timing = timed(ct.predict_exits, X)
     index = GroupIndex.from_frame(X)
@@ -320,7 +320,7 @@ def table3(ct, trs, X, y, tuned_alpha):
     scores0, _ = simulate_cascade(logits, index, 0.0, ct.exits_)
     add("CT α=0", "CT", 0.0, scores0, ct.cost_report_["relative_cost"], timing)
     sim_diffs = {}
-    lengths = ct._encode(X)["lengths"]
+    lengths = ct.encode(X)["lengths"]
     for alpha in (*ALPHAS, tuned_alpha):
         label = f"CT α={alpha}" if np.ndim(alpha) == 0 else f"CT α={tuple(alpha)} (dev-tuned)"
         ct.set_params(alpha=list(alpha) if np.ndim(alpha) else alpha)
@@ -496,12 +496,12 @@ def main(argv=None):
         return
     if args.threads:
         torch.set_num_threads(args.threads)
-    from as2rank.neural import resolve_device
+    from as2rank.neural import autocast_dtype, resolve_device
 
     t_start = time.perf_counter()
     res = {
         **run_header("cascade.py", argv),
-        "precision": str(TransformerRanker()._compute_dtype(resolve_device("auto"))).replace("torch.", ""),
+        "precision": str(autocast_dtype(TransformerRanker().precision, resolve_device("auto"))).replace("torch.", ""),
         "quick": "",
         "paper": PAPER,
         "criteria": CRITERIA,

@@ -142,15 +142,16 @@ def ensemble_scores(ens, scores):
 
 
 # ----------------------------------------------------------------------------------------------- latency
-def forward_fn(models, batches, device):
-    """Time the forward passes of ``models`` (one architecture, or the members of an ensemble) over ``batches``."""
+def forward_fn(predictors, batches, device):
+    """Time the forward passes of ``predictors`` (the ``predictor()`` of one architecture, or of the members of
+    an ensemble) over ``batches``."""
 
     def run():
         with torch.inference_mode():
             for batch in batches:
-                for m in models:
-                    with autocast(device, m._compute_dtype(device)):
-                        out = m.model_(batch)
+                for p in predictors:
+                    with autocast(device, p.dtype):
+                        out = p.module(batch)
                     if out.ndim == 2:  # Cerberus: Eq. 5
                         out.mean(dim=1)
         if device.type == "cuda":
@@ -165,12 +166,9 @@ def latency(archs, X, rounds, n_pairs):
     device = resolve_device("auto")
     first = next(iter(archs.values()))[0]
     rows = np.arange(min(n_pairs, len(X)))
-    encoded = first._encode(X.iloc[rows])
+    encoded = first.encode(X.iloc[rows])
     batches = [to_device(batch_tensors(encoded, rows[i : i + 128]), device) for i in range(0, len(rows), 128)]
-    for models in archs.values():
-        for m in models:
-            m.model_.to(device).eval()
-    runs = {name: forward_fn(models, batches, device) for name, models in archs.items()}
+    runs = {name: forward_fn([m.predictor(device) for m in models], batches, device) for name, models in archs.items()}
     # The heads' blocks: how many heads each call computes (all k = one computation for all heads), and how
     # many calls per batch (one per row block: CPU inference runs the heads over row blocks, see
     # CerberusEncoder.head_rows).

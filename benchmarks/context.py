@@ -65,7 +65,7 @@ CONTEXT_LENGTHS = {"max_length": 256, "max_pair_length": 128}
 NO_CONTEXT_LENGTH = 128
 #: Training epochs of every model, per data set (``--epochs`` overrides both). SQuAD's training split is small
 #: (67 steps an epoch at batch 32) and the context models leave the base-rate plateau later than the
-#: no-context one (``benchmarks/context_budget.py``, seed 1): ContextConcat(contexts=("local",)) ended a
+#: no-context one (``benchmarks/studies/context_budget.py``, seed 1): ContextConcat(contexts=("local",)) ended a
 #: 2-epoch budget at loss 0.52 (base rate 0.53; test P@1 47.9) and a 4-epoch one at 0.23 (P@1 79.5); dev MAP
 #: of both it and the no-context model levels off from the third epoch, and 6 epochs gained nothing on dev.
 EPOCHS = {"wikiqa": 2, "squad": 4}
@@ -231,13 +231,13 @@ def wrong_picks(Xc, y, scores) -> dict:
 # ----------------------------------------------------------------------------------------------- latency
 def mean_tokens(est, X) -> float:
     """Mean input tokens per pair (all inputs of the model: both for the ensemble)."""
-    encoded = est._encode(X)
+    encoded = est.encode(X)
     return float(sum(v.sum() for k, v in encoded.items() if k.endswith("attention_mask")) / len(X))
 
 
 def latency_batches(est, X, fixed_width):
     """Batches of ``LATENCY_BATCH`` rows, tokenised and built in advance (not timed)."""
-    encoded = est._encode(X)
+    encoded = est.encode(X)
     lengths = encoded["lengths"]
     order = np.arange(len(X)) if fixed_width else np.argsort(lengths, kind="stable")
     batches = []
@@ -263,11 +263,12 @@ def latency_batches(est, X, fixed_width):
 
 def time_forward(est, batches, device, fixed: bool) -> float:
     """Seconds of the model's forward passes over ``batches`` (as ``predict`` runs them)."""
-    module = est._module_on(device)
+    predictor = est.predictor(device)
+    module = predictor.module
     if hasattr(module, "trim_padding"):
         module.trim_padding = not fixed  # the ensemble otherwise cuts each input to its longest row
     batches = [to_device(b, device) for b in batches]
-    with torch.inference_mode(), autocast(device, est._compute_dtype(device)):
+    with torch.inference_mode(), autocast(device, predictor.dtype):
         module({k: v[:8] for k, v in batches[0].items()})  # warm-up (first-call allocations)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -287,11 +288,11 @@ def forward_ops(est, batch, device) -> int:
     a small model at batch 128 waits on launches more than on arithmetic, latency follows this count)."""
     from torch.profiler import ProfilerActivity, profile
 
-    module = est._module_on(device)
+    predictor = est.predictor(device)
     batch = to_device(batch, device)
-    with torch.inference_mode(), autocast(device, est._compute_dtype(device)):
+    with torch.inference_mode(), autocast(device, predictor.dtype):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            module(batch)
+            predictor.module(batch)
     return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None)
 
 

@@ -113,7 +113,7 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
     import pandas as pd
 
     from as2rank.transformer.cascade import CascadeTransformer
-    from as2rank.neural import onnx_runtime
+    from as2rank.neural.onnx import runtime as onnx_runtime
     from as2rank.transformer.ranker import TransformerRanker
 
     if precision == "int8-torch":  # the int8 path of an environment without ONNX Runtime
@@ -197,20 +197,21 @@ def predicting_at(est, setting: str):
     as2rank for the duration, so int8 runs on torch's kernels; ``"int8-u8s8"`` tells as2rank that this CPU's
     uint8 × int8 kernels sum exactly, so its int8 session runs them whatever they compute (their saturating
     16-bit pair sums on an x86 CPU without VNNI: what int8 would score if the library did not avoid them)."""
-    from as2rank.neural import onnx_runtime
+    from as2rank.neural.onnx import runtime as onnx_runtime
+    from as2rank.neural.onnx.copies import INT8_COPIES
 
     available, exact = onnx_runtime.onnx_available, onnx_runtime.u8s8_sums_exact
     if setting == "int8-torch":
         onnx_runtime.onnx_available = lambda: False
     if setting == "int8-u8s8":
         onnx_runtime.u8s8_sums_exact = lambda: True
-        est._int8_model_ = None  # a session built on the other kernels is not reused, before or after
+        INT8_COPIES.forget(est.model_)  # a session built on the other kernels is not reused, before or after
     try:
         yield est.set_params(precision=setting.partition("-")[0])
     finally:
         onnx_runtime.onnx_available, onnx_runtime.u8s8_sums_exact = available, exact
         if setting == "int8-u8s8":
-            est._int8_model_ = None
+            INT8_COPIES.forget(est.model_)
 
 
 def cascade_setup(args, work: Path, X_train, y_train, splits):
@@ -386,7 +387,8 @@ def calibration(fit_questions: int) -> dict:
 
     from as2rank.data import GroupIndex
     from as2rank.metrics import mean_average_precision
-    from as2rank.neural import onnx_runtime, resolve_device
+    from as2rank.neural import resolve_device
+    from as2rank.neural.onnx import runtime as onnx_runtime
     from as2rank.neural.onnx.calibration import CALIBRATION_ROWS, activation_ranges, calibration_rows
     from as2rank.app.suite import load_benchmark_data
     from as2rank.transformer.ranker import TransformerRanker
@@ -403,7 +405,7 @@ def calibration(fit_questions: int) -> dict:
     out = {"dev_questions": len(questions), "default_rows": CALIBRATION_ROWS, "default_smoothing": default}
     for name, (Xa, ya, Xt, yt) in data.items():
         est = fitted(TransformerRanker(random_state=0), Xa, ya)
-        fitted_ranges, encoded = est.activation_ranges_, est._encode(Xa)
+        fitted_ranges, encoded = est.activation_ranges_, est.encode(Xa)
         ref_dev, ref_test = est.set_params(precision="fp32").predict(X_dev), est.predict(Xt)
         out[name] = {"fp32_map": mean_average_precision(yt, ref_test, Xt["qid"]), "rows": {}, "smoothing": {}}
         measured = {}  # (rows, α): the default setting is in both tables, measured once

@@ -118,9 +118,10 @@ def extra_params(estimator, seed) -> dict:
         return dict(SETTINGS["cascade"])
     if estimator in ("distilled", "cerberus"):
         from as2rank import Cosinet
-        from as2rank.app.suite import _lexical_lr
+        from as2rank.app.suite import ENTRIES
 
-        return {"teachers": [Cosinet(random_state=seed), _lexical_lr(seed)], **SETTINGS[estimator]}
+        lexical_lr = next(e for e in ENTRIES if e.name == "Lexical+LR")  # the suite's Lexical+LR pipeline
+        return {"teachers": [Cosinet(random_state=seed), lexical_lr.make(seed)], **SETTINGS[estimator]}
     return {}
 
 

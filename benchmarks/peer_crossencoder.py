@@ -1,4 +1,4 @@
-"""Prediction speed of sentence-transformers' ``CrossEncoder`` on one CPU backend (the peer of issue 24).
+"""Prediction speed of sentence-transformers' ``CrossEncoder`` on one CPU backend (the peer of the speed and CPU pages).
 
     python benchmarks/peer_crossencoder.py PAIRS.json --model DIR --cache DIR --backend onnx-int8
                                           [--int8-config avx512_vnni] [--batch-size 32] [--rounds 1] [--threads N] [--scores OUT.json]

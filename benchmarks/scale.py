@@ -1,4 +1,4 @@
-"""Scale-out on one machine: parallel model selection, streamed scoring and streamed training (issue 11).
+"""Scale-out on one machine: parallel model selection, streamed scoring and streamed training.
 
     python benchmarks/scale.py [--quick] [--workdir DIR] [--keep-files]
 

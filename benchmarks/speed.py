@@ -1,4 +1,4 @@
-"""Speed of the transformer estimators against sentence-transformers' ``CrossEncoder`` on WikiQA (issue 8).
+"""Speed of the transformer estimators against sentence-transformers' ``CrossEncoder`` on WikiQA.
 
     python benchmarks/speed.py [--quick] [--threads N] [--epochs N] [--learning-rate LR]
                                [--train-steps N] [--train-rounds N] [--rounds N] [--train-questions N]
@@ -75,7 +75,7 @@ from as2rank.data import keep_answered
 from as2rank.datasets import expand_candidates
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
-from as2rank.neural import cpu_bf16_supported, int8_supported, resolve_device
+from as2rank.neural import autocast_dtype, cpu_bf16_supported, int8_supported, resolve_device
 from as2rank.neural.onnx.runtime import onnx_available
 from as2rank.transformer.ranker import TransformerRanker
 from as2rank.transformer.scaffold import AUTO_BATCH_TOKENS
@@ -252,7 +252,7 @@ def full_fits(X, y, b, args):
     for name, extra in rows:
         precision = name.split(",")[0]
         est = ours(precision, b, **extra)
-        dtype = est._compute_dtype(device, training=True)
+        dtype = autocast_dtype(est.precision, device, training=True)
         same = next((k for k, (d, e) in dtypes.items() if d == dtype and e == extra), None)
         if same is not None:
             log(f"[fit] TransformerRanker precision={name}: trains in {dtype} like '{same}' here: that fit is reused")
@@ -438,7 +438,7 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
     encode_seconds = []
     for _ in range(args.cascade_rounds):
         start = time.perf_counter()
-        ct0._encode(X3)
+        ct0.encode(X3)
         encode_seconds.append(time.perf_counter() - start)
     p_at_1 = {k: per_question(y3, scores[k], X3, "p@1") for k in ("CT α=0", "CT α=0.3")}
     rows = []

@@ -2,7 +2,9 @@
 
 Build from the repository root::
 
-    python -m sphinx -b html docs docs/_build/html
+    python -m sphinx -n -W -b html docs docs/_build/html
+
+(``-n -W``: every cross-reference must resolve and any warning fails the build.)
 
 Needs the ``docs`` extra (sphinx, numpydoc, myst-parser, furo). Nothing is fetched from the network.
 """
@@ -70,6 +72,6 @@ numpydoc_xref_param_type = False
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-# docs/benchmarks/*.md are written by the benchmark scripts; the toctree globs them, so a checkout where
-# no script has run yet builds without them.
+# docs/benchmarks/*.md and docs/studies/*.md are written by the benchmark scripts (benchmarks/render.py); a
+# glob over them in a toctree may match nothing in a checkout where no script has run yet.
 suppress_warnings = ["toc.empty_glob"]

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..data import GroupIndex, check_X, ragged_arange
 from ..params import Interval, Options, SequenceOf
 from ..pruning.rules import _DROP_RATIOS, _drop_ratios, _report, _stage_scores
-from .prior import SegmentSimilarityMixin
+from .prior import LexicalPrior
 from .scaffold import AUTO_BATCH_TOKENS, _TransformerEstimator
 
 __all__ = ["CascadeTransformer", "default_exits"]
@@ -49,7 +49,7 @@ def _group_rows(index: GroupIndex, groups: np.ndarray):
     return rows, np.repeat(np.arange(len(groups)), sizes)
 
 
-class CascadeTransformer(SegmentSimilarityMixin, _TransformerEstimator):
+class CascadeTransformer(_TransformerEstimator):
     """Cascade Transformer (Soldaini & Moschitti, 2020, §4.3): early exits with per-question candidate drops.
 
     A classifier after each exit layer ρ(i) reads the mean of all token encodings of that layer (padding
@@ -151,9 +151,11 @@ reuse_fit, random_state, verbose
     _auto_batch_tokens = {**AUTO_BATCH_TOKENS, "cpu-onnx": 1024}
     _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit", "n_threads")
     _head_modules = ("classifiers",)
+    _prior = LexicalPrior(segment_similarity=True)
+    _saved_attrs = ("n_layers_", "exits_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **SegmentSimilarityMixin._parameter_constraints,
+        **_prior.constraints,
         "exits": [None, SequenceOf(Interval(Integral, 1, None))],
         "exit_sampling": [Options(EXIT_SAMPLING)],
         "alpha": _DROP_RATIOS,
@@ -166,8 +168,7 @@ reuse_fit, random_state, verbose
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
     # ----------------------------------------------------------------- training hooks
-    def _check_params(self):
-        super()._check_params()
+    def _check_rules(self):
         if self.exits is not None and np.any(np.diff(list(self.exits)) <= 0):
             raise ValueError(f"exits must be increasing positive layer numbers, got {self.exits!r}.")
         # Without exits the depth (hence the number of pruning exits) is known only once the model is loaded.
@@ -199,13 +200,6 @@ reuse_fit, random_state, verbose
         logits = module.all_exits(batch)
         labels = batch["labels"].unsqueeze(1).expand_as(logits)
         return F.binary_cross_entropy_with_logits(logits, labels)
-
-    def _export_attrs(self):
-        return {**super()._export_attrs(), "exits_": list(self.exits_)}
-
-    def _import_attrs(self, attrs):
-        super()._import_attrs(attrs)
-        self.exits_ = tuple(attrs["exits_"])
 
     # ----------------------------------------------------------------- inference
     def _inference_plan(self):

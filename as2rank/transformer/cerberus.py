@@ -12,8 +12,8 @@ one multi-head transformer, and the one-head distilled students it is measured a
   :class:`~as2rank.transformer.ranker.TransformerRanker`: same encoder, pooling and head) distilled from one
   teacher, or from several by summing their losses (KD_Sum) or switching teacher every mini-batch (KD_RR).
   The same student without a teacher is :class:`~as2rank.transformer.ranker.TransformerRanker` itself.
-* ``_Distillation``: what the two share: the teachers, their calibrated logits as training targets and
-  Eq. 1.
+* ``_Student``: the base of the two: the teachers, their calibrated logits as training targets, Eq. 1
+  and the lexical prior.
 
 The teachers (fitted rankers of any family, columns of ``X`` or arrays of precomputed scores) and how their
 scores become calibrated logits (Platt scaling, optionally cross-fitted with ``teacher_cv``) are in
@@ -34,7 +34,7 @@ import numpy as np
 
 from ..ensemble.linear import LinearEnsemble
 from ..params import POOLINGS, Interval, Options
-from .prior import LexicalPriorMixin
+from .prior import LexicalPrior
 from ..ensemble.teachers import (
     CV_CONSTRAINTS,
     _check_teachers,
@@ -43,7 +43,6 @@ from ..ensemble.teachers import (
     platt_scaling,
     teacher_logits,
 )
-from .ranker import _PointwiseScoring
 from .scaffold import _TransformerEstimator
 
 # LinearEnsemble, platt_scaling and teacher_logits are defined (and documented) in as2rank.ensemble.linear and
@@ -53,21 +52,24 @@ __all__ = ["Cerberus", "DistilledRanker", "LinearEnsemble", "platt_scaling", "te
 #: Values of ``DistilledRanker(multi_teacher=...)``.
 MULTI_TEACHER = ("sum", "round_robin")
 
-class _Distillation:
+#: The distillation entries of the students' ``_parameter_constraints``.
+_DISTILLATION_CONSTRAINTS = {
+    "kd_alpha": [Interval(Real, 0, 1)],
+    "temperature": [Interval(Real, 0, None, closed="neither")],
+    "teacher_cv": CV_CONSTRAINTS,
+}
+
+
+class _Student(_TransformerEstimator):
     """What the distilled students share: teachers, their calibrated logits as training targets, Eq. 1."""
 
     # Teacher logits are calibrated on the whole training set: no chunked training.
     _streamable = False
 
     _unsaved_params = ("model", "tokenizer", "teachers", "teacher_cv")
-    #: The distillation entries of the students' ``_parameter_constraints``.
-    _parameter_constraints = {
-        "kd_alpha": [Interval(Real, 0, 1)],
-        "temperature": [Interval(Real, 0, None, closed="neither")],
-        "teacher_cv": CV_CONSTRAINTS,
-    }
+    _prior = LexicalPrior()
 
-    def _check_distillation_params(self):
+    def _check_rules(self):
         _check_teachers(self.teachers)
 
     def _row_targets(self, X, y, index):
@@ -98,7 +100,7 @@ class _Distillation:
 
 
 # ----------------------------------------------------------------------------------------------- Cerberus
-class Cerberus(LexicalPriorMixin, _Distillation, _TransformerEstimator):
+class Cerberus(_Student):
     """CERBERUS (Matsubara et al., 2022, §3.3): one transformer with a shared body and one ranking head per
     teacher, each head distilled from its own teacher.
 
@@ -194,10 +196,11 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     """
 
     _head_modules = ("classifiers",)
+    _saved_attrs = ("n_layers_", "body_layers_", "head_layers_", "n_heads_", "pooling_")
     _parameter_constraints = {
-        **LexicalPriorMixin._parameter_constraints,
         **_TransformerEstimator._parameter_constraints,
-        **_Distillation._parameter_constraints,
+        **_Student._prior.constraints,
+        **_DISTILLATION_CONSTRAINTS,
         "body_layers": [Interval(Integral, 1, None), None],
         "head_layers": [Interval(Integral, 1, None)],
         "pooling": [Options(POOLINGS)],
@@ -211,9 +214,8 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
     # ----------------------------------------------------------------- training hooks
-    def _check_params(self):
-        super()._check_params()
-        self._check_distillation_params()
+    def _check_rules(self):
+        _check_teachers(self.teachers)
         if self.warm_start and hasattr(self, "model_") and len(self.teachers) != self.n_heads_:
             raise ValueError(f"warm_start continues a model with {self.n_heads_} heads, but {len(self.teachers)} teachers were given.")
         self._weights()
@@ -262,15 +264,6 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         ).mean(dim=0)
         return (losses * torch.as_tensor(self._weights(), dtype=losses.dtype, device=losses.device)).sum()
 
-    def _export_attrs(self):
-        return {**super()._export_attrs(), "body_layers_": self.body_layers_, "head_layers_": self.head_layers_,
-                "n_heads_": self.n_heads_, "pooling_": self.pooling_}
-
-    def _import_attrs(self, attrs):
-        super()._import_attrs(attrs)
-        self.body_layers_, self.head_layers_ = attrs["body_layers_"], attrs["head_layers_"]
-        self.n_heads_, self.pooling_ = attrs["n_heads_"], attrs["pooling_"]
-
     # ----------------------------------------------------------------- inference
     def predict_heads(self, X) -> np.ndarray:
         """The logit of every head for every row (``predict`` is their mean).
@@ -303,7 +296,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
 
 
 # ----------------------------------------------------------------------------------------------- KD baselines
-class DistilledRanker(LexicalPriorMixin, _Distillation, _PointwiseScoring, _TransformerEstimator):
+class DistilledRanker(_Student):
     """A one-head transformer student distilled from one or several teachers (the KD baselines of the
     CERBERUS paper, §3.2 and §5.2).
 
@@ -352,10 +345,11 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         calibrated logits).
     """
 
+    _saved_attrs = ("n_layers_", "pooling_")
     _parameter_constraints = {
-        **LexicalPriorMixin._parameter_constraints,
         **_TransformerEstimator._parameter_constraints,
-        **_Distillation._parameter_constraints,
+        **_Student._prior.constraints,
+        **_DISTILLATION_CONSTRAINTS,
         "num_layers": [Interval(Integral, 1, None), None],
         "pooling": [Options(POOLINGS)],
         "multi_teacher": [Options(MULTI_TEACHER)],
@@ -369,10 +363,6 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
     # ----------------------------------------------------------------- training hooks
-    def _check_params(self):
-        super()._check_params()
-        self._check_distillation_params()
-
     def _prepare_encoder(self, encoder):
         from .pointwise import prepare_encoder
 
@@ -394,9 +384,3 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         losses = distillation_loss(logits.unsqueeze(1), teachers, labels.unsqueeze(1), self.kd_alpha, self.temperature)
         return losses.mean(dim=0).sum()
 
-    def _export_attrs(self):
-        return {**super()._export_attrs(), "pooling_": self.pooling_}
-
-    def _import_attrs(self, attrs):
-        super()._import_attrs(attrs)
-        self.pooling_ = attrs["pooling_"]

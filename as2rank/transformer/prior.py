@@ -17,7 +17,7 @@ import numpy as np
 
 from ..params import Boolean
 
-__all__ = ["LexicalPriorMixin", "SegmentSimilarityMixin", "fit_lexical_prior", "lexical_prior_logits"]
+__all__ = ["LexicalPrior", "fit_lexical_prior", "lexical_prior_logits"]
 
 
 def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None, lexical: bool = True) -> tuple:
@@ -85,149 +85,136 @@ def _matrix(features, X, extra=None) -> np.ndarray:
     return F if extra is None else np.column_stack([F, np.asarray(extra, dtype=np.float64)])
 
 
-class LexicalPriorMixin:
-    """The ``lexical_prior`` and ``similarity_prior`` parameters of a transformer estimator: the prior is fitted
-    at the start of a fresh fit (never on a warm start or a continued ``partial_fit``, which keep the fitted
-    one) and its logit is the ``prior`` entry of the encoded rows, which the module adds to its logits."""
+class LexicalPrior:
+    """The lexical prior of a transformer estimator, held by its class (``_prior``): the ``lexical_prior`` and
+    ``similarity_prior`` parameters, and with ``segment_similarity=True`` that parameter too.
 
-    _prior_attrs = ("lexical_features_", "lexical_coef_", "similarity_source_")
-    #: The entries of ``lexical_prior`` and ``similarity_prior`` in the estimator's ``_parameter_constraints``.
-    _parameter_constraints = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()]}
+    The prior is fitted at the start of a fresh fit (never on a warm start or a continued ``partial_fit``,
+    which keep the fitted one) and its logit is the ``prior`` entry of the encoded rows, which the module adds
+    to its logits. Its fitted state is the estimator's ``lexical_features_``, ``lexical_coef_`` and
+    ``similarity_source_``.
 
-    def _check_params(self):
-        super()._check_params()
-        if self.similarity_prior and not self.lexical_prior:
+    With segment similarity the module (:class:`~as2rank.transformer.heads.SegmentSimilarity` terms of
+    :class:`~as2rank.transformer.ranker.TransformerRanker`, :class:`~as2rank.transformer.cascade.CascadeTransformer`)
+    adds ``w × cos(question, candidate)`` to its logit: the cosine of the mean encodings of the pair's question
+    and candidate tokens inside its own encoding. A fresh fit runs the pretrained encoder over the training rows
+    once, fits the prior's regression on its cosines beside the lexical features, and starts ``w`` (every
+    exit's, for a cascade) at the cosine's coefficient there; the network then trains ``w`` with the rest. The
+    batches carry the ``question_mask`` the term needs.
+    """
+
+    #: The fitted attributes the prior sets on its estimator (those present are saved with the model).
+    attrs = ("lexical_features_", "lexical_coef_", "similarity_source_")
+
+    def __init__(self, segment_similarity: bool = False):
+        self.segment_similarity = segment_similarity
+
+    @property
+    def constraints(self) -> dict:
+        """The prior's entries of the estimator's ``_parameter_constraints``."""
+        own = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()]}
+        return {**own, "segment_similarity": [Boolean()]} if self.segment_similarity else own
+
+    def check_params(self, est) -> None:
+        if est.similarity_prior and not est.lexical_prior:
             raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")
 
-    def _check_continuation(self):
-        for param, attr, what in (("lexical_prior", "lexical_coef_", "a lexical prior"),
-                                  ("similarity_prior", "similarity_source_", "the similarity feature in its prior")):
-            fitted = hasattr(self, attr)
-            if bool(getattr(self, param)) != fitted:
+    def check_continuation(self, est) -> None:
+        """Refuse to continue training a fitted model under prior settings it was not trained with."""
+        checks = [("lexical_prior", hasattr(est, "lexical_coef_"), "a lexical prior"),
+                  ("similarity_prior", hasattr(est, "similarity_source_"), "the similarity feature in its prior")]
+        if self.segment_similarity:
+            checks.append(("segment_similarity", est.model_.similarity is not None, "it"))
+        for param, fitted, what in checks:
+            if bool(getattr(est, param)) != fitted:
                 raise ValueError(
-                    f"{param}={getattr(self, param)} but the fitted model was trained {'with' if fitted else 'without'} "
+                    f"{param}={getattr(est, param)} but the fitted model was trained {'with' if fitted else 'without'} "
                     f"{what}, and continuing keeps what the network learnt against it; set {param}={fitted}, or fit "
                     "afresh (warm_start=False)."
                 )
 
-    def _init_module(self, X, y, groups, eval_set):
-        for name in self._prior_attrs:
-            self.__dict__.pop(name, None)
-        module = super()._init_module(X, y, groups, eval_set)
-        extra = []
-        if self.similarity_prior:
-            from .similarity import similarity_source
-
-            self.similarity_source_ = similarity_source(self.model, self.tokenizer)
-            extra.append(self._similarity(X))
-        terms = self._term_features(module, X)
-        if terms is not None:
-            extra.append(terms)
-        if self.lexical_prior or terms is not None:
-            features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
-                                               lexical=self.lexical_prior)
-            if terms is not None:  # its weight goes to the module, which computes the feature itself
-                self._init_terms(module, float(coef[-2]))
-                coef = np.delete(coef, -2)
-            if self.lexical_prior:
-                self.lexical_features_, self.lexical_coef_ = features, coef
-        return module
-
-    def _term_features(self, module, X):
-        """Features of the rows of ``X``, shape (n_rows, 1), that the module computes itself and weighs by a
-        parameter that the prior's regression initialises (:meth:`_init_terms`); None: no such term."""
-        return None
-
-    def _init_terms(self, module, weight: float) -> None:
-        """Set the module's weight on :meth:`_term_features` to the regression's ``weight``."""
-        raise NotImplementedError
-
-    def _training_params(self) -> dict:
-        params = super()._training_params()
-        if self.similarity_prior:
+    def training_params(self, est, params: dict) -> dict:
+        """``params`` (what the fit cache keys) with what the prior reads beyond them."""
+        if est.similarity_prior:
             # The fit cache keys the initial weights by content; the similarity feature reloads them by name, so
             # a fit is reused only under the same names.
-            params["similarity_source"] = (self.model, self.tokenizer)
+            params = {**params, "similarity_source": (est.model, est.tokenizer)}
         return params
 
-    def _similarity(self, X) -> np.ndarray:
-        """The similarity feature of the rows of ``X``, shape (n_rows, 1) (:mod:`as2rank.transformer.similarity`), on
-        the estimator's device and at its prediction dtype, whether fitting or predicting."""
-        from ..neural import resolve_device
-        from .similarity import pair_similarity
+    def fit(self, est, module, X, y) -> None:
+        """Fit the prior of a fresh fit on the training rows (in ``fit``, before training): set ``est``'s prior
+        attributes and the module's segment-similarity weights."""
+        for name in self.attrs:
+            est.__dict__.pop(name, None)
+        extra = []
+        if est.similarity_prior:
+            from .similarity import similarity_source
 
-        device = resolve_device(self.device)
-        return pair_similarity(self.similarity_source_, X["question"].to_numpy(), X["candidate"].to_numpy(),
-                               device=device, dtype=self._compute_dtype(device), max_length=self.max_length)[:, None]
+            est.similarity_source_ = similarity_source(est.model, est.tokenizer)
+            extra.append(self._similarity(est, X))
+        terms = self._segment_cosines(est, module, X)
+        if terms is not None:
+            extra.append(terms)
+        if est.lexical_prior or terms is not None:
+            features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
+                                               lexical=est.lexical_prior)
+            if terms is not None:  # its weight goes to the module, which computes the feature itself
+                _init_segment_weights(module, float(coef[-2]))
+                coef = np.delete(coef, -2)
+            if est.lexical_prior:
+                est.lexical_features_, est.lexical_coef_ = features, coef
 
-    def _encode(self, X):
-        encoded = super()._encode(X)
-        if hasattr(self, "lexical_coef_"):
-            extra = self._similarity(X) if hasattr(self, "similarity_source_") else None
-            encoded["prior"] = lexical_prior_logits(self.lexical_features_, self.lexical_coef_, X, extra)
+    def add_inputs(self, est, module, X, encoded: dict) -> dict:
+        """The encoded rows with what the prior adds: the ``question_mask`` of segment similarity and, once
+        fitted, the ``prior`` logits."""
+        if self.segment_similarity and module.similarity is not None:
+            from ..neural.backbone import question_mask
+
+            encoded["question_mask"] = question_mask(encoded["input_ids"], est.tokenizer_)
+        if hasattr(est, "lexical_coef_"):
+            extra = self._similarity(est, X) if hasattr(est, "similarity_source_") else None
+            encoded["prior"] = lexical_prior_logits(est.lexical_features_, est.lexical_coef_, X, extra)
         return encoded
 
-    def _export_attrs(self):
-        return {**super()._export_attrs(), **{k: getattr(self, k) for k in self._prior_attrs if hasattr(self, k)}}
+    @staticmethod
+    def _similarity(est, X) -> np.ndarray:
+        """The similarity feature of the rows of ``X``, shape (n_rows, 1) (:mod:`as2rank.transformer.similarity`),
+        on the estimator's device and at its prediction dtype, whether fitting or predicting."""
+        from ..neural import autocast_dtype, resolve_device
+        from .similarity import pair_similarity
 
-    def _import_attrs(self, attrs):
-        super()._import_attrs(attrs)
-        for k in self._prior_attrs:
-            if k in attrs:
-                setattr(self, k, attrs[k])
+        device = resolve_device(est.device)
+        return pair_similarity(est.similarity_source_, X["question"].to_numpy(), X["candidate"].to_numpy(),
+                               device=device, dtype=autocast_dtype(est.precision, device),
+                               max_length=est.max_length)[:, None]
 
-
-class SegmentSimilarityMixin(LexicalPriorMixin):
-    """The ``segment_similarity`` parameter of a transformer estimator whose module has
-    :class:`~as2rank.transformer.heads.SegmentSimilarity` terms (:class:`~as2rank.transformer.ranker.TransformerRanker`,
-    :class:`~as2rank.transformer.cascade.CascadeTransformer`): the logit gains ``w × cos(question, candidate)``, the cosine of
-    the mean encodings of the pair's question and candidate tokens inside its own encoding. A fresh fit runs the
-    pretrained encoder over the training rows once, fits the prior's regression on its cosines beside the
-    lexical features, and starts ``w`` (every exit's, for a cascade) at the cosine's coefficient there; the
-    network then trains ``w`` with the rest. The batches carry the ``question_mask`` the term needs."""
-
-    _parameter_constraints = {**LexicalPriorMixin._parameter_constraints, "segment_similarity": [Boolean()]}
-
-    def _check_continuation(self):
-        super()._check_continuation()
-        fitted = self.model_.similarity is not None
-        if bool(self.segment_similarity) != fitted:
-            raise ValueError(
-                f"segment_similarity={self.segment_similarity} but the fitted model was trained "
-                f"{'with' if fitted else 'without'} it; set segment_similarity={fitted}, or fit afresh (warm_start=False)."
-            )
-
-    def _term_features(self, module, X):
-        if not self.segment_similarity:
+    def _segment_cosines(self, est, module, X):
+        """The pretrained module's segment cosines of the rows of ``X``, shape (n_rows, 1), or None without
+        segment similarity."""
+        if not (self.segment_similarity and est.segment_similarity):
             return None
-        from ..neural import resolve_device
+        from ..neural import autocast_dtype, resolve_device
         from ..neural.predict import no_progress, predict_logits
 
-        device = resolve_device(self.device)
+        device = resolve_device(est.device)
         home, training = next(module.parameters()).device, module.training
         module.to(device).eval()
         try:
-            cosines = predict_logits(module.segment_cosines, self._encode_for(module, X), device,
-                                     batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device),
+            cosines = predict_logits(module.segment_cosines, est._encode_for(module, X), device,
+                                     batch_tokens=est._batch_tokens(device), dtype=autocast_dtype(est.precision, device),
                                      progress=no_progress)
         finally:
             module.to(home).train(training)
         return cosines[:, -1:]  # a cascade's last exit: the layer the single-exit model would read
 
-    def _init_terms(self, module, weight: float) -> None:
-        import torch
 
-        from .heads import SegmentSimilarity
+def _init_segment_weights(module, weight: float) -> None:
+    """Start every segment-similarity weight of ``module`` at ``weight``."""
+    import torch
 
-        with torch.no_grad():
-            for term in module.modules():
-                if isinstance(term, SegmentSimilarity):
-                    term.weight.fill_(weight)
+    from .heads import SegmentSimilarity
 
-    def _encode_for(self, module, X):
-        encoded = super()._encode_for(module, X)
-        if module.similarity is not None:
-            from ..neural.backbone import question_mask
-
-            encoded["question_mask"] = question_mask(encoded["input_ids"], self.tokenizer_)
-        return encoded
+    with torch.no_grad():
+        for term in module.modules():
+            if isinstance(term, SegmentSimilarity):
+                term.weight.fill_(weight)

@@ -1,5 +1,4 @@
-"""Transformer cross-encoders: :class:`TransformerRanker` and the pointwise scoring it shares with the
-context rankers (``_PointwiseScoring``).
+"""The transformer cross-encoder: :class:`TransformerRanker`.
 
 The machinery every transformer-backed ranker shares (training, early stopping, precision, fit reuse,
 persistence) is ``as2rank.transformer.scaffold._TransformerEstimator``. Importing this module does not
@@ -10,45 +9,15 @@ from __future__ import annotations
 
 from numbers import Integral
 
-import numpy as np
 
 from ..params import POOLINGS, Interval, Options
-from .prior import SegmentSimilarityMixin
+from .prior import LexicalPrior
 from .scaffold import _TransformerEstimator
 
 __all__ = ["TransformerRanker"]
 
 
-class _PointwiseScoring:
-    """The loss and scores of a model whose module returns one logit per pair (``TransformerRanker``, the
-    context rankers): pointwise binary cross-entropy, and logits from :func:`as2rank.neural.predict.predict_logits`."""
-
-    def _loss(self, module, batch):
-        from .pointwise import bce_loss
-
-        return bce_loss(module, batch)
-
-    def predict(self, X) -> np.ndarray:
-        """One score (the head's logit) per row, higher is better.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame (for the context rankers, with the context columns they read, added
-            by :class:`~as2rank.transformer.context.features.ContextExtractor`).
-
-        Returns
-        -------
-        ndarray of float64 of shape (n_rows,)
-        """
-        from ..neural import torch_threads
-
-        encoded = self.encode(X)
-        with torch_threads(self.n_threads):
-            return self.predictor(encoded=encoded).logits(encoded)
-
-
-class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerEstimator):
+class TransformerRanker(_TransformerEstimator):
     """Monolithic transformer cross-encoder (the TANDA baseline of the Cascade Transformer paper, §4.1).
 
     Each (question, candidate) pair is encoded jointly; the first token's final encoding (the paper's
@@ -242,9 +211,11 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
     """
 
     _auto_holdout = True
+    _prior = LexicalPrior(segment_similarity=True)
+    _saved_attrs = ("n_layers_", "pooling_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **SegmentSimilarityMixin._parameter_constraints,
+        **_prior.constraints,
         "num_layers": [Interval(Integral, 1, None), None],
         "pooling": [Options(POOLINGS)],
     }
@@ -287,9 +258,7 @@ class TransformerRanker(SegmentSimilarityMixin, _PointwiseScoring, _TransformerE
             encoder = AutoModelForSequenceClassification.from_config(encoder.config)
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
-    def _export_attrs(self):
-        return {**super()._export_attrs(), "pooling_": self.pooling_}
+    def _loss(self, module, batch):
+        from .pointwise import bce_loss
 
-    def _import_attrs(self, attrs):
-        super()._import_attrs(attrs)
-        self.pooling_ = attrs["pooling_"]
+        return bce_loss(module, batch)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+from abc import ABCMeta, abstractmethod
 from numbers import Integral
 from pathlib import Path
 
@@ -34,8 +35,24 @@ from .parameters import TRAINING_CONSTRAINTS, with_training_params
 AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
 
 
-class _TransformerEstimator(RankerMixin, BaseEstimator):
-    """Shared fit/predict/persistence of the transformer rankers (see the module docstring)."""
+class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
+    """Shared fit/predict/persistence of the transformer rankers (see the module docstring).
+
+    A transformer estimator is this scaffold, a few declared hooks and the components it holds:
+
+    * hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder, set the fitted attributes that
+      depend on it), :meth:`_build_module` (wrap it in the heads) and :meth:`_loss` (one batch's loss, the
+      one call the training loop makes back into the estimator);
+    * hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
+      pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
+      :meth:`_init_module` (a module trained in stages), :meth:`_set_trainable`;
+    * data: ``_parameter_constraints`` (every parameter's accepted values), ``_saved_attrs`` (the fitted
+      attributes written with the weights), ``_prior`` (a :class:`~as2rank.transformer.prior.LexicalPrior` or
+      None) and the class attributes below.
+
+    ``predict`` scores every row with the module's logit (:meth:`predictor`); models with several outputs
+    per row (exits, heads) define their own.
+    """
 
     #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
     #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
@@ -58,6 +75,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     _auto_holdout = False
     #: ``batch_tokens="auto"`` per device (:data:`AUTO_BATCH_TOKENS`).
     _auto_batch_tokens = AUTO_BATCH_TOKENS
+    #: The lexical prior the estimator holds (:class:`~as2rank.transformer.prior.LexicalPrior`), or None.
+    _prior = None
+    #: Fitted attributes that :meth:`save_pretrained` writes beside the weights (with ``activation_ranges_`` and
+    #: the prior's, where fitted) and loading sets back.
+    _saved_attrs = ("n_layers_",)
 
     def __init_subclass__(cls, **kwargs):
         """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
@@ -66,10 +88,18 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         if "__init__" in cls.__dict__:
             cls.__init__ = with_training_params(cls.__dict__["__init__"], cls._training_defaults)
 
-    # ----------------------------------------------------------------- subclass hooks
-    def _build_module(self, encoder):
-        raise NotImplementedError
+    # ----------------------------------------------------------------- hooks
+    @abstractmethod
+    def _prepare_encoder(self, encoder):
+        """Cut the loaded encoder to the depth used and set the fitted attributes that depend on it
+        (``n_layers_``, ...); return the encoder to build on."""
 
+    @abstractmethod
+    def _build_module(self, encoder):
+        """The torch module that trains and predicts: ``encoder`` wrapped in the score head(s). Also rebuilds a
+        fitted module from its config (unpickling, loading, a reused fit) before its weights are loaded."""
+
+    @abstractmethod
     def _loss(self, module, batch):
         """The training loss of one batch: the one hook the training loop calls.
 
@@ -77,11 +107,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
         ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
         fit's seeded generator (the same in every process of a distributed fit)."""
-        raise NotImplementedError
 
-    def _prepare_encoder(self, encoder):
-        """Set fitted attributes that depend on the loaded encoder, and cut it to the depth used."""
-        raise NotImplementedError
+    def _check_rules(self) -> None:
+        """Cross-parameter rules of the class, checked after every parameter passed its constraints."""
 
     def _row_targets(self, X, y, index) -> dict:
         """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
@@ -93,9 +121,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
     _input_columns = ("question", "candidate")
 
     def _init_module(self, X, y, groups, eval_set):
-        """The module a fresh ``fit`` trains: the backbone loaded, cut and wrapped in the subclass's heads.
+        """The module a fresh ``fit`` trains: the backbone loaded, cut and wrapped in the heads.
 
-        Runs inside ``fit``'s seeded block; a subclass may train parts first (the context ensemble trains
+        Runs inside ``fit``'s seeded block; a class may train parts first (the context ensemble trains
         its two encoders before their joint fine-tuning).
         """
         from ..neural.backbone import load_backbone
@@ -103,28 +131,13 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
         return self._build_module(self._prepare_encoder(encoder))
 
-    def _check_continuation(self) -> None:
-        """Called before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted
-        model): refuse parameters that the fitted model cannot continue with."""
-
     def _set_trainable(self, module) -> None:
         """Choose the parameters the training loop updates (default: all, word embeddings per
         ``freeze_embeddings``)."""
         module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
 
-    # ----------------------------------------------------------------- shared machinery
-    def _check_params(self):
-        """Check every parameter against the class's ``_parameter_constraints``, then the cross-parameter rule
-        that all the transformer estimators share (``validation_fraction`` needs early stopping); a subclass
-        extends it with its own cross-parameter rules."""
-        validate_params(self, self._parameter_constraints)
-        check_early_stopping(self)
-
-    def _encode(self, X):
-        return self._encode_for(self.model_, X)
-
-    def _encode_for(self, module, X):
-        """The rows of ``X`` encoded as ``module`` reads them (the fitted ``model_`` once fit has built it)."""
+    def _encode_rows(self, module, X) -> dict:
+        """The rows of ``X`` as token arrays for ``module`` (default: question/candidate pairs)."""
         from ..neural.backbone import encode_pairs, uses_token_types
 
         return encode_pairs(
@@ -134,6 +147,39 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             max_length=self.max_length,
             token_types=uses_token_types(module.encoder, self.tokenizer_),
         )
+
+    # ----------------------------------------------------------------- shared machinery
+    def _check_params(self):
+        """Check every parameter against the class's ``_parameter_constraints``, then the rules that all the
+        transformer estimators share (``validation_fraction`` needs early stopping), the prior's and the
+        class's own (:meth:`_check_rules`)."""
+        validate_params(self, self._parameter_constraints)
+        check_early_stopping(self)
+        if self._prior is not None:
+            self._prior.check_params(self)
+        self._check_rules()
+
+    def _fresh_module(self, X, y, groups, eval_set):
+        """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block)."""
+        module = self._init_module(X, y, groups, eval_set)
+        if self._prior is not None:
+            self._prior.fit(self, module, X, y)
+        return module
+
+    def _check_continuation(self) -> None:
+        """Before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted model):
+        refuse parameters that the fitted model cannot continue with."""
+        if self._prior is not None:
+            self._prior.check_continuation(self)
+
+    def _encode(self, X):
+        return self._encode_for(self.model_, X)
+
+    def _encode_for(self, module, X):
+        """The rows of ``X`` encoded as ``module`` reads them (the fitted ``model_`` once fit has built it),
+        with the prior's inputs."""
+        encoded = self._encode_rows(module, X)
+        return encoded if self._prior is None else self._prior.add_inputs(self, module, X, encoded)
 
     def _compute_dtype(self, device, *, training: bool = False):
         """The autocast dtype of ``precision`` on ``device`` (see :func:`as2rank.neural.devices.autocast_dtype`)."""
@@ -160,8 +206,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         return self.precision == "int8" and int8_supported()
 
     def _training_params(self) -> dict:
-        params = self.get_params(deep=False)
-        return {k: v for k, v in params.items() if k not in self._inference_params}
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in self._inference_params}
+        return params if self._prior is None else self._prior.training_params(self, params)
 
     def fit(self, X, y, groups=None, eval_set=None):
         """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
@@ -219,7 +265,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         dtype = self._compute_dtype(device, training=True)
         with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
             if not warm:
-                self.model_ = self._init_module(X, y, groups, eval_set)
+                self.model_ = self._fresh_module(X, y, groups, eval_set)
             set_training_summary(self, self._train(X, y, index, targets, rng, setup, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
@@ -298,7 +344,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
             rng,
         ):
             if not hasattr(self, "model_"):
-                self.model_ = self._init_module(X, y, groups, None)
+                self.model_ = self._fresh_module(X, y, groups, None)
             history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
         set_training_summary(self, history if state.runs == 1 else self.history_.extend(history))
         self.fit_cache_hit_ = False
@@ -516,14 +562,21 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
 
         return read_transformer(cls, path, params)
 
+    def _optional_attrs(self) -> tuple:
+        return ("activation_ranges_", *(() if self._prior is None else self._prior.attrs))
+
     def _export_attrs(self) -> dict:
-        ranges = getattr(self, "activation_ranges_", None)
-        return {"n_layers_": self.n_layers_, **({"activation_ranges_": ranges} if ranges is not None else {})}
+        """The fitted attributes :meth:`save_pretrained` writes: ``_saved_attrs``, and the optional ones fitted."""
+        optional = {k: getattr(self, k) for k in self._optional_attrs() if getattr(self, k, None) is not None}
+        return {**{k: getattr(self, k) for k in self._saved_attrs}, **optional}
 
     def _import_attrs(self, attrs: dict) -> None:
-        self.n_layers_ = attrs["n_layers_"]
-        if "activation_ranges_" in attrs:
-            self.activation_ranges_ = attrs["activation_ranges_"]
+        """Set the fitted attributes read from a saved model (a KeyError when one of ``_saved_attrs`` is missing)."""
+        for k in self._saved_attrs:
+            setattr(self, k, attrs[k])
+        for k in self._optional_attrs():
+            if k in attrs:
+                setattr(self, k, attrs[k])
 
     # ----------------------------------------------------------------- prediction
     def encode(self, X) -> dict:
@@ -545,6 +598,25 @@ class _TransformerEstimator(RankerMixin, BaseEstimator):
         X = check_X(X)
         with torch_threads(self.n_threads):
             return self._encode(X)
+
+    def predict(self, X) -> np.ndarray:
+        """One score (the head's logit) per row, higher is better.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame
+            Grouped-candidate frame (for the context rankers, with the context columns they read, added
+            by :class:`~as2rank.transformer.context.features.ContextExtractor`).
+
+        Returns
+        -------
+        ndarray of float64 of shape (n_rows,)
+        """
+        from ..neural import torch_threads
+
+        encoded = self.encode(X)
+        with torch_threads(self.n_threads):
+            return self.predictor(encoded=encoded).logits(encoded)
 
     def predictor(self, device=None, encoded=None):
         """What ``predict`` runs on ``device``: the fitted module or its int8 copy, the autocast dtype and the

@@ -1,7 +1,7 @@
 """How many epochs a context model needs: learning curves of context and no-context rankers on a data set
 of ``benchmarks/context.py`` (its splits; SQuAD by default).
 
-    python benchmarks/context_budget.py [--data squad|wikiqa] [--rows "No context" Local] [--epochs 2 4 6] [--seed 1] [--threads N] [--render]
+    python benchmarks/studies/context_budget.py [--data squad|wikiqa] [--rows "No context" Local] [--epochs 2 4 6] [--seed 1] [--threads N] [--render]
 
 One fit per (row, epoch budget) of rows of ``context.make`` (by default ``TransformerRanker(max_length=128)``,
 "No context", and ``ContextConcat(contexts=("local",))``, "Local"; context rows read the frames of their
@@ -12,8 +12,8 @@ the 6-epoch fit is not the 2-epoch fit trained on. Reports each fit's per-epoch 
 base-rate loss (the constant prediction of the share of right answers) and dev MAP, and its test P@1, MAP
 and MRR; plots dev MAP per epoch. This is what sets ``EPOCHS`` of ``benchmarks/context.py``.
 
-Writes ``benchmarks/results/context_budget.json``, ``docs/benchmarks/context_budget.md`` (from
-``benchmarks/pages/context_budget.md.j2``) and ``docs/benchmarks/context_budget.png`` (with ``-wikiqa`` before
+Writes ``benchmarks/studies/results/context_budget.json``, ``docs/studies/context_budget.md`` (from
+``benchmarks/studies/pages/context_budget.md.j2``) and ``docs/studies/context_budget.png`` (with ``-wikiqa`` before
 the extension for WikiQA).
 """
 
@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import context
 import numpy as np
 import torch
-from _common import DOCS, RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
+from _common import STUDY_DOCS, STUDY_RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
 from context import METRICS, NEAR_BASE_RATE, answer_in_context, base_rate_loss, load_data, make, with_context, wrong_picks
 
 from as2rank.evaluation import evaluate
@@ -114,23 +118,23 @@ def main(argv=None):
     parser.add_argument("--render", action="store_true", help="only redraw the plot and page of --data from its saved results")
     args = parser.parse_args(argv)
     if args.render:
-        res = json.loads((RESULTS / output_name(args.data, "json")).read_text())
-        plot(res, DOCS / output_name(args.data, "png"))
-        (DOCS / output_name(args.data, "md")).write_text(render_page(res))
+        res = json.loads((STUDY_RESULTS / output_name(args.data, "json")).read_text())
+        plot(res, STUDY_DOCS / output_name(args.data, "png"))
+        (STUDY_DOCS / output_name(args.data, "md")).write_text(render_page(res))
         return
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     res = {
-        **run_header("context_budget.py", argv),
+        **run_header("studies/context_budget.py", argv),
         "data": args.data,
         "data_title": TITLES[args.data],
         "seed": args.seed,
         **run(args),
     }
     res["wall_seconds"] = time.perf_counter() - start
-    DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / output_name(args.data, "png"))
+    STUDY_DOCS.mkdir(parents=True, exist_ok=True)
+    plot(res, STUDY_DOCS / output_name(args.data, "png"))
     publish(res, page_name(args.data), template="context_budget")
     log(f"done in {res['wall_seconds'] / 60:.1f} min")
 

@@ -1,7 +1,7 @@
 """Latency of multi-way attention against the concatenation, as the context page measures it, without the
 page's accuracy runs: ``ContextMWA`` vs ``ContextConcat`` (Han, Soldaini & Moschitti 2021, Table 2's latency).
 
-    python benchmarks/context_latency.py [--data wikiqa squad] [--train-questions N] [--rows N] [--rounds N]
+    python benchmarks/studies/context_latency.py [--data wikiqa squad] [--train-questions N] [--rows N] [--rounds N]
 
 The Concat and MWA rows of ``benchmarks/context.py`` (same estimators, lengths, contexts and latency
 measurement: ``context.latency``, forward passes of ``predict`` alone in batches of 128 test rows, with
@@ -15,14 +15,18 @@ dimensions: 12 layers, hidden 768, 12 heads, feed-forward 3072; Han et al. 2021,
 all-MiniLM-L6-v2's tokenizer, since no such checkpoint is available offline: the latency of a forward pass does
 not depend on the weights' values, and the share of multi-way attention in it falls as the encoder grows.
 
-Writes ``benchmarks/results/context_latency.json`` and ``docs/benchmarks/context_latency.md`` (``-<tag>``
+Writes ``benchmarks/studies/results/context_latency.json`` and ``docs/studies/context_latency.md`` (``-<tag>``
 with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py context_latency`` renders the page again.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 from _common import CACHE, conclude, fitted, log, run_header
 from context import LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, load_data, make, subset_questions, with_context
@@ -97,7 +101,7 @@ def main(argv=None):
                         help="the estimators' default encoder and/or one of the paper's size (random weights)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    res = {**run_header("context_latency.py", argv), "latency_batch": LATENCY_BATCH, "rows": list(ROWS),
+    res = {**run_header("studies/context_latency.py", argv), "latency_batch": LATENCY_BATCH, "rows": list(ROWS),
            "train_questions": args.train_questions, "rounds": args.rounds, "paper": PAPER, "datasets": {}}
     fit_log = []
     if "minilm-l6" in args.encoders:

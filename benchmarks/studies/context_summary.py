@@ -1,7 +1,7 @@
 """What the MWA classifier should read beside the attended views: the question and candidate tokens
 (``ContextMWA(summary="pair")``) or the whole sequence, context included (``summary="sequence"``).
 
-    python benchmarks/context_summary.py [--data wikiqa|squad] [--seeds 0 1 2] [--epochs N] [--threads N]
+    python benchmarks/studies/context_summary.py [--data wikiqa|squad] [--seeds 0 1 2] [--epochs N] [--threads N]
 
 The splits, contexts (cosine global context), backbone and training budget of ``benchmarks/context.py``
 (``context.make``: batch 32, learning rate 1e-4, ``EPOCHS`` of the data set; early stopping on the dev split),
@@ -10,15 +10,19 @@ MRR per seed and as mean ± std, the paired per-seed Δ of the two summaries, an
 (9,999 sign flips) of per-question AP and P@1 averaged over the seeds. Results are written after every seed,
 so an interrupted run leaves the seeds it finished.
 
-Writes ``benchmarks/results/context_summary.json`` and ``docs/benchmarks/context_summary.md`` (``-squad``
-before the extension for the SQuAD sample), from ``benchmarks/pages/context_summary.md.j2``; ``python
+Writes ``benchmarks/studies/results/context_summary.json`` and ``docs/studies/context_summary.md`` (``-squad``
+before the extension for the SQuAD sample), from ``benchmarks/studies/pages/context_summary.md.j2``; ``python
 benchmarks/render.py context_summary`` renders the page again from the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import pandas as pd
 import torch
@@ -82,7 +86,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     n_test = load_data(args.data, quick=False)["test"][0]["qid"].nunique()
-    res = {**run_header("context_summary.py", argv), "data": args.data, "epochs": args.epochs, "seeds": args.seeds,
+    res = {**run_header("studies/context_summary.py", argv), "data": args.data, "epochs": args.epochs, "seeds": args.seeds,
            "n_test_questions": int(n_test), "rows": ROWS, "alpha": ALPHA, "n_resamples": N_RESAMPLES, "runs": [], "fits": []}
 
     def write(res):

@@ -1,6 +1,6 @@
 """Model selection with Cosinet on WikiQA-train: the issue's GridSearchCV, and the batch size chosen on dev.
 
-    python benchmarks/cosinet_selection.py [--seeds 2] [--threads 1]
+    python benchmarks/studies/cosinet_selection.py [--seeds 2] [--threads 1]
 
 1. ``GridSearchCV(Cosinet(), {"rnn": [None, "birnn"], "loss": ["pointwise", "listwise"]},
    cv=GroupKFold(3), scoring=get_scorer("map"))`` fitted on the whole WikiQA-train (2,118 questions): the
@@ -10,14 +10,18 @@
    never on test.
 
 Every fit trains with the paper's budget (``_common.COSINET_PAPER_BUDGET``; the batch-size comparison varies
-its batch size). Writes ``benchmarks/results/cosinet_selection.json`` and
-``docs/benchmarks/cosinet_selection.md`` (from ``benchmarks/pages/cosinet_selection.md.j2``).
+its batch size). Writes ``benchmarks/studies/results/cosinet_selection.json`` and
+``docs/studies/cosinet_selection.md`` (from ``benchmarks/studies/pages/cosinet_selection.md.j2``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import pandas as pd
 import torch
@@ -79,7 +83,7 @@ def main(argv=None):
     splits = wikiqa_splits()
     X, y = splits["full"]
     res = {
-        **run_header("cosinet_selection.py", argv),
+        **run_header("studies/cosinet_selection.py", argv),
         "budget": COSINET_PAPER_BUDGET,
         "library_default": {k: v for k, v in Cosinet().get_params().items() if k in COSINET_PAPER_BUDGET},
         "train_questions": int(X["qid"].nunique()),

@@ -1,7 +1,7 @@
 """What bounds the CPU default: the speed of its matrix products alone against the peer's ONNX int8, and how
 closely int8 arithmetic of several kinds follows float32 scores.
 
-    python benchmarks/cpu_bounds.py [--pairs N] [--rounds N] [--threads N] [--peer-python PATH]
+    python benchmarks/studies/cpu_bounds.py [--pairs N] [--rounds N] [--threads N] [--peer-python PATH]
 
 Two questions decide whether the default, ``precision="auto"`` (bfloat16 on CPUs with bfloat16 instructions),
 can reach 1.5x the pairs/s of the peer's fastest CPU path (sentence-transformers' ``CrossEncoder`` on its int8
@@ -22,7 +22,7 @@ ONNX export) while staying within 0.2 MAP of float32:
   kernel computes, int8 weights with float inputs (with and without smoothing, nearest or GPTQ). Each row: the
   mean change of a logit from float32 and the MAP change.
 
-Writes ``benchmarks/results/cpu_bounds.json`` and ``docs/benchmarks/cpu_bounds.md`` (``-<tag>`` with
+Writes ``benchmarks/studies/results/cpu_bounds.json`` and ``docs/studies/cpu_bounds.md`` (``-<tag>`` with
 ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py cpu_bounds`` renders the page again.
 """
 
@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 import types
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
 from _common import ROOT, conclude, fitted, log, run_header, wikiqa_splits
@@ -102,22 +105,22 @@ def speed(args, est, X, work: Path) -> dict:
     import torch
 
     cpu = torch.device("cpu")
-    encoded = est._encode(X)
+    encoded = est.encode(X)
     est.set_params(precision="auto")
-    default = est._module_on(cpu)
-    dtype, tokens = est._compute_dtype(cpu), est._batch_tokens(cpu, default)
+    auto = est.predictor(cpu)
+    default, dtype, tokens = auto.module, auto.dtype, auto.batch_tokens
     calls = product_shapes(default, encoded, tokens, dtype)
     widest = max(rows for rows, _ in calls)
     inputs = {k: torch.randn(widest, k).to(dtype) for k in {w.shape[1] for _, w in calls}}
     est.set_params(precision="int8")
-    int8 = est._module_on(cpu, encoded)
+    int8 = est.predictor(cpu, encoded)
     # Every as2rank row tokenises the pairs first, as the peer's timed predict does; the floor's two parts are
     # timed apart too, for the page's rate of multiply-adds.
-    parts = {"tokenisation": lambda: est._encode(X), "products": lambda: replay(calls, inputs)}
+    parts = {"tokenisation": lambda: est.encode(X), "products": lambda: replay(calls, inputs)}
     split = {part: [] for part in parts}
-    timed = {"auto": lambda: scored((default, dtype, tokens, 0.0), est._encode(X)),
+    timed = {"auto": lambda: scored((default, dtype, tokens, 0.0), est.encode(X)),
              FLOOR: lambda: [split[part].append(_seconds(run)) for part, run in parts.items()],
-             "int8": lambda: scored((int8, torch.float32, est._batch_tokens(cpu, int8), 0.0), est._encode(X))}
+             "int8": lambda: scored((int8.module, torch.float32, int8.batch_tokens, 0.0), est.encode(X))}
     for run in timed.values():  # warm-up (int8's session, oneDNN's kernels)
         run()
     for times in split.values():
@@ -232,7 +235,7 @@ def emulated(module, ranges: dict, moments: dict, weights: str, inputs: str, alp
     at ``alpha``."""
     import torch
 
-    from as2rank.neural import onnx_runtime
+    from as2rank.neural.onnx import runtime as onnx_runtime
 
     default = onnx_runtime.SMOOTHING
     onnx_runtime.SMOOTHING = alpha
@@ -278,16 +281,15 @@ def fidelity(fit_questions: int) -> dict:
     out = {}
     for name, (Xa, ya, Xt, yt) in data.items():
         est = fitted(TransformerRanker(random_state=0), Xa, ya)
-        test = est._encode(Xt)
+        test = est.encode(Xt)
         logits, seconds = {}, {}
         for row, precision in (("fp32", "fp32"), ("auto", "auto"), ("int8 on ONNX Runtime", "int8")):
             est.set_params(precision=precision)
-            module = est._module_on(cpu, test) if precision == "int8" else est._module_on(cpu)
-            batch = est._batch_tokens(cpu, module)
-            logits[row] = scored((module, est._compute_dtype(cpu) if precision == "auto" else torch.float32, batch, 0.0), test)
-        reference = est.set_params(precision="fp32")._module_on(cpu)
+            p = est.predictor(cpu, test if precision == "int8" else None)
+            logits[row] = scored((p.module, p.dtype if precision == "auto" else torch.float32, p.batch_tokens, 0.0), test)
+        reference = est.set_params(precision="fp32").predictor(cpu).module
         rows = calibration_rows(np.arange(len(Xa)))
-        moments = second_moments(reference, est._encode(Xa.iloc[rows]), np.arange(len(rows)))
+        moments = second_moments(reference, est.encode(Xa.iloc[rows]), np.arange(len(rows)))
         for row, (weights, inputs, alpha) in EMULATED.items():
             start = time.perf_counter()
             copied = emulated(reference, est.activation_ranges_, moments, weights, inputs, alpha)
@@ -352,7 +354,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    res = {**run_header("cpu_bounds.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
+    res = {**run_header("studies/cpu_bounds.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
            "threads": torch.get_num_threads(), "target": TARGET, "map_bound": MAP_BOUND, "emulated": EMULATED,
            "gptq": {"damping": GPTQ_DAMPING, "block": GPTQ_BLOCK}}
     splits = wikiqa_splits()

@@ -2,7 +2,7 @@
 and OpenVINO's bfloat16, against the default (torch, bfloat16 autocast) and the int8 graph, timed on the same
 encoded rows in one process, each with its MAP on all of WikiQA-test.
 
-    python benchmarks/cpu_levers.py [--pairs N] [--rounds N] [--threads N]
+    python benchmarks/studies/cpu_levers.py [--pairs N] [--rounds N] [--threads N]
 
 The model is the one of ``benchmarks/cpu_inference.py`` (``TransformerRanker(random_state=0)`` fitted on the
 first 300 training questions, shared through the fit cache). Every row scores the same encoded rows (tokenisation
@@ -24,7 +24,7 @@ attention's share of the work is larger (timed only):
 - **int8**: ``precision="int8"``, the static int8 graph on ONNX Runtime;
 - **fp32**: the float32 module, the reference of the MAP column.
 
-Writes ``benchmarks/results/cpu_levers.json`` and ``docs/benchmarks/cpu_levers.md`` (``-<tag>`` with
+Writes ``benchmarks/studies/results/cpu_levers.json`` and ``docs/studies/cpu_levers.md`` (``-<tag>`` with
 ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py cpu_levers`` renders the page again.
 """
 
@@ -33,9 +33,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
 from _common import RESULTS, conclude, fitted, log, run_header, tagged, wikiqa_splits
@@ -92,8 +95,8 @@ def rows(est, encoded, threads: int, openvino: bool) -> dict:
 
     cpu = torch.device("cpu")
     est.set_params(precision="auto")
-    default = est._module_on(cpu)
-    dtype, tokens = est._compute_dtype(cpu), est._batch_tokens(cpu, default)
+    auto = est.predictor(cpu)
+    default, dtype, tokens = auto.module, auto.dtype, auto.batch_tokens
     eager = copy.deepcopy(default)
     eager.encoder.set_attn_implementation("eager")
     out = {DEFAULT: (default, dtype, tokens, 0.0), "eager attention": (eager, dtype, tokens, 0.0),
@@ -105,10 +108,10 @@ def rows(est, encoded, threads: int, openvino: bool) -> dict:
                                     time.perf_counter() - start)
     est.set_params(precision="int8")
     start = time.perf_counter()
-    int8 = est._module_on(cpu, encoded)
-    out["int8"] = (int8, torch.float32, est._batch_tokens(cpu, int8), time.perf_counter() - start)
+    int8 = est.predictor(cpu, encoded)
+    out["int8"] = (int8.module, torch.float32, int8.batch_tokens, time.perf_counter() - start)
     est.set_params(precision="fp32")
-    out[REFERENCE] = (est._module_on(cpu), torch.float32, tokens, 0.0)
+    out[REFERENCE] = (est.predictor(cpu).module, torch.float32, tokens, 0.0)
     return out
 
 
@@ -143,7 +146,7 @@ def long_pairs(est, X, rows: int, join: int, max_length: int) -> dict:
     joined = X.head(rows).assign(candidate=[" ".join(candidates[i:i + join]) for i in range(rows)])
     default = est.max_length
     try:
-        return est.set_params(max_length=max_length)._encode(joined)
+        return est.set_params(max_length=max_length).encode(joined)
     finally:
         est.set_params(max_length=default)
 
@@ -171,15 +174,15 @@ def main(argv=None):
     # Inductor's freezing (its setting for CPU inference), read when the torch.compile row compiles.
     torch._inductor.config.freezing = True
     start = time.perf_counter()
-    res = {**run_header("cpu_levers.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS, "threads": threads,
+    res = {**run_header("studies/cpu_levers.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS, "threads": threads,
            "openvino": _version("openvino"), "map_bound": MAP_BOUND, "target": TARGET}
     splits = wikiqa_splits()
     est = fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], FIT_QUESTIONS))
     est.set_params(n_threads=threads)
     X_test, y_test = splits["test"]
     X = X_test.head(args.pairs)
-    sets = {"short": est._encode(X), **{name: long_pairs(est, X_test, *spec) for name, spec in LONG_PAIRS.items()}}
-    test_encoded = est._encode(X_test)
+    sets = {"short": est.encode(X), **{name: long_pairs(est, X_test, *spec) for name, spec in LONG_PAIRS.items()}}
+    test_encoded = est.encode(X_test)
     built = rows(est, sets["short"], threads, openvino=res["openvino"] is not None)
     names = list(built)
     # A first pass of every row over the timed rows (torch.compile compiles in it) and over the longer ones,

@@ -1,21 +1,25 @@
 """CascadeTransformer ``exit_sampling="uniform"`` (the paper's) vs ``"all"`` (the default) on the bundled SQuAD
 sample.
 
-    python benchmarks/exit_sampling.py [--seeds 0 1]
+    python benchmarks/studies/exit_sampling.py [--seeds 0 1]
 
 Both fit on ``load_benchmark_data("sample")`` with the training budget the comparison was made at (2 epochs,
 learning rate 2e-5, no lexical prior, no segment similarity, no early stopping; the cascade's other parameters at
 their defaults) and score the test split at α=0 (the last exit: MAP, pessimistic ties). The p-value is a paired
 randomisation test of per-question AP, averaged over the seeds.
 
-Writes ``benchmarks/results/exit_sampling.json`` and ``docs/benchmarks/exit_sampling.md`` (``-<tag>`` with
+Writes ``benchmarks/studies/results/exit_sampling.json`` and ``docs/studies/exit_sampling.md`` (``-<tag>`` with
 ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py exit_sampling`` renders the page again.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 from _common import conclude, fitted, log, run_header
 
@@ -33,7 +37,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    res = {**run_header("exit_sampling.py", argv), "budget": BUDGET, "seeds": args.seeds, "runs": {}, "fits": []}
+    res = {**run_header("studies/exit_sampling.py", argv), "budget": BUDGET, "seeds": args.seeds, "runs": {}, "fits": []}
     X, y, X_test, y_test = load_benchmark_data("sample", random_state=0)
     res.update(train_questions=int(X["qid"].nunique()), test_questions=int(X_test["qid"].nunique()))
     ap = {}

@@ -2,7 +2,7 @@
 graph with its self-attention blocks written other ways and with ONNX Runtime's SkipLayerNormalization fusion
 on, timed on the same batches in one process.
 
-    python benchmarks/int8_operators.py [--pairs N] [--rounds N] [--threads N]
+    python benchmarks/studies/int8_operators.py [--pairs N] [--rounds N] [--threads N]
 
 The model is the one of ``benchmarks/cpu_inference.py`` (``TransformerRanker(random_state=0)`` fitted on the
 first 300 training questions, shared through the fit cache); its int8 graph is exported by one
@@ -28,7 +28,7 @@ nodes over the same batches (ONNX Runtime's profiler: each node's input and outp
 against the same kernel alone on one product of each shape at ``KERNEL_ROWS`` rows (random codes, best of
 ``KERNEL_REPEATS`` runs).
 
-Writes ``benchmarks/results/int8_operators.json`` and ``docs/benchmarks/int8_operators.md`` (``-<tag>`` with
+Writes ``benchmarks/studies/results/int8_operators.json`` and ``docs/studies/int8_operators.md`` (``-<tag>`` with
 ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py int8_operators`` renders the page again.
 """
 
@@ -36,9 +36,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
 from _common import conclude, fitted, log, run_header, session_calls, wikiqa_splits
@@ -150,13 +153,13 @@ def captured(est, X):
         start = time.perf_counter()
         est.predict(X)
         total = time.perf_counter() - start
-    return est._int8_model_[1], [batch for _, batch, _ in calls], total, sum(s for _, _, s in calls)
+    return calls[0][0], [batch for _, batch, _ in calls], total, sum(s for _, _, s in calls)
 
 
 def variant_module(int8_module, model, disabled):
     """``model`` (an ``onnx.ModelProto``) in an ``OnnxModule`` with the options of ``int8_module``; ``disabled``:
     the fusions to turn off (None: the library's)."""
-    from as2rank.neural import onnx_runtime
+    from as2rank.neural.onnx import runtime as onnx_runtime
 
     library = onnx_runtime.DISABLED_FUSIONS
     onnx_runtime.DISABLED_FUSIONS = library if disabled is None else tuple(disabled)
@@ -236,7 +239,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="threads of torch and ONNX Runtime (default: torch's)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    res = {**run_header("int8_operators.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
+    res = {**run_header("studies/int8_operators.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
            "margin": MARGIN}
     splits = wikiqa_splits()
     est = fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], FIT_QUESTIONS))

@@ -1,20 +1,24 @@
 """Defaults on articles the model never saw: train on the questions of one article of the bundled SQuAD sample,
 test on the other three.
 
-    python benchmarks/unseen_articles.py [--train-article Huguenot] [--seed 0] [--threads N]
+    python benchmarks/studies/unseen_articles.py [--train-article Huguenot] [--seed 0] [--threads N]
 
 The bundled sample holds four Wikipedia articles; the suite's split is by paragraph, so its train and test
 questions share articles. Here the test articles are unseen, as on a user's own documents. The leaderboard
 (``as2rank.app.suite.run_suite``: paired randomisation tests against the best row and against WO+RR) covers the
 baselines and the transformer rankers with their library defaults, and the transformer without its lexical
-prior (``lexical_prior=False``, its segment similarity kept) beside them. Writes ``benchmarks/results/unseen_articles.json`` and
-``docs/benchmarks/unseen_articles.md`` (from ``benchmarks/pages/unseen_articles.md.j2``).
+prior (``lexical_prior=False``, its segment similarity kept) beside them. Writes ``benchmarks/studies/results/unseen_articles.json`` and
+``docs/studies/unseen_articles.md`` (from ``benchmarks/studies/pages/unseen_articles.md.j2``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import pandas as pd
 from _common import log, publish, run_header
@@ -54,7 +58,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     from as2rank.datasets import load_sample
 
-    header = run_header("unseen_articles.py", argv)
+    header = run_header("studies/unseen_articles.py", argv)
     X, y = load_sample()
     train = (X["title"] == args.train_article).to_numpy()
     if not train.any():

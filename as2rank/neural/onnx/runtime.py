@@ -16,7 +16,7 @@ beside it. On x86 CPUs without AVX-512 VNNI, whose uint8 × int8 kernels clamp p
 BERT-style self-attention blocks are exported as one ONNX Runtime node, ``com.microsoft.Attention`` (or
 ``QAttention`` in int8): the query, key and value projections as one matrix product, then the attention
 itself. ONNX Runtime's own graph optimizer does not recognise the attention that the exporter writes, so
-without it each block is some twenty nodes (``docs/benchmarks/int8_operators.md`` times the other ways of writing
+without it each block is some twenty nodes (``docs/studies/int8_operators.md`` times the other ways of writing
 it).
 
 :class:`OnnxModule` is called like the module it was exported from (a batch dict of tensors in, the logits
@@ -61,7 +61,7 @@ _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
 _EXPORT_TOLERANCE = 1e-3
 #: Graph rewrites that ONNX Runtime's sessions skip here: its fused SkipLayerNormalization kernel (the residual
 #: Add and the LayerNormalization after it, as one node) runs slower on the CPU than the two nodes it replaces
-#: (``docs/benchmarks/int8_operators.md``). Same arithmetic either way, up to the order of float sums.
+#: (``docs/studies/int8_operators.md``). Same arithmetic either way, up to the order of float sums.
 DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 #: SmoothQuant's migration strength α: input channel j of an int8 matrix product is divided by ``s_j = peak_j ** α
 #: / weight_peak_j ** (1 - α)`` (its largest absolute value on the calibration rows, and that of the weights it

@@ -29,8 +29,7 @@ import numpy as np
 from .features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
 from ...data import REQUIRED_COLUMNS, check_X
 from ...params import POOLINGS, SUMMARIES, Interval, Options
-from ..prior import LexicalPriorMixin
-from ..ranker import _PointwiseScoring
+from ..prior import LexicalPrior
 from ..scaffold import _TransformerEstimator
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextConcat", "ContextEnsemble", "ContextExtractor", "ContextMWA"]
@@ -45,12 +44,13 @@ def _check_contexts(contexts) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------- rankers
-class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
+class _ContextRanker(_TransformerEstimator):
     """What the context rankers share: parameters, the segment encoding, and the pointwise loss, scoring
     and prediction of :mod:`as2rank.transformer.pointwise`."""
 
     #: Whether the model reads per-token segment ids (multi-way attention).
     _needs_segments = False
+    _saved_attrs = ("n_layers_", "pooling_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
         "num_layers": [Interval(Integral, 1, None), None],
@@ -65,8 +65,7 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
     def _input_columns(self):
         return ("question", "candidate", *(f"{c}_context" for c in self._contexts()))
 
-    def _check_params(self):
-        super()._check_params()
+    def _check_rules(self):
         self._contexts()
         if self.max_pair_length >= self.max_length:
             raise ValueError(
@@ -108,7 +107,12 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
             self._check_columns(eval_set[0])
         return super().fit(X, y, groups=groups, eval_set=eval_set)
 
-    def _encode_contexts(self, X, contexts) -> dict:
+    def _loss(self, module, batch):
+        from ..pointwise import bce_loss
+
+        return bce_loss(module, batch)
+
+    def _encode_contexts(self, encoder, X, contexts) -> dict:
         from ...neural.backbone import uses_token_types
         from .network import SEGMENTS
         from .segments import encode_segments
@@ -121,7 +125,7 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
             [SEGMENTS[c.removesuffix("_context")] for c in columns],
             max_length=self.max_length,
             max_pair_length=self.max_pair_length,
-            token_types=uses_token_types(self.model_.encoder, self.tokenizer_),
+            token_types=uses_token_types(encoder, self.tokenizer_),
         )
         if not self._needs_segments:
             del encoded["segments"]
@@ -130,8 +134,8 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
             encoded["host_segment_counts"] = np.stack([(encoded["segments"] == s).sum(axis=1) for s in range(len(SEGMENTS))], axis=1)
         return encoded
 
-    def _encode(self, X):
-        return self._encode_contexts(X, self._contexts())
+    def _encode_rows(self, module, X):
+        return self._encode_contexts(module.encoder, X, self._contexts())
 
     def _prepare_encoder(self, encoder):
         from ..pointwise import prepare_encoder
@@ -139,12 +143,6 @@ class _ContextRanker(_PointwiseScoring, _TransformerEstimator):
         encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder
 
-    def _export_attrs(self):
-        return {**super()._export_attrs(), "pooling_": self.pooling_}
-
-    def _import_attrs(self, attrs):
-        super()._import_attrs(attrs)
-        self.pooling_ = attrs["pooling_"]
 
 
 _SHARED_PARAMS_HEAD = """\
@@ -201,7 +199,7 @@ _FITTED_DOC = """\
         :class:`~as2rank.transformer.ranker.TransformerRanker`."""
 
 
-class ContextConcat(LexicalPriorMixin, _ContextRanker):
+class ContextConcat(_ContextRanker):
     __doc__ = f"""Context concatenation (paper §2.2, Figure 2a): one encoder over the question, the candidate and
     the contexts, joined with the tokenizer's separators; the pooled encoding feeds a feed-forward head
     (as :class:`~as2rank.transformer.ranker.TransformerRanker`'s) trained with pointwise binary cross-entropy.
@@ -232,7 +230,8 @@ class ContextConcat(LexicalPriorMixin, _ContextRanker):
     >>> model.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
-    _parameter_constraints = {**_ContextRanker._parameter_constraints, **LexicalPriorMixin._parameter_constraints}
+    _prior = LexicalPrior()
+    _parameter_constraints = {**_ContextRanker._parameter_constraints, **_prior.constraints}
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None,
@@ -246,7 +245,7 @@ class ContextConcat(LexicalPriorMixin, _ContextRanker):
         return CrossEncoder(encoder, self.pooling_)
 
 
-class ContextMWA(LexicalPriorMixin, _ContextRanker):
+class ContextMWA(_ContextRanker):
     __doc__ = f"""Multi-way attention over context (paper §2.2, Figure 2c; Tan et al., IJCAI 2018).
 
     One encoder reads the same concatenation as :class:`ContextConcat`, with the segment of every token
@@ -276,7 +275,7 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
         What the classifier reads beside the attended views: the mean encoding of the question and
         candidate tokens (``"pair"``), or the whole sequence pooled by ``pooling``, context tokens
         included (``"sequence"``, as :class:`ContextConcat` reads it). On WikiQA ``"pair"`` ranks better
-        (``docs/benchmarks/context_summary.md``). ``pooling`` applies to ``"sequence"`` only, so
+        (``docs/studies/context_summary.md``). ``pooling`` applies to ``"sequence"`` only, so
         ``pooling="cls"`` asks for ``summary="sequence"``.
 
     Attributes
@@ -296,8 +295,9 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
 
     _needs_segments = True
     _head_modules = ("head", "attention")
+    _prior = LexicalPrior()
     _parameter_constraints = {
-        **LexicalPriorMixin._parameter_constraints,
+        **_prior.constraints,
         **_ContextRanker._parameter_constraints,
         "attention_dim": [Interval(Integral, 1, None)],
         "summary": [Options(SUMMARIES)],
@@ -310,8 +310,8 @@ class ContextMWA(LexicalPriorMixin, _ContextRanker):
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
-    def _check_params(self):
-        super()._check_params()
+    def _check_rules(self):
+        super()._check_rules()
         if self.summary == "pair" and self.pooling == "cls":
             raise ValueError(
                 "pooling='cls' pools the whole sequence, which summary='pair' does not read (it averages the "
@@ -409,8 +409,8 @@ class ContextEnsemble(_ContextRanker):
             for layer in layers[len(layers) - int(self.unfreeze_layers) :]:
                 layer.requires_grad_(True)
 
-    def _encode(self, X):
-        local, glob = (self._encode_contexts(X, (c,)) for c in CONTEXTS)
+    def _encode_rows(self, module, X):
+        local, glob = (self._encode_contexts(module.encoder, X, (c,)) for c in CONTEXTS)
         encoded = {**local, **{f"global_{k}": v for k, v in glob.items() if k != "lengths"}}
         # Batches are cut to this width; the module then trims each input set to its own longest row.
         encoded["lengths"] = np.maximum(local["lengths"], glob["lengths"])
