@@ -307,25 +307,23 @@ def table3(ct, trs, X, y, tuned_alpha):
         # The steps are the monolithic TRs above: SequentialRanker.fit would fit clones of them on the
         # same data with the same parameters, i.e. these exact models.
         sr.steps_ = [trs[n] for n in DEPTHS]
-        scores, timing = timed(sr.predict, X)
-        add(f"SR α={alpha}", "SR", alpha, scores, sr.cost_report_["relative_cost"], timing,
-            {"survivors": sr.cost_report_["survivors"]})
+        (scores, cost), timing = timed(lambda X: sr.predict(X, return_cost=True), X)
+        add(f"SR α={alpha}", "SR", alpha, scores, cost["relative_cost"], timing, {"survivors": cost["survivors"]})
     ct.set_params(alpha=0.0, exit_layer=None)
     # predict_exits is predict at α=0 (the same call, all rows through every layer and exit)
     # returning every exit's logits instead of the final scores.
-    logits, timing = timed(ct.predict_exits, X)
+    (logits, exit_cost), timing = timed(lambda X: ct.predict_exits(X, return_cost=True), X)
     index = GroupIndex.from_frame(X)
     for e, n in enumerate(ct.exits_[:-1]):
         add(f"CT exit {n} (α=0)", "CT exit", n, logits[:, e], n / ct.n_layers_)
     scores0, _ = simulate_cascade(logits, index, 0.0, ct.exits_)
-    add("CT α=0", "CT", 0.0, scores0, ct.cost_report_["relative_cost"], timing)
+    add("CT α=0", "CT", 0.0, scores0, exit_cost["relative_cost"], timing)
     sim_diffs = {}
     lengths = ct.encode(X)["lengths"]
     for alpha in (*ALPHAS, tuned_alpha):
         label = f"CT α={alpha}" if np.ndim(alpha) == 0 else f"CT α={tuple(alpha)} (dev-tuned)"
         ct.set_params(alpha=list(alpha) if np.ndim(alpha) else alpha)
-        scores, timing = timed(ct.predict, X)
-        report = ct.cost_report_
+        (scores, report), timing = timed(lambda X: ct.predict(X, return_cost=True), X)
         sim, _ = simulate_cascade(logits, index, alpha, ct.exits_)
         sim_diffs[label] = agreement(sim, scores)
         add(label, "CT", alpha if np.ndim(alpha) == 0 else list(alpha), scores, report["relative_cost"], timing,

@@ -250,11 +250,11 @@ def cascade_section(args, work: Path, est, X_exp, y_exp, out) -> dict:
     out["summary"] = summarise(out)
     out["accuracy"] = {"n_questions": int(X_exp["qid"].nunique()), "pairs": int(len(X_exp))}
     for alpha in (0.0, 0.3):
-        scores = est.set_params(precision="int8", alpha=alpha).predict(X_exp)
+        scores, cost = est.set_params(precision="int8", alpha=alpha).predict(X_exp, return_cost=True)
         report = evaluate(y_exp, scores, X_exp, metrics=("map", "p@1"), use_position=False)
         out["accuracy"][f"alpha={alpha}"] = {"map": report["map"], "p@1": report["p@1"],
-                                            "relative_cost": est.cost_report_["relative_cost"],
-                                            "relative_token_cost": est.cost_report_["relative_token_cost"]}
+                                            "relative_cost": cost["relative_cost"],
+                                            "relative_token_cost": cost["relative_token_cost"]}
         log(f"[cascade] int8 α={alpha}: MAP {report['map']:.4f} P@1 {report['p@1']:.4f}")
     return out
 

@@ -423,8 +423,7 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
 
     def run(est, key):
         def call(X):
-            s = est.predict(X)
-            reports[key] = est.cost_report_
+            s, reports[key] = est.predict(X, return_cost=True)
             return s
         return call
 

@@ -316,8 +316,7 @@ def test_teacher_logits_calibrates_and_cross_fits(data):
     np.testing.assert_allclose(oof[:, 0], expected, rtol=1e-9)
     np.testing.assert_allclose(oof[:, 1], logits[:, 1], rtol=1e-9)  # precomputed scores are used as given
     # An unfitted ranker teacher is fine when it is cross-fitted.
-    est = Cerberus(teachers=[lexical], teacher_cv=2)
-    est._check_distillation_params()
+    Cerberus(teachers=[lexical], teacher_cv=2)._check_params()
 
 
 def test_linear_ensemble(data):

@@ -21,6 +21,7 @@ from as2rank.data import GroupIndex
 from as2rank.cosinet.word_vectors import load_word_vectors
 from as2rank.metrics import get_scorer
 from as2rank.neural import listwise_kl_loss
+from tests.contract import check_ranker_contract  # noqa: E402
 
 from .test_read_pairs import shuffled_within_questions
 
@@ -129,6 +130,11 @@ def test_without_position_the_rnn_reads_no_row_order(kv, rnn):
         q = X[X["qid"] == "q5"]
         first = q["candidate"].idxmin()
         assert model.predict(q.loc[[first]])[0] == pytest.approx(scores[X.index.get_loc(first)], abs=1e-6)
+
+
+def test_contract(kv):
+    X, y = synthetic(16)
+    check_ranker_contract(tiny(kv), X, y, atol=1e-5)
 
 
 @pytest.mark.parametrize("rnn", [None, "birnn", "lstm"])

@@ -93,13 +93,13 @@ def test_int8_runs_on_onnx_runtime_built_once_and_kept_out_of_pickles(fitted):
     ranker, X, _ = fitted
     s32 = ranker.set_params(precision="fp32").predict(X)
     scores = ranker.set_params(precision="int8").predict(X)
-    graph = ranker._int8_model_[1]
+    graph = ranker.predictor(encoded=ranker.encode(X)).module
     assert isinstance(graph, onnx_runtime.OnnxModule) and graph.int8
     np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
     assert not np.array_equal(scores, s32)
     np.testing.assert_array_equal(ranker.predict(X), scores)
-    assert ranker._int8_model_[1] is graph  # exported once, not per call
-    assert getattr(pickle.loads(pickle.dumps(ranker)), "_int8_model_", None) is None
+    assert ranker.predictor(encoded=ranker.encode(X)).module is graph  # exported once, not per call
+    assert b"onnxruntime" not in pickle.dumps(ranker)
     ranker.set_params(precision="fp32")
 
 
@@ -108,10 +108,9 @@ def test_int8_falls_back_to_torch_without_onnx_runtime(fitted, monkeypatch):
     ranker, X, _ = fitted
     monkeypatch.setattr(onnx_runtime, "onnx_available", lambda: False)
     ranker.set_params(precision="int8").predict(X)
-    quantized = ranker._int8_model_[1]
+    quantized = ranker.predictor(encoded=ranker.encode(X)).module
     assert any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in quantized.modules())
     ranker.set_params(precision="fp32")
-    del ranker._int8_model_
 
 
 @needs_onnx
@@ -122,14 +121,13 @@ def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
 
     X, y = synthetic(n_questions=10)
     cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
-    s32 = cascade.predict(X)
-    rows32 = cascade.cost_report_["rows_per_layer"]
-    scores = cascade.set_params(precision="int8").predict(X)
-    graphs = cascade._int8_model_[1]
+    s32, cost32 = cascade.predict(X, return_cost=True)
+    scores, cost = cascade.set_params(precision="int8").predict(X, return_cost=True)
+    graphs = cascade.predictor(encoded=cascade.encode(X)).module
     assert isinstance(graphs, onnx_runtime.OnnxCascade) and len(graphs.segments) == 2
     assert all(isinstance(g, onnx_runtime.OnnxModule) and g.int8 for g in graphs.segments)
     assert [_spinning(g) for g in graphs.segments] == ["0", "0"]  # the cascade's work between them needs the cores
-    np.testing.assert_array_equal(cascade.cost_report_["rows_per_layer"], rows32)  # the same drops' sizes
+    np.testing.assert_array_equal(cost["rows_per_layer"], cost32["rows_per_layer"])  # the same drops' sizes
     np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
 
 

@@ -72,15 +72,15 @@ def test_int8_copy_built_once_and_kept_out_of_pickles(fitted, monkeypatch):
     monkeypatch.setattr(onnx_runtime, "onnx_available", lambda: False)
     ranker.set_params(precision="int8")
     scores = ranker.predict(X)
-    quantized = ranker._int8_model_[1]
+    quantized = ranker.predictor().module
     assert any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in quantized.modules())
     assert not any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in ranker.model_.modules())
     ranker.predict(X)
-    assert ranker._int8_model_[1] is quantized  # quantized once, not per call
+    assert ranker.predictor().module is quantized  # quantized once, not per call
     blob = pickle.dumps(ranker)
     assert b"torch.ao.nn.quantized" not in blob
     loaded = pickle.loads(blob)
-    assert getattr(loaded, "_int8_model_", None) is None
+    assert loaded.predictor().module is not quantized  # the loaded model quantizes its own weights
     np.testing.assert_allclose(loaded.predict(X), scores, atol=1e-6)
     ranker.set_params(precision="fp32")
 
