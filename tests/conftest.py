@@ -8,7 +8,11 @@ import pytest
 def pytest_configure(config):
     """Under parallel workers (``pytest -n N``), each worker's torch gets its share of the cores (torch reads
     ``OMP_NUM_THREADS`` when first imported): N workers at torch's default of one thread per core would
-    oversubscribe them."""
+    oversubscribe them. Registers the ``slow`` marker."""
+    config.addinivalue_line(
+        "markers", "slow: takes tens of seconds however small its model: starts other processes (torch.distributed, "
+        "the CLI, joblib or Dask workers) or exports ONNX graphs that no other test shares; deselect with "
+        "-m 'not slow'")
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(workers)))
@@ -68,3 +72,29 @@ def toy():
     y = np.array([0, 1, 0, 0, 1, 1, 0, 0])
     return X, y
 
+
+@pytest.fixture(scope="session")
+def export_memo(tmp_path_factory):
+    """The ONNX graphs exported in this test run (:class:`tests.utils.ExportMemo`), in a folder that the
+    pytest-xdist workers of the run share."""
+    from tests.utils import ExportMemo
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's base folder is inside the run's
+    return ExportMemo(root / "onnx-exports")
+
+
+@pytest.fixture(scope="module")
+def memoized_exports(export_memo):
+    """While the tests of a module that uses it run, module-scoped fixtures included, the copies on ONNX Runtime
+    (``as2rank.neural.onnx.runtime``) export each (module, inputs) once in this test run
+    (:class:`tests.utils.ExportMemo`); a test that refuses exports still sees every call. The patch is this
+    fixture's own: a test's ``monkeypatch.undo()`` leaves it in place. Without the optional ONNX packages nothing
+    is exported, and nothing changes."""
+    from as2rank.neural.onnx import runtime
+
+    with pytest.MonkeyPatch.context() as patch:
+        if runtime.onnx_available():
+            patch.setattr(runtime, "export_graph", export_memo.wrap(runtime.export_graph))
+        yield export_memo

@@ -1,6 +1,9 @@
 """Int8 graphs saved with the model (``save_pretrained(int8=True)``, tiny random models): a loaded model predicts
 at int8 from them without exporting, with the scores of the process that saved them; graphs exported from
-other weights (another model, or the same model changed after loading) are never used."""
+other weights (another model, or the same model changed after loading) are never used.
+
+Each (module, inputs) is exported once per test run (the ``memoized_exports`` fixture): a graph exported again
+is the one exported before, and one that a test refuses to export is still asked for."""
 
 import copy
 import shutil
@@ -16,10 +19,16 @@ import as2rank.neural as neural  # noqa: E402
 from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
 from as2rank.neural.onnx import copies  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
-from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
+from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
-pytestmark = pytest.mark.skipif(not (onnx_runtime.onnx_available() and neural.int8_supported()),
-                                reason="needs onnxruntime, onnx, onnxscript and int8 kernels")
+pytestmark = [pytest.mark.skipif(not (onnx_runtime.onnx_available() and neural.int8_supported()),
+                                 reason="needs onnxruntime, onnx, onnxscript and int8 kernels"),
+              pytest.mark.usefixtures("memoized_exports")]
+
+
+def tiny(cls, tokenizer, **params):
+    """A two-layer model (each layer adds to every export's time)."""
+    return small(cls, "bert", tokenizer, model=tiny_config("bert", 2), **params)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +38,17 @@ def data():
 
 @pytest.fixture(scope="module")
 def fitted(tokenizer, data):
-    return small(TransformerRanker, "bert", tokenizer, lexical_prior=True).fit(*data)
+    ranker = tiny(TransformerRanker, tokenizer, lexical_prior=True).fit(*data)
+    # Its int8 copy, traced on the rows the tests predict (the one a deep copy exports again): what saving writes.
+    ranker.set_params(precision="int8").predict(data[0])
+    return ranker.set_params(precision="fp32")
+
+
+def change_head(ranker):
+    """``ranker`` with other weights: its head's first tensor moved by 0.5 (in place)."""
+    with torch.no_grad():
+        next(ranker.model_.head.parameters()).add_(0.5)
+    return ranker
 
 
 def refuse_exports(monkeypatch):
@@ -58,11 +77,12 @@ def test_a_loaded_model_predicts_from_its_saved_graph_without_exporting(fitted, 
     assert isinstance(graph, onnx_runtime.OnnxModule) and graph.int8
 
 
+@pytest.mark.slow  # two segments, each exported twice (float32, then int8)
 def test_a_cascade_saves_one_graph_per_segment(tokenizer, data, tmp_path, monkeypatch):
     from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = data
-    cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
+    cascade = tiny(CascadeTransformer, tokenizer, exits=(1, 2), alpha=0.4, lexical_prior=True).fit(X, y)
     cascade.save_pretrained(tmp_path / "c", int8=True)  # nothing predicted at int8 yet: exported now
     scores, cost = cascade.set_params(precision="int8").predict(X, return_cost=True)
     assert sorted(p.name for p in (tmp_path / "c" / "onnx").iterdir()) == ["int8-0.onnx", "int8-1.onnx"]
@@ -75,10 +95,13 @@ def test_a_cascade_saves_one_graph_per_segment(tokenizer, data, tmp_path, monkey
     np.testing.assert_array_equal(loaded_cost["rows_per_layer"], cost["rows_per_layer"])
 
 
-def test_graphs_of_another_model_are_not_used(fitted, tokenizer, data, tmp_path):
+@pytest.mark.slow  # another model, exported twice
+def test_graphs_of_another_model_are_not_used(fitted, data, tmp_path):
     X, y = data
     fitted.save_pretrained(tmp_path / "a", int8=True)
-    other = small(TransformerRanker, "bert", tokenizer, lexical_prior=True, random_state=1).fit(X, y)
+    # Another model of the same shape: the fitted one with other head weights (the model the next test changes
+    # after loading), so that the graphs read, and would compute, without error.
+    other = change_head(copy.deepcopy(fitted))
     other.save_pretrained(tmp_path / "b")
     assert not (tmp_path / "b" / "onnx").exists()
     own = copy.deepcopy(other).set_params(precision="int8").predict(X)
@@ -94,14 +117,13 @@ def test_graphs_of_another_model_are_not_used(fitted, tokenizer, data, tmp_path)
         np.testing.assert_array_equal(loaded.predict(X), copy.deepcopy(fitted).set_params(precision="int8").predict(X))
 
 
+@pytest.mark.slow  # two other models, each exported twice
 def test_a_model_changed_after_loading_exports_again(fitted, data, tmp_path):
     X, y = data
     fitted.save_pretrained(tmp_path / "m", int8=True)
     loaded = TransformerRanker.from_pretrained(tmp_path / "m", precision="int8")
     saved = predict_quietly(loaded, X)
-    changed = TransformerRanker.from_pretrained(tmp_path / "m", precision="int8")
-    with torch.no_grad():
-        next(changed.model_.head.parameters()).add_(0.5)
+    changed = change_head(TransformerRanker.from_pretrained(tmp_path / "m", precision="int8"))
     with pytest.warns(UserWarning, match="exporting them again"):
         scores = changed.predict(X)
     assert not np.allclose(scores, saved)
@@ -118,6 +140,7 @@ def test_int8_saving_needs_a_calibrated_model(fitted, tmp_path):
         uncalibrated.save_pretrained(tmp_path / "m", int8=True)
 
 
+@pytest.mark.slow  # another model, exported twice
 def test_a_context_ranker_saves_its_graph_traced_on_its_own_columns(tokenizer, tmp_path, monkeypatch):
     # ContextConcat reads context columns besides the pair: the rows that trace its graph at saving have them.
     from as2rank.transformer.context.rankers import ContextConcat
@@ -126,7 +149,9 @@ def test_a_context_ranker_saves_its_graph_traced_on_its_own_columns(tokenizer, t
 
     X, y = test_context.synthetic()
     X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
-    ranker = test_context.small(ContextConcat, tokenizer, lexical_prior=True).fit(X, y)
+    config = test_context.tiny_config()
+    config.num_hidden_layers = 2  # each layer adds to the export's time
+    ranker = test_context.small(ContextConcat, tokenizer, lexical_prior=True, model=config).fit(X, y)
     ranker.save_pretrained(tmp_path / "m", int8=True)
     scores = ranker.set_params(precision="int8").predict(X)
     refuse_exports(monkeypatch)

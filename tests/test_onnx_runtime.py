@@ -1,7 +1,11 @@
 """The ONNX Runtime backend of ``precision="int8"`` (tiny random models): the export agrees with the torch
 module, a disagreeing export is refused, each int8 operator computes what its torch arithmetic does, the
 calibrated ranges make a row's int8 score independent of the rows predicted with it, the int8 copy is built
-once and never pickled, and without the optional packages the torch int8 path runs instead."""
+once and never pickled, and without the optional packages the torch int8 path runs instead.
+
+Exports take seconds each: the tests export each (module, inputs) once per test run (the
+``memoized_exports`` fixture), and trace on the rows that the int8 copy traces on (:func:`example`), so that the
+float32 export that checks an int8 copy is the one the float32 tests read. Two layers are enough for all of them."""
 
 import pickle
 
@@ -16,17 +20,29 @@ from as2rank.neural.onnx import export as onnx_export  # noqa: E402
 from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
 from as2rank.neural.backbone import batch_tensors  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
-from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
+from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
 needs_onnx = pytest.mark.skipif(not onnx_runtime.onnx_available(), reason="onnxruntime, onnx or onnxscript missing")
 needs_int8 = pytest.mark.skipif(not neural.int8_supported(), reason="CPU without int8 kernels")
+pytestmark = pytest.mark.usefixtures("memoized_exports")
+#: Encoder layers of the tiny models (each layer adds to every export's time).
+LAYERS = 2
+
+
+def tiny(cls, tokenizer, **params):
+    return small(cls, "bert", tokenizer, model=tiny_config("bert", LAYERS), **params)
 
 
 @pytest.fixture(scope="module")
 def fitted(tokenizer):
     X, y = synthetic(n_questions=10)
-    ranker = small(TransformerRanker, "bert", tokenizer, lexical_prior=True).fit(X, y)
+    ranker = tiny(TransformerRanker, tokenizer, lexical_prior=True).fit(X, y)
     return ranker, X, ranker._encode(X)
+
+
+def example(encoded):
+    """The rows an int8 copy is traced on (``neural.onnx.copies.onnx_copy``): any rows do, these share exports."""
+    return batch_tensors(encoded, np.arange(4) % len(encoded["lengths"]))
 
 
 @pytest.fixture
@@ -51,7 +67,7 @@ def written(tmp_path, monkeypatch):
 def test_float32_export_matches_the_module_on_any_shape(fitted):
     ranker, X, encoded = fitted
     model = ranker.model_.eval()
-    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), threads=1)
+    graph = onnx_runtime.OnnxModule(model, example(encoded), threads=1)
     assert set(graph.names) == {"input_ids", "attention_mask", "token_type_ids", "question_mask", "prior"}
     rows = np.argsort(encoded["lengths"])
     # one row, padded rows of several widths, and every row at once
@@ -115,12 +131,13 @@ def test_int8_falls_back_to_torch_without_onnx_runtime(fitted, monkeypatch):
 
 @needs_onnx
 @needs_int8
+@pytest.mark.slow  # two segments, each exported twice (float32, then int8)
 def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
     # Each segment's float32 graph is checked against the torch segment when it is built (OnnxModule).
     from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = synthetic(n_questions=10)
-    cascade = small(CascadeTransformer, "bert", tokenizer, exits=(3, 6), alpha=0.4, lexical_prior=True).fit(X, y)
+    cascade = tiny(CascadeTransformer, tokenizer, exits=(1, 2), alpha=0.4, lexical_prior=True).fit(X, y)
     s32, cost32 = cascade.predict(X, return_cost=True)
     scores, cost = cascade.set_params(precision="int8").predict(X, return_cost=True)
     graphs = cascade.predictor(encoded=cascade.encode(X)).module
@@ -139,7 +156,7 @@ def test_sessions_run_without_the_fused_skip_layer_norm(fitted, written):
     import onnxruntime as ort
 
     ranker, X, encoded = fitted
-    onnx_runtime.OnnxModule(ranker.model_.eval(), batch_tensors(encoded, np.arange(3)), threads=1)
+    onnx_runtime.OnnxModule(ranker.model_.eval(), example(encoded), threads=1)
     ours = written[-1]
     ort.InferenceSession(ours, ort.SessionOptions(), providers=["CPUExecutionProvider"])  # ONNX Runtime's default
     default = written[-1]
@@ -197,7 +214,7 @@ def test_fused_attention_matches_either_attention_mask(fitted, implementation):
     ranker, X, encoded = fitted
     model = copy.deepcopy(ranker.model_).eval()
     model.encoder.set_attn_implementation(implementation)
-    graph = onnx_runtime.OnnxModule(model, batch_tensors(encoded, np.arange(3)), threads=1)
+    graph = onnx_runtime.OnnxModule(model, example(encoded), threads=1)
     batch = batch_tensors(encoded, np.argsort(encoded["lengths"])[::2])
     with torch.inference_mode():
         np.testing.assert_allclose(graph(batch).numpy(), model(batch).numpy(), atol=1e-5)
@@ -225,19 +242,25 @@ def test_only_bert_style_self_attention_is_fused(fitted):
     assert onnx_runtime._export_copy(head_only) is head_only
 
 
-def _run_exported(module, *inputs, exact_integer_sums=False):
-    """``module`` (positional tensors in, one tensor out) exported and run by ONNX Runtime, on its default
-    uint8 x int8 kernels or, with ``exact_integer_sums``, on the exact uint8 x uint8 ones that the int8 sessions
-    ask for where the default kernels clamp their sums."""
+def _export(module, inputs: dict, path):
+    torch.onnx.export(module, tuple(inputs.values()), str(path), input_names=list(inputs), dynamo=True,
+                      external_data=False)
+
+
+def _run_exported(memo, module, *inputs, exact_integer_sums=False):
+    """``module`` (positional tensors in, one tensor out) exported (once per test run: ``memo``, the
+    ``export_memo`` fixture) and run by ONNX Runtime, on its default uint8 x int8 kernels or, with
+    ``exact_integer_sums``, on the exact uint8 x uint8 ones that the int8 sessions ask for where the default
+    kernels clamp their sums."""
     import tempfile
     from pathlib import Path
 
-    names = [f"x{i}" for i in range(len(inputs))]
+    feeds = {f"x{i}": x for i, x in enumerate(inputs)}
     with tempfile.TemporaryDirectory() as folder, onnx_export.quiet():
         path = Path(folder) / "m.onnx"
-        torch.onnx.export(module, inputs, str(path), input_names=names, dynamo=True, external_data=False)
+        memo.wrap(_export)(module, feeds, path)
         session = onnx_runtime.cpu_session(path, exact_integer_sums=exact_integer_sums)
-        return session.run(None, {n: x.numpy() for n, x in zip(names, inputs)})[0]
+        return session.run(None, {n: x.numpy() for n, x in feeds.items()})[0]
 
 
 def _default_kernels() -> str:
@@ -314,7 +337,7 @@ def test_saturating_sums_clamp_each_pair_of_products_to_16_bits():
 @needs_onnx
 @pytest.mark.parametrize("kernels", ["exact", "default"])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel, kernels):
+def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel, kernels, export_memo):
     # On either kernels, whatever this CPU: "exact" is the int8 sessions' choice where u8s8_sums_exact() is
     # False (forced here on any host); "default" checks this CPU's own kernels against the arithmetic they are
     # documented to compute, so that a host of either kind catches a change of either.
@@ -327,7 +350,7 @@ def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel, kerne
     with torch.inference_mode():
         eager, exact = layer(x), linear(x)
         saturating = _saturating_product(layer, x)
-    got = _run_exported(_First(layer), x, exact_integer_sums=kernels == "exact")
+    got = _run_exported(export_memo, _First(layer), x, exact_integer_sums=kernels == "exact")
     _assert_kernel_arithmetic(got, kernels, eager.numpy(), saturating.numpy())
     # int8 rounding, and nothing else: close to the float layer, not equal to it. Smoothing divides input
     # channel j by s_j and multiplies the weights it meets by s_j.
@@ -361,7 +384,7 @@ def test_smoothing_moves_an_outlier_channel_s_range_into_the_weights(monkeypatch
 
 @needs_onnx
 @pytest.mark.parametrize("int8, kernels", [(False, "default"), (True, "exact"), (True, "default")])
-def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8, kernels, monkeypatch):
+def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8, kernels, monkeypatch, export_memo):
     ranker, X, encoded = fitted
     block = ranker.model_.encoder.encoder.layer[0].attention.self
     torch.manual_seed(0)
@@ -373,7 +396,7 @@ def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8, kernel
     with torch.inference_mode():
         eager, exact = fused(hidden, additive)[0], block(hidden, attention_mask=additive)[0]
     real = keep.bool().numpy()  # padded queries' outputs are never read
-    got = _run_exported(_First(fused), hidden, additive, exact_integer_sums=kernels == "exact")[real]
+    got = _run_exported(export_memo, _First(fused), hidden, additive, exact_integer_sums=kernels == "exact")[real]
     if int8:  # the query, key and value projections on either kernels (see the linear layer's test)
         with torch.inference_mode(), monkeypatch.context() as m:
             m.setattr(fused, "_product", lambda h: _saturating_product(fused, h))
@@ -446,8 +469,7 @@ def test_int8_sessions_ask_for_exact_sums_where_the_cpu_kernels_clamp_them(fitte
 
     ranker, X, encoded = fitted
     monkeypatch.setattr(onnx_runtime, "u8s8_sums_exact", lambda: exact_u8s8)
-    example = batch_tensors(encoded, np.arange(3))
-    onnx_runtime.OnnxModule(ranker.model_.eval(), example, ranges=ranker.activation_ranges_, threads=1)
+    onnx_runtime.OnnxModule(ranker.model_.eval(), example(encoded), ranges=ranker.activation_ranges_, threads=1)
     graph = onnx.load(written[-1]).graph
     types = {init.name: init.data_type for init in graph.initializer}
     weights = [types[node.input[1]] for node in graph.node if node.op_type in ("MatMulIntegerToFloat", "QAttention")]
@@ -460,10 +482,10 @@ def test_int8_sessions_ask_for_exact_sums_where_the_cpu_kernels_clamp_them(fitte
 def test_exact_integer_kernels_give_the_scores_of_the_default_ones(fitted, monkeypatch):
     # On a CPU whose default kernels are exact already, the uint8 x uint8 rewrite computes the same products.
     ranker, X, encoded = fitted
-    model, example = ranker.model_.eval(), batch_tensors(encoded, np.arange(3))
-    default = onnx_runtime.OnnxModule(model, example, ranges=ranker.activation_ranges_, threads=1)
+    model, rows = ranker.model_.eval(), example(encoded)
+    default = onnx_runtime.OnnxModule(model, rows, ranges=ranker.activation_ranges_, threads=1)
     monkeypatch.setattr(onnx_runtime, "u8s8_sums_exact", lambda: False)
-    exact = onnx_runtime.OnnxModule(model, example, ranges=ranker.activation_ranges_, threads=1)
+    exact = onnx_runtime.OnnxModule(model, rows, ranges=ranker.activation_ranges_, threads=1)
     batch = batch_tensors(encoded, np.arange(len(encoded["lengths"])))
     np.testing.assert_array_equal(exact(batch).numpy(), default(batch).numpy())
 
@@ -479,11 +501,12 @@ def _int8_in_batches(ranker, X) -> tuple:
 
 @needs_onnx
 @needs_int8
+@pytest.mark.slow  # a second model, exported twice
 def test_int8_score_of_a_row_does_not_depend_on_its_batch(tokenizer, fitted):
     # The plain head: every value the graph's float parts pass on is quantized with fixed ranges before it
     # reaches the logit, so a row's score is bit-identical whatever the batch.
     X = fitted[1]
-    plain = small(TransformerRanker, "bert", tokenizer, lexical_prior=True, segment_similarity=False)
+    plain = tiny(TransformerRanker, tokenizer, lexical_prior=True, segment_similarity=False)
     plain.fit(X, synthetic(n_questions=10)[1])
     together, alone, pairs = _int8_in_batches(plain, X)
     np.testing.assert_array_equal(alone, together)
@@ -506,11 +529,11 @@ def _spinning(module):
 @needs_onnx
 def test_a_session_that_does_not_spin_scores_the_same(fitted):
     ranker, X, encoded = fitted
-    example = batch_tensors(encoded, np.arange(4))
-    whole = onnx_runtime.OnnxModule(ranker.model_, example, threads=1)
+    rows = example(encoded)
+    whole = onnx_runtime.OnnxModule(ranker.model_, rows, threads=1)
     quiet = onnx_runtime.OnnxModule.from_graph(whole.graph, whole.names, int8=False, threads=1, digest="", spinning=False)
     assert _spinning(whole) is None and _spinning(quiet) == "0"
-    np.testing.assert_array_equal(quiet(example).numpy(), whole(example).numpy())
+    np.testing.assert_array_equal(quiet(rows).numpy(), whole(rows).numpy())
 
 
 def test_ranges_key_tells_every_input_of_an_int8_copy_apart(monkeypatch):
@@ -554,7 +577,7 @@ def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_p
     loaded.activation_ranges_ = {k: 2 * r for k, r in loaded.activation_ranges_.items()}
     assert not np.array_equal(loaded.predict(X), ranker.predict(X))
     ranker.set_params(precision="fp32")
-    stream = small(TransformerRanker, "bert", tokenizer)
+    stream = tiny(TransformerRanker, tokenizer)
     first = X["qid"].isin(X["qid"].unique()[:5]).to_numpy()
     rest = ~first
     y = synthetic(n_questions=10)[1]

@@ -183,7 +183,7 @@ def checkpoint(tokenizer, tmp_path):
 
     torch.manual_seed(0)
     path = tmp_path / "checkpoint"
-    transformers.BertModel(tiny_config("bert")).save_pretrained(path)
+    transformers.BertModel(tiny_config("bert", 2)).save_pretrained(path)  # two layers: int8 exports it to ONNX
     tokenizer.save_pretrained(path)
     return str(path)
 
@@ -239,7 +239,7 @@ def test_similarity_prior_survives_save_pretrained_and_refuses_a_changed_checkpo
     np.testing.assert_allclose(TransformerRanker.from_pretrained(tmp_path / "m").predict(X), scores, atol=1e-6)
     np.testing.assert_allclose(pickle.loads(pickle.dumps(ranker)).predict(X), scores, atol=1e-6)
     torch.manual_seed(1)
-    transformers.BertModel(tiny_config("bert")).save_pretrained(checkpoint)  # other weights, same place
+    transformers.BertModel(tiny_config("bert", 2)).save_pretrained(checkpoint)  # other weights, same place
     # This process holds the checkpoint it loaded and checked: the scores stay those of the fit.
     np.testing.assert_array_equal(ranker.predict(X), scores)
     similarity._LOADED.clear()  # another process: it finds only the new files
@@ -288,6 +288,7 @@ def test_a_reused_fit_keeps_the_similarity_checkpoint_it_was_asked_for(checkpoin
     FIT_CACHE.clear()
 
 
+@pytest.mark.slow  # int8 exports the model to ONNX Runtime twice (float32, then int8)
 def test_similarity_prior_predicts_at_every_precision(checkpoint):
     # The similarity pass runs beside the int8 copy (in float) and under autocast; the scores stay close to fp32.
     from as2rank.neural import int8_supported

@@ -68,14 +68,20 @@ def assert_same_bits(a, b):
     assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"max |diff| {np.abs(a - b).max():.3g}"
 
 
-def test_two_fits_with_the_same_seed_predict_the_same_bits():
-    first, second = fit_and_predict(), fit_and_predict()
-    for name in first:
-        assert_same_bits(first[name], second[name])
+@pytest.fixture(scope="module")
+def here():
+    """:func:`fit_and_predict` in this process."""
+    return fit_and_predict()
 
 
-def test_a_fit_in_a_fresh_process_predicts_the_same_bits(tmp_path):
-    here = fit_and_predict()
+def test_two_fits_with_the_same_seed_predict_the_same_bits(here):
+    again = fit_and_predict()
+    for name in here:
+        assert_same_bits(here[name], again[name])
+
+
+@pytest.mark.slow
+def test_a_fit_in_a_fresh_process_predicts_the_same_bits(here, tmp_path):
     out = tmp_path / "scores.npz"
     code = (
         "import numpy as np; from tests.test_reproducible import fit_and_predict; "

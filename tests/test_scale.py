@@ -103,6 +103,7 @@ def assert_same_search(runs, atol):
 # ------------------------------------------------------------------------------ parallel model selection
 
 
+@pytest.mark.slow
 def test_grid_search_lexical_pipeline_joblib_and_dask_agree(sample_subset, dask_client):
     X, y = sample_subset
 
@@ -114,6 +115,7 @@ def test_grid_search_lexical_pipeline_joblib_and_dask_agree(sample_subset, dask_
     assert_same_search(searches(make, X, y, dask_client, groups=X["qid"]), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_grid_search_tiny_cascade_over_alpha_joblib_and_dask_agree(tokenizer, dask_client):
     """α acts at inference only: with n_jobs>1 the fits are reused inside each worker process, and the
     results are those of n_jobs=1."""
@@ -179,6 +181,7 @@ def test_a_launched_fit_without_a_fixed_random_state_is_refused(monkeypatch):
         assert setup.shard.world_size == 2
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_fit_like_one_process_with_the_same_global_batch(tmp_path):
     from tests.distributed_fit import ranker
     from tests.distributed_fit import tokenizer as make_tokenizer
@@ -353,6 +356,7 @@ def test_predict_file_resumes_after_an_interruption_without_duplicates(asnq_file
     np.testing.assert_allclose(scores["score"], WordOverlapRanker().predict(X), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_cli_predict_killed_and_restarted_gives_complete_output(asnq_file, tmp_path):
     joblib.dump(scale_helpers.SlowRanker(delay=0.3), tmp_path / "slow.joblib")
     out = tmp_path / "scores.parquet"
@@ -397,6 +401,7 @@ def test_chunked_scoring_of_a_neural_model_matches_in_memory(tokenizer, asnq_fil
     np.testing.assert_array_equal(scores["rank"], model.predict_rank(X))
 
 
+@pytest.mark.slow
 def test_predict_dask_partitions_by_question_and_ships_the_model_once_per_worker(asnq_file, dask_client):
     import dask.dataframe as dd
 

@@ -279,6 +279,7 @@ def test_models_that_would_drop_the_head_refuse_it(checkpoints):
                            device="cpu", random_state=0).fit(X, y)
 
 
+@pytest.mark.slow  # int8 exports the model to ONNX Runtime twice (float32, then int8)
 def test_int8_copy_reads_the_checkpoints_head(checkpoints):
     from as2rank.neural import int8_supported
 
