@@ -129,18 +129,20 @@ def test_grid_search_tiny_cascade_over_alpha_joblib_and_dask_agree(tokenizer, da
     assert_same_search(runs, atol=1e-9)
 
 
-def test_n_threads_is_scoped_and_checked(tokenizer):
+def test_n_threads_is_scoped_and_checked(tokenizer, monkeypatch):
     X, y = synthetic(4)
     before = torch.get_num_threads()
     model = small(TransformerRanker, "bert", tokenizer, num_layers=1, n_threads=1, reuse_fit=False)
     seen = []
-    original = model._train
+    import as2rank.transformer.scaffold as scaffold
+
+    original = scaffold.train_estimator
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    model._train = spy
+    monkeypatch.setattr(scaffold, "train_estimator", spy)
     model.fit(X, y)
     assert seen == [1] and torch.get_num_threads() == before
     with pytest.raises(ValueError, match="n_threads"):

@@ -11,7 +11,6 @@ supplies the torch module, its loss and its scoring. Importing this module does 
 
 from __future__ import annotations
 
-import math
 import sys
 from abc import ABCMeta, abstractmethod
 from numbers import Integral
@@ -23,11 +22,11 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
-from ..data import check_ranking_data, check_X, holdout_questions
-from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
-from ..metrics import mean_average_precision
+from ..data import check_ranking_data, check_X
+from ..early_stopping import check_early_stopping, check_eval_set, set_training_summary
 from ..params import Interval, check_param, validate_params
 from .parameters import TRAINING_CONSTRAINTS, with_training_params
+from .train import train_estimator
 
 #: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
 #: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
@@ -266,7 +265,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
             if not warm:
                 self.model_ = self._fresh_module(X, y, groups, eval_set)
-            set_training_summary(self, self._train(X, y, index, targets, rng, setup, dev=dev))
+            set_training_summary(self, train_estimator(self, X, y, index, targets, rng, setup, dev=dev))
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         self.fit_cache_hit_ = False
@@ -345,101 +344,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         ):
             if not hasattr(self, "model_"):
                 self.model_ = self._fresh_module(X, y, groups, None)
-            history = self._train(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+            history = train_estimator(self, X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
         set_training_summary(self, history if state.runs == 1 else self.history_.extend(history))
         self.fit_cache_hit_ = False
         self._train_state = state
         return self
-
-    def _train(self, X, y, index, targets, rng, setup, dev=None, state=None):
-        """Run the training loop on validated data and its ``_row_targets``: ``fit`` (``state=None``; an
-        optional dev set) or one ``partial_fit`` call (one pass, continuing ``state``). Returns the history."""
-        import torch
-
-        from ..neural import train
-        from ..neural.backbone import batch_tensors, length_bucket_batches
-        from ..neural.distributed import LocalBatch
-
-        device, shard = setup.device, setup.shard
-        module = self.model_
-        self._set_trainable(module)
-        if sys.modules.get("as2rank.neural.onnx.copies") is not None:  # the new weights need their own int8 copy
-            sys.modules["as2rank.neural.onnx.copies"].INT8_COPIES.forget(module)
-        encoded = self._encode(X)
-        train_rows = np.arange(len(X))
-        fraction = holdout_fraction(self, index, y)
-        if state is None and dev is None and fraction is not None:
-            is_dev = holdout_questions(index, y, fraction, rng)
-            if is_dev.all():
-                raise ValueError("validation_fraction leaves no training question; lower it.")
-            dev_rows = np.flatnonzero(is_dev)
-            train_rows = np.flatnonzero(~is_dev)
-            dev_enc = {k: v[dev_rows] for k, v in encoded.items()}
-            dev = (None, y[dev_rows], index.take(dev_rows))
-        elif dev is not None:
-            dev_enc = self._encode(dev[0])
-
-        labels = torch.from_numpy((y > 0).astype(np.float32))
-        targets = {k: torch.as_tensor(v) for k, v in targets.items()}
-        lengths = encoded["lengths"][train_rows]
-        steps = math.ceil(len(train_rows) / self.batch_size)
-
-        # The losses' draws come from their own stream, so they leave the batch order as it is.
-        draws = rng.spawn(1)[0]
-
-        def batches(epoch):
-            for i, part in enumerate(length_bucket_batches(lengths, self.batch_size, rng)):
-                # Numbered and drawn for the global batch: the same in every process.
-                step, draw = epoch * steps + i, float(draws.random())
-                rows, real = shard.split(train_rows[part], index.codes[train_rows[part]])
-                batch = batch_tensors(encoded, rows)
-                batch.update({k: v[rows] for k, v in targets.items()}, labels=labels[rows], step=step, draw=draw)
-                yield LocalBatch(batch, len(rows) if real else 0)
-
-        evaluate = None
-        if dev is not None:
-            from ..neural.predict import no_progress, predict_logits
-
-            dev_y, dev_index = dev[1], dev[2]
-            # Resolved here: the loop calls back into the estimator only through its loss.
-            eval_tokens, eval_dtype = self._batch_tokens(device), self._compute_dtype(device)
-
-            def evaluate(m):
-                # The dev MAP ranks by the module's output, averaged over its heads where it has several.
-                scores = predict_logits(m, dev_enc, device, batch_tokens=eval_tokens, dtype=eval_dtype,
-                                        progress=no_progress)
-                return mean_average_precision(dev_y, scores.mean(axis=1) if scores.ndim == 2 else scores, dev_index)
-
-        history = train(
-            module,
-            batches,
-            self._loss,
-            epochs=self.epochs if state is None else 1,
-            steps_per_epoch=steps,
-            learning_rate=self.learning_rate,
-            device=device,
-            optimizer="adamw",
-            weight_decay=self.weight_decay,
-            schedule="linear",
-            warmup=self.warmup,
-            max_grad_norm=self.max_grad_norm,
-            verbose=self.verbose,
-            desc=type(self).__name__,
-            evaluate=evaluate,
-            eval_every=self.eval_every,
-            patience=self.patience if evaluate is not None else None,
-            precision=self._compute_dtype(device, training=True),
-            lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules},
-            accelerator=setup.accelerator,
-            state=state,
-        )
-        if getattr(module, "onnx_exportable", False):
-            # The fixed input ranges of the int8 copy (static quantization), from the weights just trained.
-            from ..neural.onnx.calibration import activation_ranges, calibration_rows
-
-            self.activation_ranges_ = activation_ranges(module, encoded, calibration_rows(train_rows), device,
-                                                        previous=getattr(self, "activation_ranges_", None) if state else None)
-        return history
 
     # ----------------------------------------------------------------- persistence
     def _fitted_state(self) -> dict:
