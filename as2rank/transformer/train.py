@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -24,12 +23,12 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
     from ..neural import train
     from ..neural.backbone import batch_tensors, length_bucket_batches
     from ..neural.distributed import LocalBatch
+    from ..neural.onnx.copies import INT8_COPIES
 
     device, shard = setup.device, setup.shard
     module = est.model_
     est._set_trainable(module)
-    if sys.modules.get("as2rank.neural.onnx.copies") is not None:  # the new weights need their own int8 copy
-        sys.modules["as2rank.neural.onnx.copies"].INT8_COPIES.forget(module)
+    INT8_COPIES.forget(module)  # the new weights need their own int8 copy
     encoded = est._encode(X)
     train_rows = np.arange(len(X))
     fraction = holdout_fraction(est, index, y)
