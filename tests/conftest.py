@@ -5,17 +5,32 @@ import pandas as pd
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (left out by default; CI runs them)")
+
+
 def pytest_configure(config):
     """Under parallel workers (``pytest -n N``), each worker's torch gets its share of the cores (torch reads
     ``OMP_NUM_THREADS`` when first imported): N workers at torch's default of one thread per core would
     oversubscribe them. Registers the ``slow`` marker."""
     config.addinivalue_line(
         "markers", "slow: takes tens of seconds however small its model: starts other processes (torch.distributed, "
-        "the CLI, joblib or Dask workers) or exports ONNX graphs that no other test shares; deselect with "
-        "-m 'not slow'")
+        "the CLI, joblib or Dask workers, spaCy) or exports ONNX graphs that no other test shares; left out unless "
+        "pytest is given --slow")
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--slow``, the tests marked slow are deselected (pytest reports how many)."""
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 @pytest.fixture(scope="module")

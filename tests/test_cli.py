@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -8,13 +6,6 @@ from as2rank.app.cli import main
 from as2rank.app.suite import ENTRIES, load_benchmark_data, select
 
 from .utils import SHARED_DATA
-
-
-def test_import_is_light():
-    # torch/transformers load only when a neural estimator is used.
-    code = "import sys, as2rank, as2rank.metrics, as2rank.lexical.baselines; print('torch' in sys.modules, 'transformers' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
 
 
 def test_bench_on_sample(tmp_path, capsys):

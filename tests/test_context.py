@@ -509,9 +509,3 @@ def test_ranker_errors(data, tokenizer):
             small(cls, tokenizer, **params).fit(X, y)
 
 
-def test_import_as2rank_context_does_not_import_torch():
-    import subprocess
-    import sys
-
-    code = "import sys, as2rank.transformer.context.rankers; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -3,8 +3,6 @@
 import importlib.util
 import io
 import pickle
-import subprocess
-import sys
 
 import joblib
 import numpy as np
@@ -272,12 +270,6 @@ def test_listwise_needs_a_positive(kv):
         tiny(kv, loss="listwise").fit(X, np.zeros_like(y))
     with pytest.raises(ValueError, match="non-negative"):
         tiny(kv).fit(X, -y)
-
-
-def test_importing_as2rank_and_cosinet_does_not_import_torch():
-    code = "import sys, as2rank, as2rank.cosinet.estimator, as2rank.cosinet.word_vectors; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
 
 
 def test_network_module_has_no_table_in_its_state(kv):

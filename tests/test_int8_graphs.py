@@ -19,16 +19,18 @@ import as2rank.neural as neural  # noqa: E402
 from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
 from as2rank.neural.onnx import copies  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
+from tests.test_onnx_runtime import shared_model  # noqa: E402
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
 pytestmark = [pytest.mark.skipif(not (onnx_runtime.onnx_available() and neural.int8_supported()),
                                  reason="needs onnxruntime, onnx, onnxscript and int8 kernels"),
-              pytest.mark.usefixtures("memoized_exports")]
+              pytest.mark.usefixtures("memoized_exports"), pytest.mark.xdist_group("onnx")]
 
 
-def tiny(cls, tokenizer, **params):
-    """A two-layer model (each layer adds to every export's time)."""
-    return small(cls, "bert", tokenizer, model=tiny_config("bert", 2), **params)
+def tiny(cls, tokenizer, layers=1, **params):
+    """A model of one layer (each layer adds to every export's time): the model of ``test_onnx_runtime``, whose
+    exports the tests share."""
+    return small(cls, "bert", tokenizer, model=tiny_config("bert", layers), **params)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,8 @@ def data():
 
 @pytest.fixture(scope="module")
 def fitted(tokenizer, data):
-    ranker = tiny(TransformerRanker, tokenizer, lexical_prior=True).fit(*data)
+    ranker, X, _ = shared_model(tokenizer)
+    assert X.equals(data[0])
     # Its int8 copy, traced on the rows the tests predict (the one a deep copy exports again): what saving writes.
     ranker.set_params(precision="int8").predict(data[0])
     return ranker.set_params(precision="fp32")
@@ -78,15 +81,25 @@ def test_a_loaded_model_predicts_from_its_saved_graph_without_exporting(fitted, 
 
 
 @pytest.mark.slow  # two segments, each exported twice (float32, then int8)
-def test_a_cascade_saves_one_graph_per_segment(tokenizer, data, tmp_path, monkeypatch):
+def test_a_cascade_runs_and_saves_one_graph_per_segment(tokenizer, data, tmp_path, monkeypatch):
+    # Each segment's float32 graph is checked against the torch segment when it is built (OnnxModule).
     from as2rank.transformer.cascade import CascadeTransformer
 
     X, y = data
-    cascade = tiny(CascadeTransformer, tokenizer, exits=(1, 2), alpha=0.4, lexical_prior=True).fit(X, y)
+    cascade = tiny(CascadeTransformer, tokenizer, layers=2, exits=(1, 2), alpha=0.4, lexical_prior=True).fit(X, y)
+    s32, cost32 = cascade.predict(X, return_cost=True)
     cascade.save_pretrained(tmp_path / "c", int8=True)  # nothing predicted at int8 yet: exported now
-    scores, cost = cascade.set_params(precision="int8").predict(X, return_cost=True)
     assert sorted(p.name for p in (tmp_path / "c" / "onnx").iterdir()) == ["int8-0.onnx", "int8-1.onnx"]
-    refuse_exports(monkeypatch)
+    refuse_exports(monkeypatch)  # predicting reuses the copy that saving built
+    scores, cost = cascade.set_params(precision="int8").predict(X, return_cost=True)
+    graphs = cascade.predictor(encoded=cascade.encode(X)).module
+    assert isinstance(graphs, onnx_runtime.OnnxCascade) and len(graphs.segments) == 2
+    assert all(isinstance(g, onnx_runtime.OnnxModule) and g.int8 for g in graphs.segments)
+    # The cascade's work between segments needs the cores: its sessions do not spin.
+    options = [g.session.get_session_options() for g in graphs.segments]
+    assert [o.get_session_config_entry("session.intra_op.allow_spinning") for o in options] == ["0", "0"]
+    np.testing.assert_array_equal(cost["rows_per_layer"], cost32["rows_per_layer"])  # the same drops' sizes
+    np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
     loaded = CascadeTransformer.from_pretrained(tmp_path / "c", precision="int8")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the saved graphs are read, not exported again
@@ -150,7 +163,7 @@ def test_a_context_ranker_saves_its_graph_traced_on_its_own_columns(tokenizer, t
     X, y = test_context.synthetic()
     X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
     config = test_context.tiny_config()
-    config.num_hidden_layers = 2  # each layer adds to the export's time
+    config.num_hidden_layers = 1  # each layer adds to the export's time
     ranker = test_context.small(ContextConcat, tokenizer, lexical_prior=True, model=config).fit(X, y)
     ranker.save_pretrained(tmp_path / "m", int8=True)
     scores = ranker.set_params(precision="int8").predict(X)

@@ -5,7 +5,7 @@ once and never pickled, and without the optional packages the torch int8 path ru
 
 Exports take seconds each: the tests export each (module, inputs) once per test run (the
 ``memoized_exports`` fixture), and trace on the rows that the int8 copy traces on (:func:`example`), so that the
-float32 export that checks an int8 copy is the one the float32 tests read. Two layers are enough for all of them."""
+float32 export that checks an int8 copy is the one the float32 tests read. One layer is enough for all of them."""
 
 import pickle
 
@@ -24,20 +24,28 @@ from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # n
 
 needs_onnx = pytest.mark.skipif(not onnx_runtime.onnx_available(), reason="onnxruntime, onnx or onnxscript missing")
 needs_int8 = pytest.mark.skipif(not neural.int8_supported(), reason="CPU without int8 kernels")
-pytestmark = pytest.mark.usefixtures("memoized_exports")
+#: One pytest-xdist worker runs the modules that share these exports (``--dist loadgroup``): the exporter's first
+#: call in a process takes seconds to warm up, and a second worker would wait for each shared export.
+pytestmark = [pytest.mark.usefixtures("memoized_exports"), pytest.mark.xdist_group("onnx")]
 #: Encoder layers of the tiny models (each layer adds to every export's time).
-LAYERS = 2
+LAYERS = 1
 
 
 def tiny(cls, tokenizer, **params):
     return small(cls, "bert", tokenizer, model=tiny_config("bert", LAYERS), **params)
 
 
+def shared_model(tokenizer):
+    """The model whose exports the int8 tests of this module, ``test_int8_graphs`` and ``test_precision`` share
+    (one xdist group, ``onnx``), fitted on its data: ``(ranker, X, y)``."""
+    X, y = synthetic(n_questions=10)
+    return tiny(TransformerRanker, tokenizer, lexical_prior=True).fit(X, y), X, y
+
+
 @pytest.fixture(scope="module")
 def fitted(tokenizer):
-    X, y = synthetic(n_questions=10)
-    ranker = tiny(TransformerRanker, tokenizer, lexical_prior=True).fit(X, y)
-    return ranker, X, ranker._encode(X)
+    ranker, X, _ = shared_model(tokenizer)
+    return ranker, X, ranker.encode(X)
 
 
 def example(encoded):
@@ -130,25 +138,6 @@ def test_int8_falls_back_to_torch_without_onnx_runtime(fitted, monkeypatch):
 
 
 @needs_onnx
-@needs_int8
-@pytest.mark.slow  # two segments, each exported twice (float32, then int8)
-def test_cascade_int8_runs_each_segment_on_onnx_runtime(tokenizer):
-    # Each segment's float32 graph is checked against the torch segment when it is built (OnnxModule).
-    from as2rank.transformer.cascade import CascadeTransformer
-
-    X, y = synthetic(n_questions=10)
-    cascade = tiny(CascadeTransformer, tokenizer, exits=(1, 2), alpha=0.4, lexical_prior=True).fit(X, y)
-    s32, cost32 = cascade.predict(X, return_cost=True)
-    scores, cost = cascade.set_params(precision="int8").predict(X, return_cost=True)
-    graphs = cascade.predictor(encoded=cascade.encode(X)).module
-    assert isinstance(graphs, onnx_runtime.OnnxCascade) and len(graphs.segments) == 2
-    assert all(isinstance(g, onnx_runtime.OnnxModule) and g.int8 for g in graphs.segments)
-    assert [_spinning(g) for g in graphs.segments] == ["0", "0"]  # the cascade's work between them needs the cores
-    np.testing.assert_array_equal(cost["rows_per_layer"], cost32["rows_per_layer"])  # the same drops' sizes
-    np.testing.assert_allclose(scores, s32, atol=0.15 * max(1.0, np.abs(s32).max()))
-
-
-@needs_onnx
 def test_sessions_run_without_the_fused_skip_layer_norm(fitted, written):
     # The graph a session runs (ONNX Runtime writes it where optimized_model_filepath says) keeps the residual
     # Add and its LayerNormalization apart; by default ONNX Runtime would fuse them.
@@ -206,7 +195,7 @@ def test_only_exact_gelu_is_rewritten_and_it_computes_the_same():
 
 
 @needs_onnx
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("implementation", [pytest.param("eager", marks=pytest.mark.slow), "sdpa"])  # eager: another graph
 def test_fused_attention_matches_either_attention_mask(fitted, implementation):
     # eager attention gets an additive float mask, sdpa a boolean one: the fused node reads both.
     import copy
@@ -459,9 +448,14 @@ def test_calibration_records_each_linear_input_over_real_tokens(fitted):
     np.testing.assert_array_equal(calibration_rows(np.arange(3), 4), [0, 1, 2])
 
 
+def _other_kernels(exact: bool):
+    """A parameter whose int8 graph is not this host's own (another export): marked slow."""
+    return pytest.param(exact, marks=pytest.mark.slow) if exact != onnx_runtime.u8s8_sums_exact() else exact
+
+
 @needs_onnx
 @needs_int8
-@pytest.mark.parametrize("exact_u8s8", [True, False])
+@pytest.mark.parametrize("exact_u8s8", [_other_kernels(True), _other_kernels(False)])
 def test_int8_sessions_ask_for_exact_sums_where_the_cpu_kernels_clamp_them(fitted, written, monkeypatch, exact_u8s8):
     # Where the uint8 x int8 kernels clamp their sums (x86 without AVX-512 VNNI), the int8 session has ONNX Runtime
     # rewrite the int8 weights as uint8 for its exact kernels; where they are exact, it keeps them int8.
@@ -549,6 +543,7 @@ def test_ranges_key_tells_every_input_of_an_int8_copy_apart(monkeypatch):
 
 @needs_onnx
 @needs_int8
+@pytest.mark.slow  # another int8 graph
 def test_another_smoothing_is_another_int8_model(fitted, monkeypatch):
     ranker, X, _ = fitted
     try:
@@ -564,6 +559,7 @@ def test_another_smoothing_is_another_int8_model(fitted, monkeypatch):
 
 @needs_onnx
 @needs_int8
+@pytest.mark.slow  # another int8 graph (other ranges)
 def test_calibration_is_saved_and_partial_fit_widens_it(fitted, tokenizer, tmp_path):
     ranker, X, _ = fitted
     ranker.save_pretrained(tmp_path / "m")

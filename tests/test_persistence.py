@@ -120,6 +120,7 @@ def test_pointwise_ranker_with_scikit_learn_models(classifier, toy, tmp_path):
         np.testing.assert_array_equal(loaded.estimator_.predict(F), ranker.estimator_.predict(F))
 
 
+@pytest.mark.slow  # a process that loads spaCy
 def test_lexical_pipeline_round_trip_without_torch(lexical_pipeline, toy, tmp_path):
     X, _ = toy
     round_trip(lexical_pipeline, tmp_path / "pipe", X)

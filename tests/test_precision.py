@@ -20,19 +20,21 @@ from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
 from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from as2rank.neural import train  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
+from tests.test_onnx_runtime import shared_model  # noqa: E402
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 
 ATOL = {"fp32": 1e-5, "bf16": 5e-2, "int8": 1.5e-1}
 needs_int8 = pytest.mark.skipif(not neural.int8_supported(), reason="CPU without int8 kernels")
-pytestmark = pytest.mark.usefixtures("memoized_exports")  # int8 exports to ONNX Runtime: once per test run
+# int8 exports to ONNX Runtime: once per test run, in the worker of the other modules that share them
+pytestmark = [pytest.mark.usefixtures("memoized_exports"), pytest.mark.xdist_group("onnx")]
 
 
 @pytest.fixture(scope="module")
 def fitted(tokenizer):
     # The model of tests/test_onnx_runtime.py: its int8 tests export it to ONNX Runtime, which takes seconds per
     # graph (and per layer), once per test run (the memoized_exports fixture).
-    X, y = synthetic(n_questions=10)
-    return small(TransformerRanker, "bert", tokenizer, model=tiny_config("bert", 2), lexical_prior=True).fit(X, y), X
+    ranker, X, _ = shared_model(tokenizer)
+    return ranker, X
 
 
 def _scale(scores):

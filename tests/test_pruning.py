@@ -50,6 +50,7 @@ IMPORTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a process that loads spaCy
 def test_torch_free_with_torch_blocked():
     """With ``import torch`` failing, spaCy (through thinc, which guards its torch import) still tokenises,
     and a SequentialRanker of lexical rankers, simulate_cascade and tune_alpha run; no as2rank module tries
@@ -118,6 +119,7 @@ def test_torch_free_with_torch_blocked():
     assert out.stdout.strip() == "[] []"
 
 
+@pytest.mark.slow  # a process that loads spaCy, and torch through it
 def test_with_torch_installed_only_spacy_imports_it_on_the_lexical_path():
     """Where torch is installed, a lexical SequentialRanker's fit and predict leave it out of ``sys.modules``
     but for one importer outside as2rank: spaCy's thinc, which imports torch when it can (``thinc.compat``)
