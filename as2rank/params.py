@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "DTYPE_PRECISIONS",
+    "LOSSES",
     "POOLINGS",
     "SUMMARIES",
     "TRANSFORMER_PRECISIONS",
@@ -50,6 +51,8 @@ TRANSFORMER_PRECISIONS = (*DTYPE_PRECISIONS, "fp16", "int8")
 #: sentence-transformers checkpoints, else CLS), the first token (``"cls"``) or the mean over tokens
 #: (``"mean"``); :data:`as2rank.neural.backbone.POOLINGS`.
 POOLINGS = ("auto", "cls", "mean")
+#: Training losses of the neural rankers (``loss``): per pair, or over each question's candidates.
+LOSSES = ("pointwise", "listwise")
 
 #: Values of ``ContextMWA(summary=...)``: what its classifier reads beside the attended views;
 #: :data:`as2rank.transformer.context.network.SUMMARIES`.

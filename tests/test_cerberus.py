@@ -18,7 +18,8 @@ from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, W
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, platt_scaling, teacher_logits  # noqa: E402
 from as2rank.data import GroupIndex  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
-from as2rank.transformer.distillation import CerberusEncoder, distillation_loss  # noqa: E402
+from as2rank.transformer.distillation import CerberusEncoder  # noqa: E402
+from as2rank.transformer.losses import pointwise_distillation  # noqa: E402
 from as2rank.transformer.heads import feed_forward, pool  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
@@ -59,7 +60,7 @@ def test_distillation_loss_equals_hand_computed_value():
     p, q = 1 / (1 + math.exp(-t / tau)), 1 / (1 + math.exp(-s / tau))
     kl = p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
     expected = alpha * hard + (1 - alpha) * tau**2 * kl
-    got = distillation_loss(torch.tensor([s]), torch.tensor([t]), torch.tensor([y]), alpha, tau)
+    got = pointwise_distillation(torch.tensor([s]), torch.tensor([t]), torch.tensor([y]), alpha, tau)
     assert got.item() == pytest.approx(expected, rel=1e-6)
     # A negative pair, and the two-class softmax form of Eq. 1 (logits (0, s)) gives the same value.
     s, t, y = -1.2, 0.4, 0.0
@@ -68,7 +69,7 @@ def test_distillation_loss_equals_hand_computed_value():
     kl = torch.nn.functional.kl_div(
         torch.log_softmax(two(s) / tau, dim=1), torch.softmax(two(t) / tau, dim=1), reduction="batchmean"
     )
-    got = distillation_loss(torch.tensor([s]), torch.tensor([t]), torch.tensor([y]), alpha, tau)
+    got = pointwise_distillation(torch.tensor([s]), torch.tensor([t]), torch.tensor([y]), alpha, tau)
     assert got.item() == pytest.approx((alpha * ce + (1 - alpha) * tau**2 * kl).item(), rel=1e-6)
 
 
@@ -184,7 +185,7 @@ def test_gradient_of_one_head_does_not_reach_the_others(tokenizer, data):
     batch = {k: torch.from_numpy(v[:12]) for k, v in enc.items() if k != "lengths"}
     labels = torch.from_numpy((y[:12] > 0).astype(np.float32))
     logits = module(batch)
-    distillation_loss(logits[:, 1], torch.zeros(12), labels, 0.5, 3.0).mean().backward()
+    pointwise_distillation(logits[:, 1], torch.zeros(12), labels, 0.5, 3.0).mean().backward()
     stacked = [p for name, p in module.named_parameters() if not name.startswith("encoder.")]
     assert all(p.grad[[0, 2]].abs().max() == 0 for p in stacked)
     assert all(p.grad[1].abs().max() > 0 for p in stacked if p.grad is not None)
@@ -206,7 +207,7 @@ def test_loss_is_the_weighted_sum_of_the_heads_kd_losses(tokenizer, data):
     batch.update(labels=torch.from_numpy((y > 0).astype(np.float32)), teacher_logits=t)
     with torch.no_grad():
         logits = module(batch)
-        expected = sum(w * distillation_loss(logits[:, i], t[:, i], batch["labels"], 0.1, 5.0).mean()
+        expected = sum(w * pointwise_distillation(logits[:, i], t[:, i], batch["labels"], 0.1, 5.0).mean()
                        for i, w in enumerate([0.5, 1.0, 2.0]))
         assert est._loss(module, batch).item() == pytest.approx(expected.item(), rel=1e-6)
 
@@ -270,11 +271,11 @@ def test_kd_sum_and_round_robin(tokenizer, data):
     labels = torch.tensor([1.0, 0.0])
     module = lambda batch: logits  # noqa: E731
     batch = {"teacher_logits": t, "labels": labels, "step": 0, "draw": 0.5}
-    expected_sum = sum(distillation_loss(logits, t[:, j], labels, 0.5, 3.0).mean() for j in range(3))
+    expected_sum = sum(pointwise_distillation(logits, t[:, j], labels, 0.5, 3.0).mean() for j in range(3))
     summed = small(DistilledRanker, "bert", tokenizer, teachers=teachers)
     assert summed._loss(module, batch).item() == pytest.approx(expected_sum.item(), rel=1e-6)
     for step in range(5):  # KD_RR: batch t learns from teacher t mod 3
-        one = distillation_loss(logits, t[:, step % 3], labels, 0.5, 3.0).mean()
+        one = pointwise_distillation(logits, t[:, step % 3], labels, 0.5, 3.0).mean()
         assert rr._loss(module, {**batch, "step": step}).item() == pytest.approx(one.item(), rel=1e-6)
     for strategy in ("sum", "round_robin"):
         est = small(DistilledRanker, "bert", tokenizer, teachers=teachers, multi_teacher=strategy)

@@ -29,15 +29,13 @@ from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
 from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
 from .word_vectors import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
-from ..params import DTYPE_PRECISIONS, Interval, Options, validate_params
+from ..params import DTYPE_PRECISIONS, LOSSES, Interval, Options, validate_params
 from ..persistence import PersistenceMixin
 
 __all__ = ["Cosinet", "RNN_TYPES", "LOSSES"]
 
 #: Recurrent layers over the candidate list: ``None`` or one of these.
 RNN_TYPES = ("rnn", "birnn", "lstm", "bilstm")
-#: Training objectives.
-LOSSES = ("pointwise", "listwise")
 #: The paper's peak learning rates (§4.2), used when ``learning_rate=None``.
 PAPER_LEARNING_RATES = {"pointwise": 2e-3, "listwise": 2e-4}
 #: ``epochs="auto"``: at least this many epochs, and as many more as reach this many optimizer steps.

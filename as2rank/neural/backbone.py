@@ -533,23 +533,3 @@ def token_budget_batches(unit_sizes: np.ndarray, unit_lengths: np.ndarray, max_t
         batches.append(order[start:end])
         start = end
     return batches
-
-
-def length_bucket_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int = 50) -> list:
-    """Training batches of ``batch_size`` rows of similar length, in shuffled order.
-
-    Rows are shuffled, cut into buckets of ``bucket × batch_size`` rows, sorted by length inside each bucket
-    and sliced into batches, whose order is shuffled again: dynamic padding then wastes little, while every
-    epoch still mixes rows differently. The number of batches is always ``ceil(n / batch_size)``.
-
-    Returns
-    -------
-    list of ndarray
-        Row numbers of each batch.
-    """
-    perm = rng.permutation(len(lengths))
-    span = bucket * batch_size
-    bucket_id = np.arange(len(perm)) // span
-    perm = perm[np.lexsort((lengths[perm], bucket_id))]
-    batches = [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]

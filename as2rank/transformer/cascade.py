@@ -55,8 +55,8 @@ class CascadeTransformer(_TransformerEstimator):
     A classifier after each exit layer ρ(i) reads the mean of all token encodings of that layer (padding
     excluded) and is a 3-layer feed-forward network (hidden size = the model's, tanh, dropout 0.1).
     Training is multi-task: every mini-batch draws one exit uniformly at random (the last included) and
-    back-propagates its pointwise binary cross-entropy through all layers below, down to the embeddings
-    (the paper's scheme, ``exit_sampling="uniform"``); ``exit_sampling="all"`` instead trains every exit on
+    back-propagates its loss (pointwise binary cross-entropy, or listwise: ``loss``) through all layers
+    below, down to the embeddings (the paper's scheme, ``exit_sampling="uniform"``); ``exit_sampling="all"`` instead trains every exit on
     every mini-batch (the mean of the exits' losses, one encoder pass), which gives each classifier five
     times the updates of a small fine-tuning budget (see ``exit_sampling``).
 
@@ -192,14 +192,12 @@ reuse_fit, random_state, verbose
         return CascadeEncoder(encoder, self.exits_, similarity=self.segment_similarity)
 
     def _loss(self, module, batch):
-        import torch.nn.functional as F
+        from .losses import label_loss
 
         if self.exit_sampling == "uniform":  # one exit per batch, uniformly at random
             exit_index = min(int(batch["draw"] * len(self.exits_)), len(self.exits_) - 1)
-            return F.binary_cross_entropy_with_logits(module(batch, exit_index), batch["labels"])
-        logits = module.all_exits(batch)
-        labels = batch["labels"].unsqueeze(1).expand_as(logits)
-        return F.binary_cross_entropy_with_logits(logits, labels)
+            return label_loss(module(batch, exit_index), batch, self.loss)
+        return label_loss(module.all_exits(batch), batch, self.loss)
 
     # ----------------------------------------------------------------- inference
     def _inference_plan(self):

@@ -256,12 +256,10 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     def _loss(self, module, batch):
         import torch
 
-        from .distillation import distillation_loss
+        from .losses import distillation_loss
 
-        logits = module(batch)
-        losses = distillation_loss(
-            logits, batch["teacher_logits"], batch["labels"].unsqueeze(1), self.kd_alpha, self.temperature
-        ).mean(dim=0)
+        losses = distillation_loss(module(batch), batch["teacher_logits"], batch, self.kd_alpha, self.temperature,
+                                   self.loss)
         return (losses * torch.as_tensor(self._weights(), dtype=losses.dtype, device=losses.device)).sum()
 
     # ----------------------------------------------------------------- inference
@@ -375,12 +373,12 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         return CrossEncoder(encoder, self.pooling_)
 
     def _loss(self, module, batch):
-        from .distillation import distillation_loss
+        from .losses import distillation_loss
 
-        logits, teachers, labels = module(batch), batch["teacher_logits"], batch["labels"]
+        logits, teachers = module(batch).unsqueeze(1), batch["teacher_logits"]
         if self.multi_teacher == "round_robin":  # KD_RR: batch t learns from teacher t mod k
             teacher = batch["step"] % teachers.shape[1]
-            return distillation_loss(logits, teachers[:, teacher], labels, self.kd_alpha, self.temperature).mean()
-        losses = distillation_loss(logits.unsqueeze(1), teachers, labels.unsqueeze(1), self.kd_alpha, self.temperature)
-        return losses.mean(dim=0).sum()
+            teachers = teachers[:, teacher : teacher + 1]
+        return distillation_loss(logits.expand(-1, teachers.shape[1]), teachers, batch, self.kd_alpha,
+                                 self.temperature, self.loss).sum()
 

@@ -1,5 +1,5 @@
-"""Torch parts of knowledge distillation: the loss of Hinton et al. (Eq. 1 of the CERBERUS paper) and the
-multi-head student of CERBERUS (Matsubara et al., 2022, §3.3).
+"""The multi-head student of CERBERUS (Matsubara et al., 2022, §3.3); its loss (Eq. 1, after Hinton et al.)
+is :func:`as2rank.transformer.losses.distillation_loss`.
 
 The k ranking heads of :class:`CerberusEncoder` are not k modules called in turn: the weights of block ``l``
 of every head are stacked along a leading head axis (:class:`StackedBlocks`), so each matrix product of a
@@ -19,43 +19,7 @@ from torch import nn
 from ..neural.backbone import LayerStack, encoder_states, layer_list, truncate_layers
 from .heads import feed_forward, head_logits, pool, with_prior
 
-__all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers", "distillation_loss"]
-
-
-def distillation_loss(student, teacher, labels, alpha: float, temperature: float):
-    """Eq. 1 of the CERBERUS paper for binary relevance, element by element.
-
-    ``α · CE(S, y) + (1 − α) · τ² · KL(softmax(T/τ) ‖ softmax(S/τ))`` over the two classes {wrong, right}.
-    A pointwise ranker outputs one logit ``s`` per pair, which is the two-class logit vector ``(0, s)``:
-    its softmax is ``(1 − σ(s), σ(s))``, so the cross-entropy is binary cross-entropy with logits and the KL
-    term is the binary KL divergence between ``σ(t/τ)`` and ``σ(s/τ)``.
-
-    Parameters
-    ----------
-    student : Tensor
-        Student logits.
-    teacher : Tensor
-        Teacher logits (calibrated, see :func:`as2rank.ensemble.teachers.teacher_logits`), broadcastable with
-        ``student``.
-    labels : Tensor
-        0/1 labels, broadcastable with ``student``.
-    alpha : float
-        Weight of the hard (label) loss.
-    temperature : float
-        τ > 0.
-
-    Returns
-    -------
-    Tensor
-        The loss of every element of the broadcast shape (reduce it as the caller needs).
-    """
-    student = student.float()  # low-precision logits would make a coarse loss
-    labels = labels.to(student.dtype)
-    hard = -(labels * F.logsigmoid(student) + (1 - labels) * F.logsigmoid(-student))
-    s, t = student / temperature, teacher.to(student.dtype) / temperature
-    p = torch.sigmoid(t)
-    kl = p * (F.logsigmoid(t) - F.logsigmoid(s)) + (1 - p) * (F.logsigmoid(-t) - F.logsigmoid(-s))
-    return alpha * hard + (1 - alpha) * temperature**2 * kl
+__all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers"]
 
 
 # Parameters of a BERT-style block (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA) by stacked name. The query, key

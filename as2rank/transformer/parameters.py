@@ -17,7 +17,7 @@ import inspect
 from numbers import Integral, Real
 
 from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
-from ..params import TRANSFORMER_PRECISIONS, Boolean, Interval, Options
+from ..params import LOSSES, TRANSFORMER_PRECISIONS, Boolean, Interval, Options
 
 __all__ = ["TRAINING_CONSTRAINTS", "TRAINING_DEFAULTS", "with_training_params"]
 
@@ -26,6 +26,7 @@ __all__ = ["TRAINING_CONSTRAINTS", "TRAINING_DEFAULTS", "with_training_params"]
 TRAINING_DEFAULTS = {
     "epochs": 4,
     "batch_size": 32,
+    "loss": "pointwise",
     "learning_rate": 5e-5,
     "head_lr_multiplier": 10.0,
     "weight_decay": 0.01,
@@ -51,6 +52,7 @@ TRAINING_DEFAULTS = {
 TRAINING_CONSTRAINTS = {
     "epochs": [Interval(Integral, 1, None)],
     "batch_size": [Interval(Integral, 1, None)],
+    "loss": [Options(LOSSES)],
     "learning_rate": [Interval(Real, 0, None, closed="neither")],
     "head_lr_multiplier": [Interval(Real, 0, None, closed="neither")],
     "weight_decay": [Interval(Real, 0, None)],

@@ -1,18 +1,16 @@
-"""Pointwise cross-encoders: one encoder cut to depth, one logit per row, binary cross-entropy.
+"""Cross-encoders of one logit per row: the encoder cut to depth.
 
 What :class:`~as2rank.transformer.ranker.TransformerRanker` and the context rankers of :mod:`as2rank.transformer.context.rankers`
-share: preparing the backbone (:func:`prepare_encoder`) and the training loss (:func:`bce_loss`); their
-prediction is :func:`as2rank.neural.predict.predict_logits`.
+share: preparing the backbone (:func:`prepare_encoder`); their loss is
+:func:`as2rank.transformer.losses.label_loss`, their prediction :func:`as2rank.neural.predict.predict_logits`.
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 
 from ..neural.backbone import layer_list, native_pooling, truncate_layers
 
-__all__ = ["bce_loss", "prepare_encoder"]
+__all__ = ["prepare_encoder"]
 
 
 def prepare_encoder(encoder, model, num_layers, pooling) -> tuple:
@@ -46,22 +44,3 @@ def prepare_encoder(encoder, model, num_layers, pooling) -> tuple:
     n_layers = depth if num_layers is None else int(num_layers)
     resolved = native_pooling(model) if pooling == "auto" else pooling
     return truncate_layers(encoder, n_layers), n_layers, resolved
-
-
-def bce_loss(module, batch: dict) -> torch.Tensor:
-    """Binary cross-entropy of the module's logit for each row against its 0/1 label.
-
-    Parameters
-    ----------
-    module : torch.nn.Module
-        Maps a batch to one logit per row, shape (rows,).
-    batch : dict of torch.Tensor
-        The module's inputs and ``labels`` (float 0/1, shape (rows,)).
-
-    Returns
-    -------
-    torch.Tensor
-        The mean loss (a scalar).
-    """
-    return F.binary_cross_entropy_with_logits(module(batch), batch["labels"])
-

@@ -22,8 +22,9 @@ class TransformerRanker(_TransformerEstimator):
 
     Each (question, candidate) pair is encoded jointly; the first token's final encoding (the paper's
     choice; or the mean of the token encodings, see ``pooling``) feeds a feed-forward head (dropout,
-    dense + tanh, dropout, dense) that outputs one logit, trained with pointwise binary cross-entropy. Optimisation: AdamW, linear warm-up then linear decay, gradient clipping, through
-    the shared loop :func:`as2rank.neural.train`.
+    dense + tanh, dropout, dense) that outputs one logit, trained with pointwise binary cross-entropy or a
+    listwise loss over each question's candidates (``loss``). Optimisation: AdamW, linear warm-up then linear
+    decay, gradient clipping, through the shared loop :func:`as2rank.neural.train`.
 
     **From a cross-encoder checkpoint**: when ``model`` names a checkpoint with a sequence-classification head
     (an MS MARCO cross-encoder, or the ``encoder/`` folder this class saves after fine-tuning from one), the
@@ -94,6 +95,12 @@ class TransformerRanker(_TransformerEstimator):
         early_stopping=False``.
     batch_size : int, default=32
         Training pairs per optimizer step (batches group pairs of similar length).
+    loss : {"pointwise", "listwise"}, default="pointwise"
+        ``"pointwise"``: binary cross-entropy of each pair's logit against its label. ``"listwise"``: each
+        batch holds whole questions (``batch_size`` pairs on average; a question with more candidates is a
+        batch of its own), and the loss is the KL divergence from each question's normalised labels to the
+        softmax of its candidates' logits (Cosinet's listwise loss; questions without a correct answer add
+        nothing). Every transformer estimator takes it (the cascade's exits, the students' distillation).
     learning_rate : float, default=5e-5
         Peak learning rate of the encoder.
     head_lr_multiplier : float, default=10.0
@@ -259,6 +266,6 @@ class TransformerRanker(_TransformerEstimator):
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
     def _loss(self, module, batch):
-        from .pointwise import bce_loss
+        from .losses import label_loss
 
-        return bce_loss(module, batch)
+        return label_loss(module(batch), batch, self.loss)

@@ -21,7 +21,8 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
     import torch
 
     from ..neural import train
-    from ..neural.backbone import batch_tensors, length_bucket_batches
+    from ..neural.backbone import batch_tensors
+    from ..neural.batching import length_bucket_batches, question_bucket_batches
     from ..neural.distributed import LocalBatch
     from ..neural.onnx.copies import INT8_COPIES
 
@@ -45,19 +46,27 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
 
     labels = torch.from_numpy((y > 0).astype(np.float32))
     targets = {k: torch.as_tensor(v) for k, v in targets.items()}
-    lengths = encoded["lengths"][train_rows]
+    lengths, codes = encoded["lengths"][train_rows], index.codes[train_rows]
+    # A listwise loss compares a question's candidates with each other: its batches hold whole questions.
+    listwise = est.loss == "listwise"
     steps = math.ceil(len(train_rows) / est.batch_size)
+    if listwise:
+        steps = min(steps, len(np.unique(codes)))
 
     # The losses' draws come from their own stream, so they leave the batch order as it is.
     draws = rng.spawn(1)[0]
 
     def batches(epoch):
-        for i, part in enumerate(length_bucket_batches(lengths, est.batch_size, rng)):
+        parts = (question_bucket_batches(lengths, codes, est.batch_size, rng) if listwise
+                 else length_bucket_batches(lengths, est.batch_size, rng))
+        for i, part in enumerate(parts):
             # Numbered and drawn for the global batch: the same in every process.
             step, draw = epoch * steps + i, float(draws.random())
-            rows, real = shard.split(train_rows[part], index.codes[train_rows[part]])
+            rows, real = shard.split(train_rows[part], codes[part])
             batch = batch_tensors(encoded, rows)
             batch.update({k: v[rows] for k, v in targets.items()}, labels=labels[rows], step=step, draw=draw)
+            if listwise:  # each row's question, numbered within the batch
+                batch["group"] = torch.from_numpy(np.unique(index.codes[rows], return_inverse=True)[1])
             yield LocalBatch(batch, len(rows) if real else 0)
 
     evaluate = None

@@ -45,8 +45,8 @@ def _check_contexts(contexts) -> tuple:
 
 # --------------------------------------------------------------------------------------------- rankers
 class _ContextRanker(_TransformerEstimator):
-    """What the context rankers share: parameters, the segment encoding, and the pointwise loss, scoring
-    and prediction of :mod:`as2rank.transformer.pointwise`."""
+    """What the context rankers share: parameters, the segment encoding, the loss
+    (:func:`~as2rank.transformer.losses.label_loss`), scoring and prediction."""
 
     #: Whether the model reads per-token segment ids (multi-way attention).
     _needs_segments = False
@@ -84,7 +84,7 @@ class _ContextRanker(_TransformerEstimator):
         check_X(X, text_columns=columns, required=(*REQUIRED_COLUMNS, *columns))
 
     def fit(self, X, y, groups=None, eval_set=None):
-        """Fine-tune the backbone and the head(s) (pointwise binary cross-entropy).
+        """Fine-tune the backbone and the head(s) (the ``loss`` parameter: pointwise or listwise).
 
         Parameters
         ----------
@@ -108,9 +108,9 @@ class _ContextRanker(_TransformerEstimator):
         return super().fit(X, y, groups=groups, eval_set=eval_set)
 
     def _loss(self, module, batch):
-        from ..pointwise import bce_loss
+        from ..losses import label_loss
 
-        return bce_loss(module, batch)
+        return label_loss(module(batch), batch, self.loss)
 
     def _encode_contexts(self, encoder, X, contexts) -> dict:
         from ...neural.backbone import uses_token_types

@@ -1,0 +1,76 @@
+"""Training batches of the transformer estimators: rows of similar length (pointwise losses), or whole questions
+of similar length (listwise losses). NumPy only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..data import ragged_arange
+
+__all__ = ["length_bucket_batches", "question_bucket_batches"]
+
+
+def length_bucket_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int = 50) -> list:
+    """Training batches of ``batch_size`` rows of similar length, in shuffled order.
+
+    Rows are shuffled, cut into buckets of ``bucket × batch_size`` rows, sorted by length inside each bucket
+    and sliced into batches, whose order is shuffled again: dynamic padding then wastes little, while every
+    epoch still mixes rows differently. The number of batches is always ``ceil(n / batch_size)``.
+
+    Returns
+    -------
+    list of ndarray
+        Row numbers of each batch.
+    """
+    perm = rng.permutation(len(lengths))
+    span = bucket * batch_size
+    bucket_id = np.arange(len(perm)) // span
+    perm = perm[np.lexsort((lengths[perm], bucket_id))]
+    batches = [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def question_bucket_batches(lengths: np.ndarray, codes: np.ndarray, batch_size: int, rng: np.random.Generator,
+                            bucket: int = 50) -> list:
+    """Training batches of whole questions, ``batch_size`` rows on average, of similar length, in shuffled order.
+
+    Questions are shuffled, cut into buckets of about ``bucket × batch_size`` rows, sorted inside each bucket
+    by their longest row, and the sequence is cut at question boundaries into
+    ``min(n_questions, ceil(n_rows / batch_size))`` batches of about equal rows; a question is never split,
+    so a batch holds at least as many rows as its largest question. The number of batches depends on the
+    sizes only, never on the draw: every epoch has as many.
+
+    Parameters
+    ----------
+    lengths : ndarray of int, shape (n_rows,)
+        Tokens of each row.
+    codes : ndarray of int, shape (n_rows,)
+        Each row's question.
+    batch_size : int
+    rng : numpy.random.Generator
+    bucket : int, default=50
+
+    Returns
+    -------
+    list of ndarray
+        Row numbers of each batch, a question's rows together.
+    """
+    questions, local = np.unique(codes, return_inverse=True)
+    sizes = np.bincount(local, minlength=len(questions))
+    longest = np.zeros(len(questions), dtype=np.int64)
+    np.maximum.at(longest, local, np.asarray(lengths, dtype=np.int64))
+    n_batches = min(len(questions), -(-len(codes) // batch_size))
+    perm = rng.permutation(len(questions))
+    bucket_id = np.cumsum(sizes[perm]) // (bucket * batch_size)
+    perm = perm[np.lexsort((longest[perm], bucket_id))]
+    ends = np.cumsum(sizes[perm])
+    # Cut after the question whose rows reach each multiple of the mean batch; cuts at least one question
+    # apart, so that every batch has one.
+    shift = np.arange(1, n_batches)
+    cuts = np.searchsorted(ends, shift * len(codes) / n_batches, side="left") + 1
+    cuts = np.clip(np.maximum.accumulate(cuts - shift), 0, len(questions) - n_batches) + shift
+    # The rows of the questions in that order, cut at the same places.
+    starts = np.cumsum(sizes) - sizes
+    rows = np.argsort(local, kind="stable")[np.repeat(starts[perm], sizes[perm]) + ragged_arange(sizes[perm])]
+    batches = np.split(rows, ends[cuts - 1])
+    return [batches[i] for i in rng.permutation(len(batches))]

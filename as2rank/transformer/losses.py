@@ -1,0 +1,147 @@
+"""The training losses of the transformer estimators over a batch's rows: pointwise (binary cross-entropy per
+pair) or listwise (over each question's candidates), for labels and for distillation from teachers.
+
+A listwise batch holds whole questions (:func:`as2rank.neural.backbone.question_batches_by_rows`) and carries
+``group``, each row's question numbered within the batch. The listwise label loss is the KL divergence from the
+question's normalised labels to the softmax of its scores (ListNet's top-one cross-entropy up to a constant,
+the loss of the Cosinet paper's listwise rows); the listwise distillation loss puts the same KL divergence in
+place of each term of the CERBERUS paper's Eq. 1: ``α · KL(y ‖ softmax(S)) + (1 − α) · τ² ·
+KL(softmax(T/τ) ‖ softmax(S/τ))`` over a question's candidates.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..neural.training import listwise_kl_loss
+
+__all__ = ["by_question", "distillation_loss", "label_loss", "pointwise_distillation"]
+
+def by_question(values: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows laid out as a padded matrix of questions.
+
+    Parameters
+    ----------
+    values : Tensor of shape (rows, ...)
+    group : Tensor of int64, shape (rows,)
+        Each row's question, numbered 0, 1, ... within the batch (any row order).
+
+    Returns
+    -------
+    grid : Tensor of shape (n_questions, max_candidates, ...)
+        ``values`` of question ``g``'s rows in row order along its second axis; zeros pad.
+    mask : Tensor of bool, shape (n_questions, max_candidates)
+        True where a row is.
+    """
+    group = group.to(values.device)
+    sizes = torch.bincount(group)
+    order = torch.argsort(group, stable=True)
+    starts = torch.cumsum(sizes, 0) - sizes
+    slot = torch.empty_like(group)
+    slot[order] = torch.arange(len(group), device=group.device) - starts[group[order]]
+    grid = values.new_zeros((len(sizes), int(sizes.max()), *values.shape[1:]))
+    grid[group, slot] = values
+    mask = torch.zeros(grid.shape[:2], dtype=torch.bool, device=values.device)
+    mask[group, slot] = True
+    return grid, mask
+
+
+def _columns(grid: torch.Tensor) -> torch.Tensor:
+    """(questions, candidates, k...) → (k..., questions, candidates): one list per question and column."""
+    return grid.movedim(1, -1).movedim(0, -2) if grid.ndim > 2 else grid
+
+
+def label_loss(logits: torch.Tensor, batch: dict, loss: str) -> torch.Tensor:
+    """The loss of ``logits`` against the batch's 0/1 ``labels``: a scalar.
+
+    Parameters
+    ----------
+    logits : Tensor of shape (rows,) or (rows, k)
+        One logit per row, or one per row and exit/head (each column is trained on the same labels).
+    batch : dict of Tensor
+        ``labels`` (rows,) and, for ``loss="listwise"``, ``group`` (rows,).
+    loss : {"pointwise", "listwise"}
+        ``"pointwise"``: binary cross-entropy, mean over rows (and columns). ``"listwise"``: the KL divergence
+        from each question's normalised labels to the softmax of its logits, mean over the questions with a
+        positive (and columns); 0 when the batch has none.
+    """
+    logits = logits.float()  # low-precision logits would make a coarse loss
+    labels = batch["labels"].to(logits.dtype)
+    if logits.ndim == 2:
+        labels = labels.unsqueeze(1).expand_as(logits)
+    if loss == "pointwise":
+        return F.binary_cross_entropy_with_logits(logits, labels)
+    scores, mask = by_question(logits, batch["group"])
+    targets, _ = by_question(labels, batch["group"])
+    scores, targets = _columns(scores), _columns(targets)
+    mask = mask.expand(scores.shape)
+    return listwise_kl_loss(scores.reshape(-1, mask.shape[-1]), targets.reshape(-1, mask.shape[-1]),
+                            mask.reshape(-1, mask.shape[-1]))
+
+
+def pointwise_distillation(student, teacher, labels, alpha: float, temperature: float):
+    """Eq. 1 of the CERBERUS paper for binary relevance, element by element: ``α · CE(S, y) + (1 − α) · τ² ·
+    KL(softmax(T/τ) ‖ softmax(S/τ))`` over the two classes {wrong, right}.
+
+    A pointwise ranker's logit ``s`` is the two-class logit vector ``(0, s)``, whose softmax is
+    ``(1 − σ(s), σ(s))``: the cross-entropy is binary cross-entropy and the KL term the binary KL divergence
+    between ``σ(t/τ)`` and ``σ(s/τ)``. ``student``, ``teacher`` and the 0/1 ``labels`` are broadcastable
+    tensors of one float dtype; returns the loss of every element of their broadcast shape."""
+    hard = -(labels * F.logsigmoid(student) + (1 - labels) * F.logsigmoid(-student))
+    s, t = student / temperature, teacher / temperature
+    p = torch.sigmoid(t)
+    kl = p * (F.logsigmoid(t) - F.logsigmoid(s)) + (1 - p) * (F.logsigmoid(-t) - F.logsigmoid(-s))
+    return alpha * hard + (1 - alpha) * temperature**2 * kl
+
+
+def _listwise_distillation(student, teacher, labels, group, alpha: float, temperature: float):
+    """The listwise Eq. 1 of each column, mean over questions: the hard term over the questions with a
+    positive, the soft term over all."""
+    s, mask = by_question(student, group)
+    t, _ = by_question(teacher, group)
+    y, _ = by_question(labels, group)
+    s, t, y = _columns(s), _columns(t), _columns(y)
+    mask = mask.expand(s.shape)
+    y = y.masked_fill(~mask, 0.0)
+    total = y.sum(-1, keepdim=True)
+    answered = (total > 0).squeeze(-1)
+    log_q = torch.log_softmax(s.masked_fill(~mask, float("-inf")), -1).masked_fill(~mask, 0.0)
+    p = y / total.clamp_min(1e-12)
+    hard = (torch.xlogy(p, p) - p * log_q).sum(-1)
+    hard = (hard * answered).sum(-1) / answered.sum(-1).clamp_min(1)
+    log_qt = torch.log_softmax((s / temperature).masked_fill(~mask, float("-inf")), -1).masked_fill(~mask, 0.0)
+    log_pt = torch.log_softmax((t / temperature).masked_fill(~mask, float("-inf")), -1).masked_fill(~mask, 0.0)
+    soft = (log_pt.exp() * (log_pt - log_qt)).sum(-1).mean(-1)
+    return alpha * hard + (1 - alpha) * temperature**2 * soft
+
+
+def distillation_loss(student, teacher, batch: dict, alpha: float, temperature: float, loss: str):
+    """The distillation loss of each column of ``student`` (its mean over rows or questions).
+
+    Parameters
+    ----------
+    student : Tensor of shape (rows, k)
+        Student logits, one column per head.
+    teacher : Tensor of shape (rows, k)
+        Teacher logits (calibrated, see :func:`as2rank.ensemble.teachers.teacher_logits`) of the column each
+        head learns from.
+    batch : dict of Tensor
+        ``labels`` (rows,) and, for ``loss="listwise"``, ``group`` (rows,).
+    alpha : float
+        Weight of the hard (label) term.
+    temperature : float
+        τ > 0.
+    loss : {"pointwise", "listwise"}
+        Eq. 1 of the CERBERUS paper per pair (binary classes), or over each question's candidates.
+
+    Returns
+    -------
+    Tensor of shape (k,)
+    """
+    student = student.float()  # low-precision logits would make a coarse loss
+    teacher = teacher.to(student.dtype).expand_as(student)
+    labels = batch["labels"].to(student.dtype).unsqueeze(1).expand_as(student)
+    if loss == "pointwise":
+        return pointwise_distillation(student, teacher, labels, alpha, temperature).mean(dim=0)
+    return _listwise_distillation(student, teacher, labels, batch["group"], alpha, temperature)

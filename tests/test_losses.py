@@ -1,0 +1,145 @@
+"""The transformer estimators' losses (``loss="pointwise"`` or ``"listwise"``): values computed by hand on tiny
+groups, and listwise training batches that hold whole questions for every transformer estimator."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import as2rank.neural.backbone as backbone  # noqa: E402
+from as2rank.neural.batching import question_bucket_batches  # noqa: E402
+from as2rank.transformer.losses import by_question, distillation_loss, label_loss, pointwise_distillation  # noqa: E402
+from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+#: Three questions, rows interleaved: a (one positive of three), b (two positives of two), c (none).
+GROUP = torch.tensor([0, 1, 0, 2, 1, 0, 2])
+LOGITS = torch.tensor([1.0, 0.5, 0.0, 0.3, 2.0, -1.0, 0.1])
+LABELS = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+
+
+def logsumexp(*values):
+    return math.log(sum(math.exp(v) for v in values))
+
+
+def test_by_question_lays_rows_out_in_row_order():
+    grid, mask = by_question(LOGITS, GROUP)
+    np.testing.assert_array_equal(grid.numpy(), np.float32([[1.0, 0.0, -1.0], [0.5, 2.0, 0.0], [0.3, 0.1, 0.0]]))
+    np.testing.assert_array_equal(mask.numpy(), [[1, 1, 1], [1, 1, 0], [1, 1, 0]])
+
+
+def test_listwise_label_loss_by_hand():
+    # KL(p ‖ softmax(s)) = Σ p log p − Σ p log softmax(s); c has no positive and is left out.
+    a = logsumexp(1.0, 0.0, -1.0) - 0.0  # p = (0, 1, 0)
+    b = math.log(0.5) - 0.5 * ((0.5 - logsumexp(0.5, 2.0)) + (2.0 - logsumexp(0.5, 2.0)))
+    batch = {"labels": LABELS, "group": GROUP}
+    assert label_loss(LOGITS, batch, "listwise").item() == pytest.approx((a + b) / 2, rel=1e-6)
+    # Columns (exits, heads) are each a list of their own: the mean of the columns' losses.
+    columns = torch.stack([LOGITS, 2 * LOGITS, LOGITS - 3], dim=1)
+    expected = np.mean([label_loss(columns[:, j], batch, "listwise").item() for j in range(3)])
+    assert label_loss(columns, batch, "listwise").item() == pytest.approx(expected, rel=1e-6)
+    assert label_loss(LOGITS - 3, batch, "listwise").item() == pytest.approx((a + b) / 2, rel=1e-6)  # shift-free
+    none = {"labels": torch.zeros(7), "group": GROUP}
+    assert label_loss(LOGITS, none, "listwise").item() == 0.0
+
+
+def test_pointwise_label_loss_is_binary_cross_entropy():
+    s, y = LOGITS.numpy(), LABELS.numpy()
+    expected = -np.mean(y * np.log(1 / (1 + np.exp(-s))) + (1 - y) * np.log(1 - 1 / (1 + np.exp(-s))))
+    assert label_loss(LOGITS, {"labels": LABELS}, "pointwise").item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_listwise_distillation_by_hand():
+    alpha, tau = 0.3, 2.0
+    teacher = torch.tensor([0.2, -1.0, 1.5, 0.0, 0.7, -0.4, 2.0])
+    batch = {"labels": LABELS, "group": GROUP}
+
+    def kl(p, s):  # KL(p ‖ softmax(s)) over one question
+        log_q = [v - logsumexp(*s) for v in s]
+        return sum(pi * (math.log(pi) - lq) for pi, lq in zip(p, log_q) if pi > 0)
+
+    def soft(t, s):
+        p = [math.exp(v / tau - logsumexp(*[w / tau for w in t])) for v in t]
+        return kl(p, [v / tau for v in s])
+
+    questions = [[0, 2, 5], [1, 4], [3, 6]]
+    s, t, y = LOGITS.tolist(), teacher.tolist(), LABELS.tolist()
+    hard = np.mean([kl([y[i] / sum(y[j] for j in q) for i in q], [s[i] for i in q]) for q in questions[:2]])
+    kd = np.mean([soft([t[i] for i in q], [s[i] for i in q]) for q in questions])
+    got = distillation_loss(LOGITS.unsqueeze(1), teacher.unsqueeze(1), batch, alpha, tau, "listwise")
+    assert got.shape == (1,) and got.item() == pytest.approx(alpha * hard + (1 - alpha) * tau**2 * kd, rel=1e-6)
+    # α = 1 is the listwise label loss; a teacher equal to the student adds nothing.
+    one = distillation_loss(LOGITS.unsqueeze(1), teacher.unsqueeze(1), batch, 1.0, tau, "listwise")
+    assert one.item() == pytest.approx(label_loss(LOGITS, batch, "listwise").item(), rel=1e-6)
+    same = distillation_loss(LOGITS.unsqueeze(1), LOGITS.unsqueeze(1), batch, 0.0, tau, "listwise")
+    assert same.item() == pytest.approx(0.0, abs=1e-6)
+    # Pointwise: the mean over rows of Eq. 1 per pair.
+    pointwise = distillation_loss(LOGITS.unsqueeze(1), teacher.unsqueeze(1), batch, alpha, tau, "pointwise")
+    assert pointwise.item() == pytest.approx(pointwise_distillation(LOGITS, teacher, LABELS, alpha, tau).mean().item())
+
+
+def test_question_batches_hold_whole_questions_and_every_row_once():
+    rng = np.random.default_rng(0)
+    for trial in range(100):
+        n = int(rng.integers(1, 25))
+        sizes = rng.integers(1, 40, n)
+        codes = rng.permutation(np.repeat(np.arange(n) * 3, sizes))
+        batch_size = int(rng.integers(1, 50))
+        parts = question_bucket_batches(rng.integers(5, 90, len(codes)), codes, batch_size, np.random.default_rng(trial))
+        assert len(parts) == min(n, math.ceil(len(codes) / batch_size))  # whatever the draw
+        assert sorted(np.concatenate(parts).tolist()) == list(range(len(codes)))
+        owners = [set(codes[p]) for p in parts]
+        assert all(owners) and sum(map(len, owners)) == n  # no question in two batches
+
+
+def estimators(tokenizer, X, y):
+    """One small estimator of every transformer class that trains on labels, at ``loss="listwise"``."""
+    from as2rank.transformer.cascade import CascadeTransformer
+    from as2rank.transformer.cerberus import Cerberus, DistilledRanker
+    from as2rank.transformer.ranker import TransformerRanker
+    from tests.test_cerberus import teachers_for
+
+    teachers = teachers_for(X, y)
+    return {
+        "TransformerRanker": small(TransformerRanker, "bert", tokenizer, loss="listwise"),
+        "CascadeTransformer": small(CascadeTransformer, "bert", tokenizer, loss="listwise", exit_sampling="all"),
+        "Cerberus": small(Cerberus, "bert", tokenizer, teachers=teachers, body_layers=4, head_layers=2,
+                          loss="listwise"),
+        "DistilledRanker": small(DistilledRanker, "bert", tokenizer, teachers=teachers, loss="listwise"),
+    }
+
+
+@pytest.mark.parametrize("name", ["TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker",
+                                  "ContextConcat"])
+def test_listwise_training_batches_never_split_a_question(name, tokenizer, monkeypatch):
+    if name == "ContextConcat":
+        from as2rank.transformer.context.features import ContextExtractor
+        from as2rank.transformer.context.rankers import ContextConcat
+        from tests import test_context
+
+        X, y = test_context.synthetic()
+        X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+        est = test_context.small(ContextConcat, tokenizer, loss="listwise")
+    else:
+        X, y = synthetic(n_questions=12)
+        X = X.assign(teacher_score=np.random.default_rng(0).normal(size=len(X)) + 2 * y)  # a teacher's column
+        est = estimators(tokenizer, X, y)[name]
+    batches, original = [], backbone.batch_tensors
+
+    def spy(encoded, rows):
+        if sys._getframe(1).f_code.co_filename.endswith("train.py"):  # the training batches only
+            batches.append(np.asarray(rows))
+        return original(encoded, rows)
+
+    monkeypatch.setattr(backbone, "batch_tensors", spy)
+    est.set_params(reuse_fit=False).fit(X, y)
+    sizes = X.groupby("qid").size()
+    assert len(batches) == est.history_.n_steps > 2
+    for rows in batches:
+        counts = X.iloc[rows].groupby("qid").size()
+        assert (counts == sizes[counts.index]).all()  # every question whole
