@@ -45,7 +45,7 @@ TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 #: parameters that differ from the library's defaults.
 VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": {"similarity_prior": True},
             "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
-            "no segment similarity": {"segment_similarity": False}}
+            "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"}}
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``

@@ -32,7 +32,7 @@ from ..metrics import mean_average_precision
 from ..params import DTYPE_PRECISIONS, LOSSES, Interval, Options, validate_params
 from ..persistence import PersistenceMixin
 
-__all__ = ["Cosinet", "RNN_TYPES", "LOSSES"]
+__all__ = ["Cosinet", "RNN_TYPES"]
 
 #: Recurrent layers over the candidate list: ``None`` or one of these.
 RNN_TYPES = ("rnn", "birnn", "lstm", "bilstm")

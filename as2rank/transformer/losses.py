@@ -1,7 +1,7 @@
 """The training losses of the transformer estimators over a batch's rows: pointwise (binary cross-entropy per
 pair) or listwise (over each question's candidates), for labels and for distillation from teachers.
 
-A listwise batch holds whole questions (:func:`as2rank.neural.backbone.question_batches_by_rows`) and carries
+A listwise batch holds whole questions (:func:`as2rank.neural.batching.question_bucket_batches`) and carries
 ``group``, each row's question numbered within the batch. The listwise label loss is the KL divergence from the
 question's normalised labels to the softmax of its scores (ListNet's top-one cross-entropy up to a constant,
 the loss of the Cosinet paper's listwise rows); the listwise distillation loss puts the same KL divergence in
