@@ -120,3 +120,39 @@ def test_continuing_with_the_other_setting_raises(tokenizer):
     ranker = small(TransformerRanker, "bert", tokenizer).fit(X, y)
     with pytest.raises(ValueError, match="segment_similarity"):
         ranker.set_params(segment_similarity=False, warm_start=True).fit(X, y)
+
+
+def test_students_weigh_each_head_s_cosine(tokenizer, tmp_path):
+    """Cerberus: every head adds w_i × the cosine of its own last block's encodings (the logits with the term
+    minus those without it, weights zeroed, are w_i × the cosines computed through segment_cosines); each w_i
+    starts at the regression's coefficient of the pretrained cosine, as DistilledRanker's one w does."""
+    from as2rank.lexical.baselines import ReciprocalRankRanker, WordOverlapRanker
+    from as2rank.transformer.cerberus import Cerberus, DistilledRanker
+
+    X, y = synthetic(n_questions=12)
+    teachers = [WordOverlapRanker(), ReciprocalRankRanker()]
+    tiny_lr = dict(learning_rate=1e-12, weight_decay=0.0, lexical_prior=False, early_stopping=False)
+    cerberus = small(Cerberus, "bert", tokenizer, teachers=teachers, body_layers=4, head_layers=2,
+                     segment_similarity=True, **tiny_lr).fit(X, y)
+    student = small(DistilledRanker, "bert", tokenizer, teachers=teachers, segment_similarity=True, **tiny_lr).fit(X, y)
+    weights = [term.weight.item() for term in cerberus.model_.similarity]
+    assert len(weights) == 2 and weights[0] == pytest.approx(weights[1]) and weights[0] != 0
+    # Both started from the same pretrained encoder's last-layer cosines: the same regression coefficient.
+    assert student.model_.similarity.weight.item() == pytest.approx(weights[0], rel=1e-4)
+    module = cerberus.model_.eval()
+    batch = {k: torch.from_numpy(v) for k, v in cerberus.encode(X).items() if k != "lengths"}
+    with torch.inference_mode():
+        full, cos = module(batch), module.segment_cosines(batch)
+        saved = [term.weight.clone() for term in module.similarity]
+        for term in module.similarity:
+            term.weight.zero_()
+        plain = module(batch)
+        for term, w in zip(module.similarity, saved):
+            term.weight.copy_(w)
+    np.testing.assert_allclose((full - plain).numpy(), (cos * torch.stack(saved)).numpy(), atol=1e-5)
+    assert cos.shape == (len(X), 2) and (cos.abs() <= 1 + 1e-6).all()
+    # Saved and loaded with the terms; a student built without them has none.
+    cerberus.save_pretrained(tmp_path / "c")
+    np.testing.assert_allclose(Cerberus.from_pretrained(tmp_path / "c").predict(X), cerberus.predict(X), atol=1e-5)
+    plain_student = small(DistilledRanker, "bert", tokenizer, teachers=teachers, **tiny_lr).fit(X, y)
+    assert plain_student.model_.similarity is None

@@ -105,7 +105,7 @@ class CascadeTransformer(_TransformerEstimator):
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
-    max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
+    max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
 reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,

@@ -67,7 +67,6 @@ class _Student(_TransformerEstimator):
     _streamable = False
 
     _unsaved_params = ("model", "tokenizer", "teachers", "teacher_cv")
-    _prior = LexicalPrior()
 
     def _check_rules(self):
         _check_teachers(self.teachers)
@@ -159,7 +158,12 @@ class Cerberus(_Student):
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
-    tokenizer, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, \
+    segment_similarity : bool, default=False
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`, for each head: its logit gains a trained
+        term ``w_i · cos(question mean, candidate mean)`` of its last block's encodings, every ``w_i`` started
+        from the pretrained encoder's cosines. Off by default here until this class's defaults benchmark
+        measures it.
+    tokenizer, pooling, max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
@@ -197,9 +201,10 @@ device, precision, n_threads, reuse_fit, random_state, verbose
 
     _head_modules = ("classifiers",)
     _saved_attrs = ("n_layers_", "body_layers_", "head_layers_", "n_heads_", "pooling_")
+    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **_Student._prior.constraints,
+        **_prior.constraints,
         **_DISTILLATION_CONSTRAINTS,
         "body_layers": [Interval(Integral, 1, None), None],
         "head_layers": [Interval(Integral, 1, None)],
@@ -209,7 +214,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     def __init__(
         self, model="minilm-l6", teachers=None, body_layers=None, head_layers=1, kd_alpha=0.5,
         temperature=3.0, head_weights=None, teacher_cv=None, tokenizer=None, pooling="auto",
-        lexical_prior=True, similarity_prior=False, max_length=128,
+        lexical_prior=True, similarity_prior=False, segment_similarity=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
@@ -251,7 +256,8 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     def _build_module(self, encoder):
         from .distillation import CerberusEncoder
 
-        return CerberusEncoder(encoder, self.body_layers_, self.head_layers_, self.n_heads_, self.pooling_)
+        return CerberusEncoder(encoder, self.body_layers_, self.head_layers_, self.n_heads_, self.pooling_,
+                               similarity=self.segment_similarity)
 
     def _loss(self, module, batch):
         import torch
@@ -322,7 +328,7 @@ class DistilledRanker(_Student):
     temperature : float, default=3.0
     teacher_cv : None, int or group splitter, default=None
         As in :class:`Cerberus`.
-    tokenizer, num_layers, pooling, max_length, epochs, batch_size, learning_rate, head_lr_multiplier, \
+    tokenizer, num_layers, pooling, max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, \
 weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
@@ -335,6 +341,10 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
+    segment_similarity : bool, default=False
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the student's logit gains a trained term
+        ``w · cos(question mean, candidate mean)`` of its own encodings, ``w`` started from the pretrained
+        encoder's cosines. Off by default here until this class's defaults benchmark measures it.
 
     Attributes
     ----------
@@ -344,9 +354,10 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     """
 
     _saved_attrs = ("n_layers_", "pooling_")
+    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **_Student._prior.constraints,
+        **_prior.constraints,
         **_DISTILLATION_CONSTRAINTS,
         "num_layers": [Interval(Integral, 1, None), None],
         "pooling": [Options(POOLINGS)],
@@ -356,7 +367,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     def __init__(
         self, model="minilm-l6", teachers=None, multi_teacher="sum", kd_alpha=0.5, temperature=3.0,
         teacher_cv=None, tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
-        similarity_prior=False, max_length=128,
+        similarity_prior=False, segment_similarity=False, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
@@ -370,7 +381,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     def _build_module(self, encoder):
         from .heads import CrossEncoder
 
-        return CrossEncoder(encoder, self.pooling_)
+        return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
     def _loss(self, module, batch):
         from .losses import distillation_loss

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..neural.backbone import LayerStack, encoder_states, layer_list, truncate_layers
-from .heads import feed_forward, head_logits, pool, with_prior
+from .heads import SegmentSimilarity, feed_forward, head_logits, pool, segment_cosine, with_prior
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers"]
 
@@ -171,9 +171,13 @@ class CerberusEncoder(nn.Module):
     body_layers, head_layers, n_heads : int
     pooling : {"cls", "mean"}
         What each head's classifier reads from its last block.
+    similarity : bool, default=False
+        Give each head a :class:`~as2rank.transformer.heads.SegmentSimilarity` term of its last block's
+        encodings (the batches then carry ``question_mask``).
     """
 
-    def __init__(self, encoder, body_layers: int, head_layers: int, n_heads: int, pooling: str = "cls"):
+    def __init__(self, encoder, body_layers: int, head_layers: int, n_heads: int, pooling: str = "cls",
+                 similarity: bool = False):
         super().__init__()
         LayerStack(encoder)  # fail early on an unsupported architecture
         layers = layer_list(encoder)
@@ -186,6 +190,7 @@ class CerberusEncoder(nn.Module):
         self.encoder = truncate_layers(encoder, body_layers)
         self.pooling = pooling
         self.n_heads = n_heads
+        self.similarity = nn.ModuleList(SegmentSimilarity() for _ in range(n_heads)) if similarity else None
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits of every head for every row, shape (n_rows, n_heads): the body runs once. A batch's per-row
@@ -195,12 +200,21 @@ class CerberusEncoder(nn.Module):
             # The heads' products run in the autocast dtype anyway; keeping their residual stream in it too (HF
             # blocks keep float32) halves the memory traffic of their k times wider element-wise steps.
             body = body.to(torch.get_autocast_dtype(body.device.type))
-        attention_mask = batch["attention_mask"]
+        return with_prior(self._over_row_blocks(body, batch, self._logits), batch)
+
+    def segment_cosines(self, batch: dict) -> torch.Tensor:
+        """The cosine each head's :class:`~as2rank.transformer.heads.SegmentSimilarity` term weighs, for every
+        row, shape (rows, n_heads)."""
+        return self._over_row_blocks(encoder_states(self.encoder, batch), batch, self._cosines)
+
+    def _over_row_blocks(self, body: torch.Tensor, batch: dict, compute) -> torch.Tensor:
+        """``compute(hidden, masks)`` of the heads' last encodings, over the row blocks of :meth:`head_rows`."""
+        masks = {k: batch[k] for k in ("attention_mask", "question_mask") if k in batch}
         step = self.head_rows(body)
         if step >= len(body):
-            return with_prior(self._heads(body, attention_mask), batch)
-        logits = torch.cat([self._heads(body[i : i + step], attention_mask[i : i + step]) for i in range(0, len(body), step)])
-        return with_prior(logits, batch)
+            return compute(*self._head_states(body, masks))
+        return torch.cat([compute(*self._head_states(body[i : i + step], {k: v[i : i + step] for k, v in masks.items()}))
+                          for i in range(0, len(body), step)])
 
     def head_rows(self, body: torch.Tensor) -> int:
         """Rows of the body's output that the heads take at once: all of them, except in CPU inference.
@@ -219,14 +233,28 @@ class CerberusEncoder(nn.Module):
         widest = self.n_heads * length * self.heads[0].ffn_in_weight.shape[1] * body.element_size()
         return max(1, min(batch_size, _CPU_TEMP_BYTES // widest))
 
-    def _heads(self, body: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def _head_states(self, body: torch.Tensor, masks: dict) -> tuple:
+        """Every head's last encodings of the rows of ``body``, shape (n_heads × rows, length, width), and the
+        rows' masks repeated for each head."""
         batch_size, length, width = body.shape
         k = self.n_heads
-        mask = attention_mask.bool()[:, None, None, :].repeat(k, 1, 1, 1)
+        mask = masks["attention_mask"].bool()[:, None, None, :].repeat(k, 1, 1, 1)
         # Every head reads the same body output: an expanded view, not k copies.
         hidden = body.reshape(1, batch_size * length, width).expand(k, -1, -1)
         for block in self.heads:
             hidden = block(hidden, mask, (batch_size, length))
-        hidden = hidden.view(k * batch_size, length, width)
-        pooled = pool(hidden, attention_mask.repeat(k, 1), self.pooling).view(k, batch_size, width)
-        return head_logits(self.classifiers, pooled).transpose(0, 1)
+        return hidden.view(k * batch_size, length, width), {name: m.repeat(k, 1) for name, m in masks.items()}
+
+    def _cosines(self, hidden: torch.Tensor, masks: dict) -> torch.Tensor:
+        """Each head's segment cosine of its rows, shape (rows, n_heads)."""
+        return segment_cosine(hidden, masks).view(self.n_heads, -1).transpose(0, 1)
+
+    def _logits(self, hidden: torch.Tensor, masks: dict) -> torch.Tensor:
+        """Each head's logit of its rows (its classifier, plus its similarity term), shape (rows, n_heads)."""
+        k = self.n_heads
+        pooled = pool(hidden, masks["attention_mask"], self.pooling).view(k, -1, hidden.shape[-1])
+        logits = head_logits(self.classifiers, pooled).transpose(0, 1)
+        if self.similarity is None:
+            return logits
+        weights = torch.stack([term.weight for term in self.similarity])
+        return logits + weights * self._cosines(hidden, masks)

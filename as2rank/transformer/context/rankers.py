@@ -161,7 +161,7 @@ _SHARED_PARAMS_HEAD = """\
         Tokens reserved for the question and candidate with their special tokens (shortened longest first
         beyond it, as ``TransformerRanker(max_length=128)`` does); the contexts share the rest of
         ``max_length`` (see :mod:`as2rank.transformer.context.segments`).
-    epochs, batch_size, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
+    epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
 reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`{budget}"""
