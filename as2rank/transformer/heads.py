@@ -191,14 +191,16 @@ def segment_cosine(hidden: torch.Tensor, batch: dict) -> torch.Tensor:
     """The cosine of the mean encodings of each row's question and candidate tokens, in float32, shape (rows,).
 
     ``batch["question_mask"]`` marks the question segment of each pair (its first token through the first
-    separator, :func:`~as2rank.neural.backbone.question_mask`); the candidate is the rest of the row's real
-    tokens. Both means are taken inside the pair's own encoding, so the cosine costs no pass of its own.
+    separator, :func:`~as2rank.neural.backbone.question_mask`); the candidate is ``batch["candidate_mask"]``
+    where the rows hold more than the pair (the context rankers' segments), else the rest of the row's real
+    tokens. Both means are taken inside the row's own encoding, so the cosine costs no pass of its own.
     """
     with torch.autocast(hidden.device.type, enabled=False):
         hidden = hidden.float()
         mask, question = batch["attention_mask"], batch["question_mask"]
+        candidate = batch["candidate_mask"] if "candidate_mask" in batch else 1 - question
         return nn.functional.cosine_similarity(
-            masked_mean(hidden, mask * question), masked_mean(hidden, mask * (1 - question)), dim=-1)
+            masked_mean(hidden, mask * question), masked_mean(hidden, mask * candidate), dim=-1)
 
 
 class SegmentSimilarity(nn.Module):

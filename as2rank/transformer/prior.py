@@ -167,7 +167,7 @@ class LexicalPrior:
     def add_inputs(self, est, module, X, encoded: dict) -> dict:
         """The encoded rows with what the prior adds: the ``question_mask`` of segment similarity and, once
         fitted, the ``prior`` logits."""
-        if self.segment_similarity and module.similarity is not None:
+        if self.segment_similarity and module.similarity is not None and "question_mask" not in encoded:
             from ..neural.backbone import question_mask
 
             encoded["question_mask"] = question_mask(encoded["input_ids"], est.tokenizer_)

@@ -112,7 +112,10 @@ class _ContextRanker(_TransformerEstimator):
 
         return label_loss(module(batch), batch, self.loss)
 
-    def _encode_contexts(self, encoder, X, contexts) -> dict:
+    def _encode_contexts(self, encoder, X, contexts, segment_masks: bool = False) -> dict:
+        """The rows as the concatenated segments; with ``segment_masks``, the ``question_mask`` and
+        ``candidate_mask`` of the segment similarity (the tokens of the question's and the candidate's segments,
+        not the contexts')."""
         from ...neural.backbone import uses_token_types
         from .network import SEGMENTS
         from .segments import encode_segments
@@ -127,6 +130,9 @@ class _ContextRanker(_TransformerEstimator):
             max_pair_length=self.max_pair_length,
             token_types=uses_token_types(encoder, self.tokenizer_),
         )
+        if segment_masks:
+            for name in ("question", "candidate"):
+                encoded[f"{name}_mask"] = (encoded["segments"] == SEGMENTS[name]).astype(np.int64)
         if not self._needs_segments:
             del encoded["segments"]
         else:
@@ -202,7 +208,7 @@ _FITTED_DOC = """\
 class ContextConcat(_ContextRanker):
     __doc__ = f"""Context concatenation (paper §2.2, Figure 2a): one encoder over the question, the candidate and
     the contexts, joined with the tokenizer's separators; the pooled encoding feeds a feed-forward head
-    (as :class:`~as2rank.transformer.ranker.TransformerRanker`'s) trained with pointwise binary cross-entropy.
+    (as :class:`~as2rank.transformer.ranker.TransformerRanker`'s) trained with its ``loss``.
 
     ``contexts=("local",)`` and ``("global",)`` give the paper's "Local Context" and "Global Context" rows,
     ``("local", "global")`` its "Context Concat" row; the "No Context" row is
@@ -215,11 +221,17 @@ class ContextConcat(_ContextRanker):
         Context columns read (``local_context``, ``global_context``); the local one comes first in the
         input whatever the order given.
 {_PRIOR_DOC}
+    segment_similarity : bool, default=False
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
+        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
+        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
+        Off by default here until this class's defaults benchmark measures it.
 
     Attributes
     ----------
     model_ : torch.nn.Module
-        :class:`~as2rank.transformer.heads.CrossEncoder`: ``model_.encoder`` and ``model_.head``.
+        :class:`~as2rank.transformer.heads.CrossEncoder`: ``model_.encoder``, ``model_.head`` and, with
+        ``segment_similarity``, ``model_.similarity``.
 {_FITTED_DOC}
 
     Examples
@@ -230,19 +242,23 @@ class ContextConcat(_ContextRanker):
     >>> model.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
-    _prior = LexicalPrior()
+    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {**_ContextRanker._parameter_constraints, **_prior.constraints}
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None,
-        pooling="auto", lexical_prior=True, similarity_prior=False, max_length=256, max_pair_length=128,
+        pooling="auto", lexical_prior=True, similarity_prior=False, segment_similarity=False, max_length=256,
+        max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
     def _build_module(self, encoder):
         from ..heads import CrossEncoder
 
-        return CrossEncoder(encoder, self.pooling_)
+        return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
+
+    def _encode_rows(self, module, X):
+        return self._encode_contexts(module.encoder, X, self._contexts(), segment_masks=module.similarity is not None)
 
 
 class ContextMWA(_ContextRanker):
