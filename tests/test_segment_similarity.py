@@ -158,21 +158,23 @@ def test_students_weigh_each_head_s_cosine(tokenizer, tmp_path):
     assert plain_student.model_.similarity is None
 
 
-def test_context_concat_compares_the_question_and_candidate_segments_only(tokenizer, monkeypatch):
-    """ContextConcat's term reads the question's and the candidate's segments of the concatenation, never the
-    contexts'; off, the module has no term and the batches no masks."""
+@pytest.mark.parametrize("name", ["ContextConcat", "ContextMWA"])
+def test_context_rankers_compare_the_question_and_candidate_segments_only(name, tokenizer, monkeypatch):
+    """The context rankers' term reads the question's and the candidate's segments of the concatenation, never
+    the contexts'; off, the module has no term and the batches no masks."""
+    from as2rank.transformer.context import rankers
     from as2rank.transformer.context.features import ContextExtractor
     from as2rank.transformer.context.network import SEGMENTS
-    from as2rank.transformer.context.rankers import ContextConcat
     from tests import test_context
 
+    cls = getattr(rankers, name)
     X, y = test_context.synthetic()
     X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
-    ranker = test_context.small(ContextConcat, tokenizer, segment_similarity=True).fit(X, y)
+    ranker = test_context.small(cls, tokenizer, segment_similarity=True).fit(X, y)
     encoded = ranker.encode(X)
     assert ranker.model_.similarity is not None and ranker.model_.similarity.weight.item() != 0
     with monkeypatch.context() as patch:  # the segment of every token, which ContextConcat's batches leave out
-        patch.setattr(ContextConcat, "_needs_segments", True)
+        patch.setattr(cls, "_needs_segments", True)
         segments = ranker.encode(X)["segments"]
     np.testing.assert_array_equal(encoded["question_mask"], segments == SEGMENTS["question"])
     np.testing.assert_array_equal(encoded["candidate_mask"], segments == SEGMENTS["candidate"])
@@ -185,5 +187,5 @@ def test_context_concat_compares_the_question_and_candidate_segments_only(tokeni
     batch = {k: torch.from_numpy(v) for k, v in encoded.items() if k != "lengths"}
     with torch.inference_mode():
         np.testing.assert_allclose(ranker.model_.segment_cosines(batch)[:, 0].numpy(), expected, atol=1e-5)
-    plain = test_context.small(ContextConcat, tokenizer).fit(X, y)
+    plain = test_context.small(cls, tokenizer).fit(X, y)
     assert plain.model_.similarity is None and "candidate_mask" not in plain.encode(X)

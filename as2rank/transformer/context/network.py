@@ -14,7 +14,7 @@ from torch import nn
 from ...params import SUMMARIES as _SUMMARIES
 from ...params import Options, check_param
 from ...neural.backbone import encoder_states, masked_mean
-from ..heads import head_logits, pool, with_prior
+from ..heads import SegmentSimilarity, head_logits, pool, segment_cosine, with_prior
 
 __all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
 
@@ -214,9 +214,13 @@ class MultiwayContextEncoder(nn.Module):
         What the classifier reads beside the attended views: the mean of the question+candidate tokens'
         own encodings (``"pair"``: Tan et al.'s aggregation reads each token's encoding beside its
         attended views), or the pooled whole sequence, context tokens included (``"sequence"``).
+    similarity : bool, default=False
+        Add a :class:`~as2rank.transformer.heads.SegmentSimilarity` term of the question's and the candidate's
+        segments (the batches then carry ``question_mask`` and ``candidate_mask``).
     """
 
-    def __init__(self, encoder, pooling: str, contexts, attention_dim: int, summary: str = "pair"):
+    def __init__(self, encoder, pooling: str, contexts, attention_dim: int, summary: str = "pair",
+                 similarity: bool = False):
         super().__init__()
         check_summary(summary)
         hidden = encoder.config.hidden_size
@@ -226,6 +230,12 @@ class MultiwayContextEncoder(nn.Module):
         self.contexts = tuple(contexts)
         self.attention = nn.ModuleDict({c: MultiwayAttention(hidden, attention_dim) for c in self.contexts})
         self.head = classifier(hidden * (1 + len(self.contexts)), hidden)
+        self.similarity = SegmentSimilarity() if similarity else None
+
+    def segment_cosines(self, batch: dict) -> torch.Tensor:
+        """The cosine that the :class:`~as2rank.transformer.heads.SegmentSimilarity` term weighs, for every row,
+        shape (rows, 1)."""
+        return segment_cosine(encoder_states(self.encoder, batch), batch)[:, None]
 
     def forward(self, batch: dict) -> torch.Tensor:
         """One logit per row of ``batch`` (its ``segments`` tell the question, candidate and context
@@ -249,7 +259,10 @@ class MultiwayContextEncoder(nn.Module):
             keys, key_mask = _pack(hidden, keeps[i], counts[i], widths[i])
             attended = self.attention[context](query, query_mask, keys, key_mask)
             parts.append(masked_mean(attended, query_mask))
-        return with_prior(head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1), batch)
+        logits = head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
+        if self.similarity is not None:
+            logits = logits + self.similarity(hidden, batch)
+        return with_prior(logits, batch)
 
 
 class ContextEnsembleModule(nn.Module):

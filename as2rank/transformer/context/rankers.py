@@ -194,6 +194,13 @@ _PRIOR_DOC = """\
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings of the question and the candidate."""
 
+_SEGMENT_DOC = """\
+    segment_similarity : bool, default=False
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
+        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
+        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
+        Off by default here until this class's defaults benchmark measures it."""
+
 
 _FITTED_DOC = """\
     tokenizer_ : transformers.PreTrainedTokenizerBase
@@ -221,11 +228,7 @@ class ContextConcat(_ContextRanker):
         Context columns read (``local_context``, ``global_context``); the local one comes first in the
         input whatever the order given.
 {_PRIOR_DOC}
-    segment_similarity : bool, default=False
-        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
-        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
-        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
-        Off by default here until this class's defaults benchmark measures it.
+{_SEGMENT_DOC}
 
     Attributes
     ----------
@@ -284,6 +287,7 @@ class ContextMWA(_ContextRanker):
     contexts : tuple of {{"local", "global"}}, default=("local", "global")
         Contexts attended to (one multi-way attention layer each).
 {_PRIOR_DOC}
+{_SEGMENT_DOC}
     attention_dim : int, default=16
         Size of the scoring space of the concat, dot and minus ways (their per-row tensors are
         query tokens × context tokens × ``attention_dim``).
@@ -298,7 +302,7 @@ class ContextMWA(_ContextRanker):
     ----------
     model_ : torch.nn.Module
         :class:`~as2rank.transformer.context.network.MultiwayContextEncoder`: ``model_.encoder``, ``model_.attention``
-        (one layer per context) and ``model_.head``.
+        (one layer per context), ``model_.head`` and, with ``segment_similarity``, ``model_.similarity``.
 {_FITTED_DOC}
 
     Examples
@@ -311,7 +315,7 @@ class ContextMWA(_ContextRanker):
 
     _needs_segments = True
     _head_modules = ("head", "attention")
-    _prior = LexicalPrior()
+    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_prior.constraints,
         **_ContextRanker._parameter_constraints,
@@ -322,7 +326,7 @@ class ContextMWA(_ContextRanker):
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), attention_dim=16,
         summary="pair", num_layers=None, pooling="auto", lexical_prior=True, similarity_prior=False,
-        max_length=256, max_pair_length=128,
+        segment_similarity=False, max_length=256, max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
@@ -337,7 +341,11 @@ class ContextMWA(_ContextRanker):
     def _build_module(self, encoder):
         from .network import MultiwayContextEncoder
 
-        return MultiwayContextEncoder(encoder, self.pooling_, self._contexts(), int(self.attention_dim), self.summary)
+        return MultiwayContextEncoder(encoder, self.pooling_, self._contexts(), int(self.attention_dim), self.summary,
+                                      similarity=self.segment_similarity)
+
+    def _encode_rows(self, module, X):
+        return self._encode_contexts(module.encoder, X, self._contexts(), segment_masks=module.similarity is not None)
 
 
 class ContextEnsemble(_ContextRanker):
