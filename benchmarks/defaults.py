@@ -45,7 +45,8 @@ TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 #: parameters that differ from the library's defaults.
 VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": {"similarity_prior": True},
             "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
-            "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"}}
+            "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"},
+            "segment similarity": {"segment_similarity": True}}
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
@@ -442,7 +443,8 @@ def plot(res, path):
                 first = runs[0].get("first_epoch", 1)
                 ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
                         label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
-        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)), (0, (5, 2, 1, 2))), strict=True):
+        for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)), (0, (5, 2, 1, 2)),
+                                     (0, (2, 2)), (0, (4, 1, 1, 1, 1, 1))), strict=True):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
                 # The library's default row stands out in black.
