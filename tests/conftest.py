@@ -24,13 +24,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without ``--slow``, the tests marked slow are deselected (pytest reports how many)."""
-    if config.getoption("--slow"):
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    """Without ``--slow``, the tests marked slow are deselected (pytest reports how many). The tests of an
+    ``xdist_group`` come first: pytest-xdist then hands each group to a worker at the start, and the other
+    workers share the rest, instead of one worker running a long group at the end while the others wait."""
+    if not config.getoption("--slow"):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)  # stable: groups first
 
 
 @pytest.fixture(scope="module")
