@@ -178,9 +178,8 @@ def test_context_rankers_compare_the_question_and_candidate_segments_only(name, 
     np.testing.assert_array_equal(encoded["question_mask"], segments == SEGMENTS["question"])
     np.testing.assert_array_equal(encoded["candidate_mask"], segments == SEGMENTS["candidate"])
     hidden, attention = hidden_of(ranker.model_.eval(), encoded)
-    rows = np.arange(len(X))
     expected = []
-    for h, q, c in zip(hidden, encoded["question_mask"][rows].astype(bool), encoded["candidate_mask"][rows].astype(bool)):
+    for h, q, c in zip(hidden, encoded["question_mask"].astype(bool), encoded["candidate_mask"].astype(bool)):
         a, b = h[torch.from_numpy(q)].mean(0), h[torch.from_numpy(c)].mean(0)
         expected.append(float(a @ b / (a.norm() * b.norm())))
     batch = {k: torch.from_numpy(v) for k, v in encoded.items() if k != "lengths"}

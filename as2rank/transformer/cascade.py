@@ -56,9 +56,9 @@ class CascadeTransformer(_TransformerEstimator):
     excluded) and is a 3-layer feed-forward network (hidden size = the model's, tanh, dropout 0.1).
     Training is multi-task: every mini-batch draws one exit uniformly at random (the last included) and
     back-propagates its loss (pointwise binary cross-entropy, or listwise: ``loss``) through all layers
-    below, down to the embeddings (the paper's scheme, ``exit_sampling="uniform"``); ``exit_sampling="all"`` instead trains every exit on
-    every mini-batch (the mean of the exits' losses, one encoder pass), which gives each classifier five
-    times the updates of a small fine-tuning budget (see ``exit_sampling``).
+    below, down to the embeddings (the paper's scheme, ``exit_sampling="uniform"``); ``exit_sampling="all"``
+    instead trains every exit on every mini-batch (the mean of the exits' losses, one encoder pass), which gives
+    each classifier five times the updates of a small fine-tuning budget (see ``exit_sampling``).
 
     At inference the candidates of a question go through the encoder together (several questions may share
     a batch); after each exit but the last the lowest-scoring ``floor(α · k)`` of the question's ``k``

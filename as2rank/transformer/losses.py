@@ -47,9 +47,12 @@ def by_question(values: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor
     return grid, mask
 
 
-def _columns(grid: torch.Tensor) -> torch.Tensor:
-    """(questions, candidates, k...) → (k..., questions, candidates): one list per question and column."""
-    return grid.movedim(1, -1).movedim(0, -2) if grid.ndim > 2 else grid
+def _question_lists(group: torch.Tensor, *values: torch.Tensor) -> tuple:
+    """Columns of per-row values (each of shape (rows, k)) as lists of candidates: one tensor of shape
+    (k, n_questions, max_candidates) per value, and the mask of real candidates (n_questions, max_candidates)."""
+    grid, mask = by_question(torch.stack(values, dim=-1), group)  # (questions, candidates, k, values)
+    grid = grid.permute(3, 2, 0, 1)
+    return [grid[i] for i in range(len(values))], mask
 
 
 def label_loss(logits: torch.Tensor, batch: dict, loss: str) -> torch.Tensor:
@@ -72,12 +75,12 @@ def label_loss(logits: torch.Tensor, batch: dict, loss: str) -> torch.Tensor:
         labels = labels.unsqueeze(1).expand_as(logits)
     if loss == "pointwise":
         return F.binary_cross_entropy_with_logits(logits, labels)
-    scores, mask = by_question(logits, batch["group"])
-    targets, _ = by_question(labels, batch["group"])
-    scores, targets = _columns(scores), _columns(targets)
-    mask = mask.expand(scores.shape)
-    return listwise_kl_loss(scores.reshape(-1, mask.shape[-1]), targets.reshape(-1, mask.shape[-1]),
-                            mask.reshape(-1, mask.shape[-1]))
+    if logits.ndim == 1:
+        logits, labels = logits[:, None], labels[:, None]
+    (scores, targets), mask = _question_lists(batch["group"], logits, labels)
+    width = mask.shape[-1]
+    return listwise_kl_loss(scores.reshape(-1, width), targets.reshape(-1, width),
+                            mask.expand(scores.shape).reshape(-1, width))
 
 
 def pointwise_distillation(student, teacher, labels, alpha: float, temperature: float):
@@ -96,24 +99,14 @@ def pointwise_distillation(student, teacher, labels, alpha: float, temperature: 
 
 
 def _listwise_distillation(student, teacher, labels, group, alpha: float, temperature: float):
-    """The listwise Eq. 1 of each column, mean over questions: the hard term over the questions with a
-    positive, the soft term over all."""
-    s, mask = by_question(student, group)
-    t, _ = by_question(teacher, group)
-    y, _ = by_question(labels, group)
-    s, t, y = _columns(s), _columns(t), _columns(y)
-    mask = mask.expand(s.shape)
-    y = y.masked_fill(~mask, 0.0)
-    total = y.sum(-1, keepdim=True)
-    answered = (total > 0).squeeze(-1)
-    log_q = torch.log_softmax(s.masked_fill(~mask, float("-inf")), -1).masked_fill(~mask, 0.0)
-    p = y / total.clamp_min(1e-12)
-    hard = (torch.xlogy(p, p) - p * log_q).sum(-1)
-    hard = (hard * answered).sum(-1) / answered.sum(-1).clamp_min(1)
-    log_qt = torch.log_softmax((s / temperature).masked_fill(~mask, float("-inf")), -1).masked_fill(~mask, 0.0)
-    log_pt = torch.log_softmax((t / temperature).masked_fill(~mask, float("-inf")), -1).masked_fill(~mask, 0.0)
-    soft = (log_pt.exp() * (log_pt - log_qt)).sum(-1).mean(-1)
-    return alpha * hard + (1 - alpha) * temperature**2 * soft
+    """The listwise Eq. 1 of each column, shape (k,): both terms are :func:`~as2rank.neural.training.listwise_kl_loss`
+    over each question's candidates, the hard one to the normalised labels (questions with a positive), the soft
+    one to the softened teacher's distribution (every question)."""
+    (s, t, y), mask = _question_lists(group, student, teacher, labels)
+    soft_targets = torch.softmax(t.masked_fill(~mask, float("-inf")) / temperature, dim=-1)
+    return torch.stack([alpha * listwise_kl_loss(s[j], y[j], mask)
+                        + (1 - alpha) * temperature**2 * listwise_kl_loss(s[j] / temperature, soft_targets[j], mask)
+                        for j in range(len(s))])
 
 
 def distillation_loss(student, teacher, batch: dict, alpha: float, temperature: float, loss: str):
