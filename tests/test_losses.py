@@ -115,16 +115,16 @@ def estimators(tokenizer, X, y):
 
 
 @pytest.mark.parametrize("name", ["TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker",
-                                  "ContextConcat"])
+                                  "ContextConcat", "ContextMWA", "ContextEnsemble"])
 def test_listwise_training_batches_never_split_a_question(name, tokenizer, monkeypatch):
-    if name == "ContextConcat":
+    if name.startswith("Context"):
+        from as2rank.transformer.context import rankers
         from as2rank.transformer.context.features import ContextExtractor
-        from as2rank.transformer.context.rankers import ContextConcat
         from tests import test_context
 
         X, y = test_context.synthetic()
         X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
-        est = test_context.small(ContextConcat, tokenizer, loss="listwise")
+        est = test_context.small(getattr(rankers, name), tokenizer, loss="listwise")
     else:
         X, y = synthetic(n_questions=12)
         X = X.assign(teacher_score=np.random.default_rng(0).normal(size=len(X)) + 2 * y)  # a teacher's column
@@ -139,7 +139,9 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
     monkeypatch.setattr(backbone, "batch_tensors", spy)
     est.set_params(reuse_fit=False).fit(X, y)
     sizes = X.groupby("qid").size()
-    assert len(batches) == est.history_.n_steps > 2
+    # The ensemble's two encoders train first, listwise too.
+    members = getattr(est, "member_histories_", {}).values()
+    assert len(batches) == est.history_.n_steps + sum(h.n_steps for h in members) > 2
     for rows in batches:
         counts = X.iloc[rows].groupby("qid").size()
         assert (counts == sizes[counts.index]).all()  # every question whole

@@ -157,7 +157,7 @@ def test_students_weigh_each_head_s_cosine(tokenizer, tmp_path):
     np.testing.assert_allclose(Cerberus.from_pretrained(tmp_path / "c").predict(X), cerberus.predict(X), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["ContextConcat", "ContextMWA"])
+@pytest.mark.parametrize("name", ["ContextConcat", "ContextMWA", "ContextEnsemble"])
 def test_context_rankers_compare_the_question_and_candidate_segments_only(name, tokenizer, monkeypatch):
     """The context rankers' term reads the question's and the candidate's segments of the concatenation, never
     the contexts'; off, the module has no term and the batches no masks."""

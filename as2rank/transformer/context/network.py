@@ -271,10 +271,12 @@ class ContextEnsembleModule(nn.Module):
 
     The batch holds the local inputs under the usual keys and the global ones under ``global_*`` keys.
     With ``trim_padding`` (the default) each set is cut to its own longest row, so neither pays for the
-    other's padding; without it both run at the batch's width (fixed-length timing).
+    other's padding; without it both run at the batch's width (fixed-length timing). With ``similarity``, a
+    :class:`~as2rank.transformer.heads.SegmentSimilarity` term of the question's and the candidate's segments in
+    the local encoding (the batches then carry ``question_mask`` and ``candidate_mask`` of the local inputs).
     """
 
-    def __init__(self, encoder, global_encoder, pooling: str, trim_padding: bool = True):
+    def __init__(self, encoder, global_encoder, pooling: str, trim_padding: bool = True, similarity: bool = False):
         super().__init__()
         self.encoder = encoder
         self.global_encoder = global_encoder
@@ -282,20 +284,39 @@ class ContextEnsembleModule(nn.Module):
         self.trim_padding = trim_padding
         hidden = encoder.config.hidden_size
         self.head = classifier(2 * hidden, hidden)
+        self.similarity = SegmentSimilarity() if similarity else None
 
-    def _pooled(self, encoder, batch, prefix, width):
-        inputs = {k: batch[prefix + k][:, :width] for k in ("input_ids", "attention_mask", "token_type_ids") if prefix + k in batch}
-        hidden = encoder_states(encoder, inputs)
-        return pool(hidden, inputs["attention_mask"], self.pooling)
+    def _widths(self, batch) -> list[int]:
+        masks = (batch["attention_mask"], batch["global_attention_mask"])
+        if self.trim_padding:
+            # Both widths in one host read, before either encoder runs (see segment_widths).
+            return torch.stack([m.sum(dim=1).amax() for m in masks]).clamp_min(1).tolist()
+        return [m.shape[1] for m in masks]
+
+    @staticmethod
+    def _inputs(batch, prefix, width, keys=("input_ids", "attention_mask", "token_type_ids")) -> dict:
+        return {k: batch[prefix + k][:, :width] for k in keys if prefix + k in batch}
+
+    def _local_states(self, batch, width) -> tuple[torch.Tensor, dict]:
+        """The local encoder's states and the local inputs (masks included) cut to ``width``."""
+        local = self._inputs(batch, "", width, ("input_ids", "attention_mask", "token_type_ids", "question_mask", "candidate_mask"))
+        return encoder_states(self.encoder, local), local
+
+    def segment_cosines(self, batch: dict) -> torch.Tensor:
+        """The cosine that the :class:`~as2rank.transformer.heads.SegmentSimilarity` term weighs, for every row
+        (in the local encoding), shape (rows, 1)."""
+        hidden, local = self._local_states(batch, self._widths(batch)[0])
+        return segment_cosine(hidden, local)[:, None]
 
     def forward(self, batch: dict) -> torch.Tensor:
         """One logit per row of ``batch`` (local inputs under the usual keys, global ones under
         ``global_*``), shape (rows,)."""
-        masks = (batch["attention_mask"], batch["global_attention_mask"])
-        if self.trim_padding:
-            # Both widths in one host read, before either encoder runs (see segment_widths).
-            widths = torch.stack([m.sum(dim=1).amax() for m in masks]).clamp_min(1).tolist()
-        else:
-            widths = [m.shape[1] for m in masks]
-        pooled = (self._pooled(self.encoder, batch, "", widths[0]), self._pooled(self.global_encoder, batch, "global_", widths[1]))
-        return head_logits(self.head, torch.cat(pooled, dim=-1)).squeeze(-1)
+        widths = self._widths(batch)
+        hidden, local = self._local_states(batch, widths[0])
+        glob = self._inputs(batch, "global_", widths[1])
+        pooled = (pool(hidden, local["attention_mask"], self.pooling),
+                  pool(encoder_states(self.global_encoder, glob), glob["attention_mask"], self.pooling))
+        logits = head_logits(self.head, torch.cat(pooled, dim=-1)).squeeze(-1)
+        if self.similarity is not None:
+            logits = logits + self.similarity(hidden, local)
+        return with_prior(logits, batch)

@@ -366,12 +366,16 @@ class ContextEnsemble(_ContextRanker):
 {_SHARED_PARAMS_HEAD.replace("{budget}", _TANDA_BUDGET)}
     unfreeze_layers : int, default=3
         Top blocks of each encoder fine-tuned in the joint stage (0: the classifier only).
+{_PRIOR_DOC}
+        The two encoders' own fits have the same prior.
+{_SEGMENT_DOC}
+        In the joint stage the term reads the local encoding; ``w`` starts from the trained local encoder's cosines.
 
     Attributes
     ----------
     model_ : torch.nn.Module
         :class:`~as2rank.transformer.context.network.ContextEnsembleModule`: ``model_.encoder`` (local),
-        ``model_.global_encoder`` and ``model_.head``.
+        ``model_.global_encoder``, ``model_.head`` and, with ``segment_similarity``, ``model_.similarity``.
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
     pooling_ : {{"cls", "mean"}}
@@ -387,8 +391,10 @@ class ContextEnsemble(_ContextRanker):
 
     # Its two encoders are fitted on the whole training set before the joint stage: no chunked training.
     _streamable = False
+    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_ContextRanker._parameter_constraints,
+        **_prior.constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
     }
     # The TANDA papers' budget: the defaults benchmark does not cover this class.
@@ -396,7 +402,7 @@ class ContextEnsemble(_ContextRanker):
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, unfreeze_layers=3, num_layers=None, pooling="auto",
-        max_length=256, max_pair_length=128,
+        lexical_prior=True, similarity_prior=False, segment_similarity=False, max_length=256, max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
@@ -414,13 +420,14 @@ class ContextEnsemble(_ContextRanker):
         local = members["local"]
         self.tokenizer_, self.n_layers_, self.pooling_ = local.tokenizer_, local.n_layers_, local.pooling_
         self.member_histories_ = {c: m.history_ for c, m in members.items()}
-        return ContextEnsembleModule(local.model_.encoder, members["global"].model_.encoder, self.pooling_)
+        return ContextEnsembleModule(local.model_.encoder, members["global"].model_.encoder, self.pooling_,
+                                     similarity=self.segment_similarity)
 
     def _build_module(self, encoder):
         from .network import ContextEnsembleModule
 
         # Same architecture for the global encoder; its weights come from the state being restored.
-        return ContextEnsembleModule(encoder, copy.deepcopy(encoder), self.pooling_)
+        return ContextEnsembleModule(encoder, copy.deepcopy(encoder), self.pooling_, similarity=self.segment_similarity)
 
     def _set_trainable(self, module):
         from ...neural.backbone import layer_list
@@ -434,7 +441,8 @@ class ContextEnsemble(_ContextRanker):
                 layer.requires_grad_(True)
 
     def _encode_rows(self, module, X):
-        local, glob = (self._encode_contexts(module.encoder, X, (c,)) for c in CONTEXTS)
+        local = self._encode_contexts(module.encoder, X, ("local",), segment_masks=module.similarity is not None)
+        glob = self._encode_contexts(module.encoder, X, ("global",))
         encoded = {**local, **{f"global_{k}": v for k, v in glob.items() if k != "lengths"}}
         # Batches are cut to this width; the module then trims each input set to its own longest row.
         encoded["lengths"] = np.maximum(local["lengths"], glob["lengths"])
