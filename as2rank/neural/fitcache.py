@@ -98,6 +98,10 @@ class FitCache:
         Bound on the weights held (each entry is one model's weights on the CPU, beside the estimator's
         own): eight all-MiniLM-L6-v2 or BERT-base entries fit, fewer of a larger model. A state larger than
         the bound is not stored. ``None``: no bound in bytes.
+    sizeof : callable, default=None
+        Bytes of a stored value; None: the tensors of a fitted state (its ``state_dict``). Another value
+        makes this the bounded store of other things (the token cache,
+        :data:`~as2rank.neural.tokens.TOKEN_CACHE`).
 
     Attributes
     ----------
@@ -107,9 +111,10 @@ class FitCache:
         Bytes of the weights held.
     """
 
-    def __init__(self, max_entries: int = 8, max_bytes: int | None = 4 * 2**30):
+    def __init__(self, max_entries: int = 8, max_bytes: int | None = 4 * 2**30, sizeof=None):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.sizeof = _nbytes if sizeof is None else sizeof
         self._entries: OrderedDict = OrderedDict()  # key -> (state, bytes)
         self.nbytes = 0
         self.hits = 0
@@ -126,7 +131,7 @@ class FitCache:
 
     def put(self, key: str, state) -> None:
         """Store ``state`` (treated as read-only) under ``key``, evicting the oldest entries beyond the bounds."""
-        size = _nbytes(state)
+        size = self.sizeof(state)
         if self.max_bytes is not None and size > self.max_bytes:
             return
         self._drop(key)

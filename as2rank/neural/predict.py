@@ -2,12 +2,18 @@
 the cross-encoders (:func:`predict_logits`).
 
 Every estimator's ``predict`` goes through :func:`predict_batches`: it says how its rows are batched (by
-token budget, by question) and what one batch computes; the loop runs the batches without gradients under
-autocast, behind the progress bar, and gathers the outputs in row order.
+token budget, by question), how a batch's inputs are laid out on the device and what one batch computes; the
+loop runs the batches without gradients under autocast, behind the progress bar, and gathers the outputs in
+row order. On a GPU the loop lays out the next batches (gathering rows, pinned host memory, non-blocking copies)
+in a background thread while the device computes the current one; on the CPU, where one set of cores is both
+host and device, it does not (``prefetch``).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,10 +23,18 @@ import torch
 from .backbone import batch_tensors, token_budget_batches
 from .devices import autocast, to_device
 
-__all__ = ["Predictor", "no_progress", "predict_batches", "predict_logits"]
+__all__ = ["Predictor", "default_prefetch", "device_batch", "no_progress", "predict_batches", "predict_logits"]
 
 #: Outputs kept on the device before :func:`predict_batches` reads them (16M values: 64 MiB in float32).
 PENDING_VALUES = 1 << 24
+#: Batches laid out ahead of the one computing, on a GPU (:func:`predict_batches`' ``prefetch``).
+PREFETCH = 2
+
+
+def default_prefetch(device) -> int:
+    """Batches :func:`predict_batches` lays out ahead by default: :data:`PREFETCH` on a GPU, none on the CPU
+    (its cores compute the batches; a thread laying out the next one only competes with them)."""
+    return PREFETCH if torch.device(device).type == "cuda" else 0
 
 
 def no_progress(batches, n_batches: int, desc: str):
@@ -28,16 +42,17 @@ def no_progress(batches, n_batches: int, desc: str):
     return batches
 
 
-def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc: str = "predict") -> np.ndarray:
+def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc: str = "predict", prepare=None,
+                    prefetch: int | None = None) -> np.ndarray:
     """Run ``run`` on every batch and gather its outputs by row.
 
     Parameters
     ----------
     batches : sequence
-        What ``run`` takes, one item per batch.
+        What ``prepare`` (or ``run``, without it) takes, one item per batch.
     run : callable
         ``run(batch)`` returns ``(rows, out)``: the indices of the rows the batch scores and their outputs,
-        a tensor or array of shape (len(rows), ...).
+        a tensor or array of shape (len(rows), ...). With ``prepare``, ``run`` takes what ``prepare`` returns.
     n_rows : int
         Rows in all.
     device : torch.device
@@ -48,6 +63,13 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
         or the batches themselves).
     desc : str, default="predict"
         The progress bar's description.
+    prepare : callable, default=None
+        ``prepare(batch)``: the host's part of a batch (laying out its inputs and starting their copy to the
+        device), which must not depend on the batches before it. None: ``run`` takes the batches as they are.
+    prefetch : int, default=None
+        Batches ``prepare`` runs ahead of ``run``, in a background thread (0: in turn with ``run``). None:
+        :func:`default_prefetch` of ``device``. ``run`` sees the same inputs either way, so the outputs are the
+        same bits.
 
     Returns
     -------
@@ -64,8 +86,9 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
         pending.clear()
         n_pending = 0
 
-    with torch.inference_mode(), autocast(device, dtype):
-        for batch in progress(batches, len(batches), desc):
+    prefetch = default_prefetch(device) if prefetch is None else int(prefetch)
+    with torch.inference_mode(), autocast(device, dtype), _prepared(batches, prepare, prefetch) as prepared:
+        for batch in progress(prepared, len(batches), desc):
             batch_rows, out = run(batch)
             rows.append(np.asarray(batch_rows))
             if not isinstance(out, torch.Tensor):
@@ -89,7 +112,47 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
     return scores
 
 
-def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, progress) -> np.ndarray:
+@contextlib.contextmanager
+def _prepared(batches, prepare, prefetch: int):
+    """The batches through ``prepare``: in turn, or up to ``prefetch`` ahead in a background thread (whose
+    pending work is cancelled and awaited when the loop ends early, an error say)."""
+    if prepare is None:
+        yield batches
+        return
+    if prefetch <= 0:
+        yield map(prepare, batches)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="as2rank-prefetch") as pool:
+        ahead = deque()
+
+        def ordered():
+            items = iter(batches)
+            for batch in items:
+                ahead.append(pool.submit(prepare, batch))
+                if len(ahead) > prefetch:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+
+        try:
+            yield ordered()
+        finally:
+            for future in ahead:
+                future.cancel()
+
+
+def device_batch(encoded: dict, rows, device) -> dict:
+    """The tensors of ``rows`` of ``encoded`` (:func:`~as2rank.neural.backbone.batch_tensors`) on ``device``: on a
+    GPU from pinned host memory with non-blocking copies, so that laying out the next batch overlaps the
+    device's work."""
+    batch = batch_tensors(encoded, rows)
+    if torch.device(device).type == "cuda":
+        batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return to_device(batch, device)
+
+
+def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, progress,
+                   prefetch: int | None = None) -> np.ndarray:
     """The module's logit(s) for every encoded row, in row order (one per row, or one per head of a
     multi-head module).
 
@@ -110,6 +173,8 @@ def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, p
         Autocast dtype (``torch.float32``: none).
     progress : callable
         As in :func:`predict_batches`.
+    prefetch : int, default=None
+        As in :func:`predict_batches`.
 
     Returns
     -------
@@ -119,8 +184,8 @@ def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, p
     n = len(encoded["lengths"])
     batches = token_budget_batches(np.ones(n, dtype=np.int64), encoded["lengths"], batch_tokens)
     return predict_batches(
-        batches, lambda rows: (rows, module(to_device(batch_tensors(encoded, rows), device))), n,
-        device=device, dtype=dtype, progress=progress,
+        batches, lambda prepared: (prepared[0], module(prepared[1])), n, device=device, dtype=dtype,
+        progress=progress, prepare=lambda rows: (rows, device_batch(encoded, rows, device)), prefetch=prefetch,
     )
 
 
@@ -140,6 +205,8 @@ class Predictor:
         Padded tokens per batch.
     progress : callable
         ``progress(batches, n_batches, description)``: the progress bar, or :func:`no_progress`.
+    prefetch : int, default=None
+        Batches laid out ahead of the one computing (:func:`predict_batches`); None: :func:`default_prefetch`.
     """
 
     module: object
@@ -147,8 +214,9 @@ class Predictor:
     dtype: torch.dtype
     batch_tokens: int
     progress: Callable = no_progress
+    prefetch: int | None = None
 
     def logits(self, encoded: dict) -> np.ndarray:
         """The module's output for every ``encoded`` row (:func:`predict_logits`)."""
         return predict_logits(self.module, encoded, self.device, batch_tokens=self.batch_tokens, dtype=self.dtype,
-                              progress=self.progress)
+                              progress=self.progress, prefetch=self.prefetch)

@@ -8,20 +8,36 @@ tokenizer puts around a pair (:func:`pair_template`) and the kept part of each t
 
 :func:`pair_lengths` is the tokenizer's own ``longest_first`` pair truncation, so that a pair laid out here has
 the ids, token types and length that ``tokenizer(question, candidate, truncation="longest_first",
-max_length=...)`` gives (tested against it). NumPy and pandas only: no torch.
+max_length=...)`` gives (tested against it). Tokens of the same texts under the same tokenizer are computed once
+(:data:`TOKEN_CACHE`): repeated ``predict`` calls on one frame, as a tuning loop makes them, tokenise it once.
+NumPy and pandas only: no torch.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 
 import numpy as np
 import pandas as pd
 
 from ..data import ragged_arange
+from .fitcache import FitCache
 
-__all__ = ["distinct_tokens", "lay_out", "pair_lengths", "pair_template"]
+__all__ = ["TOKEN_CACHE", "distinct_tokens", "lay_out", "pair_lengths", "pair_template"]
+
+
+def _token_bytes(entry) -> int:
+    uniques, pool, lengths = entry
+    return int(pool.nbytes + lengths.nbytes + sum(len(u) for u in uniques))
+
+
+#: The token ids of the distinct texts of recent :func:`distinct_tokens` calls with a fast tokenizer, keyed by
+#: the tokenizer's serialisation (vocabulary, normaliser, added tokens...), the truncation and the texts' content
+#: (a hash, checked against the stored texts on every hit, so a hit is always these texts' tokens). Bounded:
+#: 32 calls, 512 MiB of ids and texts, least recently used first out.
+TOKEN_CACHE = FitCache(max_entries=32, max_bytes=2**29, sizeof=_token_bytes)
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,16 +84,35 @@ def distinct_tokens(tokenizer, columns, max_length: int | None = None) -> tuple:
     if bad:
         raise TypeError(f"Texts to tokenise must be str; got {len(bad)} distinct other value(s), e.g. {bad[0]!r}.")
     if getattr(tokenizer, "is_fast", False) and len(uniques):
-        backend = _text_backend(tokenizer.backend_tokenizer.to_str(), max_length, tokenizer.truncation_side)
-        # ``encode_batch_fast`` (tokenizers >= 0.21) gives the same ids without tracking character offsets.
-        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
-        token_lists = [e.ids for e in encode(list(uniques), add_special_tokens=False)]
+        pool, lengths = _fast_tokens(tokenizer, uniques, max_length)
     else:
         cut = {} if max_length is None else {"truncation": True, "max_length": int(max_length)}
-        token_lists = tokenizer(list(uniques), add_special_tokens=False, **cut)["input_ids"] if len(uniques) else []
-    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
-    pool = np.fromiter(itertools.chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum()))
+        pool, lengths = _flat(tokenizer(list(uniques), add_special_tokens=False, **cut)["input_ids"] if len(uniques) else [])
     return codes.reshape(len(columns), n).T, pool, np.cumsum(lengths) - lengths, lengths
+
+
+def _flat(token_lists) -> tuple:
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+    return np.fromiter(itertools.chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum())), lengths
+
+
+def _fast_tokens(tokenizer, uniques: np.ndarray, max_length) -> tuple:
+    """``(pool, lengths)`` of the texts ``uniques`` through the fast tokenizer's Rust backend, from
+    :data:`TOKEN_CACHE` when these texts were tokenised so before."""
+    spec, side = tokenizer.backend_tokenizer.to_str(), tokenizer.truncation_side
+    digest = hashlib.blake2b(spec.encode(), digest_size=16)
+    digest.update(pd.util.hash_array(uniques).tobytes())
+    key = (digest.hexdigest(), max_length, side)
+    hit = TOKEN_CACHE.get(key)
+    if hit is not None and np.array_equal(hit[0], uniques):
+        return hit[1], hit[2]
+    backend = _text_backend(spec, max_length, side)
+    # ``encode_batch_fast`` (tokenizers >= 0.21) gives the same ids without tracking character offsets.
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    pool, lengths = _flat([e.ids for e in encode(list(uniques), add_special_tokens=False)])
+    pool.flags.writeable = lengths.flags.writeable = False  # shared by every later hit
+    TOKEN_CACHE.put(key, (uniques, pool, lengths))
+    return pool, lengths
 
 
 def pair_template(tokenizer) -> tuple:

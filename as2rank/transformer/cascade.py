@@ -210,9 +210,8 @@ reuse_fit, random_state, verbose
         return [0.0] * len(alphas), self.exits_.index(self.exit_layer)
 
     def _run(self, predictor, encoded, index, alphas, last_exit):
-        from ..neural import to_device
-        from ..neural.backbone import batch_tensors, token_budget_batches
-        from ..neural.predict import predict_batches
+        from ..neural.backbone import token_budget_batches
+        from ..neural.predict import device_batch, predict_batches
 
         # Groups are budgeted by their real tokens: the chunks inside them are cut by length, so a question
         # costs about its tokens, not its rows × its longest row.
@@ -221,17 +220,20 @@ reuse_fit, random_state, verbose
         batches = token_budget_batches(tokens, np.ones_like(tokens), CHUNKS_PER_GROUP * chunk_tokens)
         rows_per_layer = np.zeros(self.exits_[last_exit], dtype=np.int64)
 
-        def run(groups):
+        def prepare(groups):
             rows, codes = _group_rows(index, groups)
-            logits, batch_rows = module.cascade(
-                to_device(batch_tensors(encoded, rows), device), codes, alphas, last_exit, chunk_tokens,
-                lengths=encoded["lengths"][rows], exact_widths=self._exact_widths(device),
-            )
+            return rows, codes, device_batch(encoded, rows, device)
+
+        def run(prepared):
+            rows, codes, batch = prepared
+            logits, batch_rows = module.cascade(batch, codes, alphas, last_exit, chunk_tokens,
+                                                lengths=encoded["lengths"][rows], exact_widths=self._exact_widths(device))
             rows_per_layer[:] += batch_rows
             return rows, logits
 
         logits = predict_batches(batches, run, index.n_rows, device=device, dtype=predictor.dtype,
-                                 progress=predictor.progress, desc="cascade")
+                                 progress=predictor.progress, desc="cascade", prepare=prepare,
+                                 prefetch=predictor.prefetch)
         if logits.ndim == 1:  # no rows
             logits = logits.reshape(0, len(self.exits_))
         return logits, rows_per_layer
