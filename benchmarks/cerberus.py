@@ -256,8 +256,8 @@ def run(args):
         insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
         for j, n in enumerate(TEACHERS):
             insample_map[f"{n} seed {s}"] = train_map(y_train, insample[:, j], X_train)
-        # The paper's students: no lexical prior (DistilledRanker's default has one).
-        kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, "lexical_prior": False, **b}
+        # The paper's students: no lexical prior, no segment similarity (DistilledRanker's defaults have them).
+        kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, "lexical_prior": False, "segment_similarity": False, **b}
         hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS]
         students = {
             "student": TransformerRanker(num_layers=STUDENT_LAYERS, lexical_prior=False, segment_similarity=False, **b),

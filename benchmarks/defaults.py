@@ -379,8 +379,10 @@ def describe(res, estimator) -> dict:
     cosinet = estimator == "cosinet"
     default = estimator_class(estimator)()
     # Cosinet's default budget adapts to the data (epochs="auto"): its row is the reference row "Cosinet"; a
-    # default that holds out its own validation questions is the "library default" row.
-    default_row = "Cosinet" if cosinet else "library default" if getattr(type(default), "_auto_holdout", False) else (
+    # default that holds out its own validation questions, or one that the swept curves do not train (a default
+    # changed after them; its "library default" rows measured), is the "library default" row.
+    measured = any(r["name"] == "library default" for r in res["refs"].values())
+    default_row = "Cosinet" if cosinet else "library default" if getattr(type(default), "_auto_holdout", False) or measured else (
         f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None)})}"
         f", epoch {default.epochs} of {default.epochs}")
     tables, chosen = [], []
@@ -416,6 +418,8 @@ def describe(res, estimator) -> dict:
                             or k == "segment_similarity" and hasattr(default, k)
                             or k == "early_stopping" and default_row == "library default"},
         "default_row": default_row,
+        "segment_default_changed": bool(getattr(default, "segment_similarity", False))
+        and any("'segment similarity'" in r.get("command", "") for r in res["runs"]),
         "tables": tables,
         "verdict": {"columns": len(chosen), "planned_columns": len(SIZES) * len(TITLES), "planned_sizes": SIZES,
                     "measured": len(done), "default_ok": sum(c[1] for c in done),

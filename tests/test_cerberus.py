@@ -255,10 +255,10 @@ def test_joblib_round_trip_and_save_pretrained(tokenizer, data, tmp_path):
 
 def test_kd_alpha_one_trains_exactly_like_the_student_without_teacher(tokenizer, data):
     X, y = data
-    for prior in (False, True):  # the pure student, and both with the lexical prior (their defaults)
-        plain = small(TransformerRanker, "bert", tokenizer, lexical_prior=prior, segment_similarity=False).fit(X, y)
+    for prior in (False, True):  # the pure student, and both with the lexical prior and segment similarity (their defaults)
+        plain = small(TransformerRanker, "bert", tokenizer, lexical_prior=prior, segment_similarity=prior).fit(X, y)
         distilled = small(DistilledRanker, "bert", tokenizer, teachers=["teacher_score"], kd_alpha=1.0,
-                          lexical_prior=prior).fit(X, y)
+                          lexical_prior=prior, segment_similarity=prior).fit(X, y)
         np.testing.assert_allclose(distilled.predict(X), plain.predict(X), atol=1e-5, rtol=0)
 
 

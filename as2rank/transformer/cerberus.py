@@ -341,10 +341,12 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
-    segment_similarity : bool, default=False
+    segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the student's logit gains a trained term
         ``w · cos(question mean, candidate mean)`` of its own encodings, ``w`` started from the pretrained
-        encoder's cosines. Off by default here until this class's defaults benchmark measures it.
+        encoder's cosines. On by default: in this class's defaults benchmark
+        (``docs/benchmarks/defaults-distilled.md``) the student with the term ranked above the one without it in
+        every column measured. ``False`` is the paper's student.
 
     Attributes
     ----------
@@ -367,7 +369,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     def __init__(
         self, model="minilm-l6", teachers=None, multi_teacher="sum", kd_alpha=0.5, temperature=3.0,
         teacher_cv=None, tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
-        similarity_prior=False, segment_similarity=False, max_length=128,
+        similarity_prior=False, segment_similarity=True, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
