@@ -158,11 +158,12 @@ class Cerberus(_Student):
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
-    segment_similarity : bool, default=False
+    segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, for each head: its logit gains a trained
         term ``w_i · cos(question mean, candidate mean)`` of its last block's encodings, every ``w_i`` started
-        from the pretrained encoder's cosines. Off by default here until this class's defaults benchmark
-        measures it.
+        from the pretrained encoder's cosines. On by default: in this class's defaults benchmark
+        (``docs/benchmarks/defaults-cerberus.md``) the model with the terms ranked above the one without them in
+        every column measured. ``False`` is the paper's model.
     tokenizer, pooling, max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
@@ -214,7 +215,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
     def __init__(
         self, model="minilm-l6", teachers=None, body_layers=None, head_layers=1, kd_alpha=0.5,
         temperature=3.0, head_weights=None, teacher_cv=None, tokenizer=None, pooling="auto",
-        lexical_prior=True, similarity_prior=False, segment_similarity=False, max_length=128,
+        lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
