@@ -42,6 +42,9 @@ def teachers_for(X, y):
 
 
 def cerberus(tokenizer, X, y, kind="bert", **params):
+    """A tiny Cerberus with the paper's plain heads unless told otherwise (the segment similarity terms are tested
+    in test_segment_similarity)."""
+    params = {"segment_similarity": False, **params}
     return small(Cerberus, kind, tokenizer, teachers=teachers_for(X, y), body_layers=4, head_layers=2, **params)
 
 
