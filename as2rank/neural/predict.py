@@ -126,8 +126,7 @@ def _prepared(batches, prepare, prefetch: int):
         ahead = deque()
 
         def ordered():
-            items = iter(batches)
-            for batch in items:
+            for batch in batches:
                 ahead.append(pool.submit(prepare, batch))
                 if len(ahead) > prefetch:
                     yield ahead.popleft().result()
