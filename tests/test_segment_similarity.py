@@ -185,6 +185,6 @@ def test_context_rankers_compare_the_question_and_candidate_segments_only(name, 
     batch = {k: torch.from_numpy(v) for k, v in encoded.items() if k != "lengths"}
     with torch.inference_mode():
         np.testing.assert_allclose(ranker.model_.segment_cosines(batch)[:, 0].numpy(), expected, atol=1e-5)
-    if name == "ContextConcat":  # off (the default): no term, no masks
-        plain = test_context.small(cls, tokenizer).fit(X, y)
+    if name == "ContextConcat":  # off: no term, no masks
+        plain = test_context.small(cls, tokenizer, segment_similarity=False).fit(X, y)
         assert plain.model_.similarity is None and "candidate_mask" not in plain.encode(X)

@@ -202,6 +202,15 @@ _SEGMENT_DOC = """\
         Off by default here until this class's defaults benchmark measures it."""
 
 
+_SEGMENT_ON_DOC = """\
+    segment_similarity : bool, default=True
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
+        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
+        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
+        On by default: in this class's defaults benchmark (``docs/benchmarks/defaults-concat.md``) the model with
+        the term ranked above the one without it in every column measured. ``False`` is the paper's model."""
+
+
 _FITTED_DOC = """\
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
@@ -228,7 +237,7 @@ class ContextConcat(_ContextRanker):
         Context columns read (``local_context``, ``global_context``); the local one comes first in the
         input whatever the order given.
 {_PRIOR_DOC}
-{_SEGMENT_DOC}
+{_SEGMENT_ON_DOC}
 
     Attributes
     ----------
@@ -250,7 +259,7 @@ class ContextConcat(_ContextRanker):
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None,
-        pooling="auto", lexical_prior=True, similarity_prior=False, segment_similarity=False, max_length=256,
+        pooling="auto", lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=256,
         max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
