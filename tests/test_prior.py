@@ -131,13 +131,15 @@ def _without_prior(ranker, X):
 
 
 def _students(tokenizer):
-    """Fitted DistilledRanker and Cerberus with a prior, and the frame they were fitted on."""
+    """Fitted DistilledRanker and Cerberus with a prior (and no segment similarity, whose cosine would join the
+    prior's regression), and the frame they were fitted on."""
     from as2rank.transformer.cerberus import Cerberus, DistilledRanker
 
     X, y = synthetic(n_questions=12)
     teachers = [np.random.default_rng(0).normal(size=len(X)), np.where(y > 0, 1.0, -1.0)]
-    distilled = small(DistilledRanker, "bert", tokenizer, teachers=teachers, lexical_prior=True).fit(X, y)
-    cerberus = small(Cerberus, "bert", tokenizer, teachers=teachers, body_layers=4, head_layers=1, lexical_prior=True).fit(X, y)
+    plain = {"lexical_prior": True, "segment_similarity": False}
+    distilled = small(DistilledRanker, "bert", tokenizer, teachers=teachers, **plain).fit(X, y)
+    cerberus = small(Cerberus, "bert", tokenizer, teachers=teachers, body_layers=4, head_layers=1, **plain).fit(X, y)
     return X, y, distilled, cerberus
 
 

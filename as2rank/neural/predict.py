@@ -23,7 +23,7 @@ import torch
 from .backbone import batch_tensors, token_budget_batches
 from .devices import autocast, to_device
 
-__all__ = ["Predictor", "default_prefetch", "device_batch", "no_progress", "predict_batches", "predict_logits"]
+__all__ = ["PREFETCH", "Predictor", "default_prefetch", "device_batch", "no_progress", "predict_batches", "predict_logits"]
 
 #: Outputs kept on the device before :func:`predict_batches` reads them (16M values: 64 MiB in float32).
 PENDING_VALUES = 1 << 24
@@ -141,7 +141,7 @@ def _prepared(batches, prepare, prefetch: int):
 
 
 def device_batch(encoded: dict, rows, device) -> dict:
-    """The tensors of ``rows`` of ``encoded`` (:func:`~as2rank.neural.backbone.batch_tensors`) on ``device``: on a
+    """The tensors of ``rows`` of ``encoded`` (``as2rank.neural.backbone.batch_tensors``) on ``device``: on a
     GPU from pinned host memory with non-blocking copies, so that laying out the next batch overlaps the
     device's work."""
     batch = batch_tensors(encoded, rows)
