@@ -126,11 +126,11 @@ def make(row: str, epochs: int, seed: int):
     if row == "No context":
         return TransformerRanker(max_length=NO_CONTEXT_LENGTH, lexical_prior=False, segment_similarity=False, **b), None
     if row in ("Local", "Global"):
-        return ContextConcat(contexts=(row.lower(),), lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
+        return ContextConcat(contexts=(row.lower(),), lexical_prior=False, segment_similarity=False, **CONTEXT_LENGTHS, **b), "cosine"
     if row == "Concat":
-        return ContextConcat(lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
+        return ContextConcat(lexical_prior=False, segment_similarity=False, **CONTEXT_LENGTHS, **b), "cosine"
     if row == "Ensemble":
-        return ContextEnsemble(**CONTEXT_LENGTHS, **b), "cosine"
+        return ContextEnsemble(lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
     return ContextMWA(lexical_prior=False, **CONTEXT_LENGTHS, **b), "ngram" if row == "MWA (n-gram)" else "cosine"
 
 
