@@ -368,7 +368,9 @@ class ContextEnsemble(_ContextRanker):
     and the whole is fine-tuned for another ``epochs`` with only the top ``unfreeze_layers`` blocks of each
     encoder and the classifier trainable: the paper's gradual unfreezing, whose best setting was the top
     3 layers (we fine-tune with the top ``k`` unfrozen from the start; the paper does not describe a
-    layer-by-layer schedule). Prediction runs both encoders: about twice the cost of one.
+    layer-by-layer schedule). Prediction runs both encoders: about twice the cost of one. Its ``lexical_prior``
+    default is that of its :class:`ContextConcat` encoders, whose fits have the same prior (the defaults
+    benchmark does not cover this class).
 
     Parameters
     ----------
@@ -376,7 +378,6 @@ class ContextEnsemble(_ContextRanker):
     unfreeze_layers : int, default=3
         Top blocks of each encoder fine-tuned in the joint stage (0: the classifier only).
 {_PRIOR_DOC}
-        The two encoders' own fits have the same prior.
 {_SEGMENT_DOC}
         In the joint stage the term reads the local encoding; ``w`` starts from the trained local encoder's cosines.
 
