@@ -225,12 +225,13 @@ def machine() -> str:
     return desc
 
 
-def timed_subprocess(name: str, cmd: list, threads: int | None) -> dict:
+def timed_subprocess(name: str, cmd: list, threads: int | None, env: dict | None = None) -> dict:
     """Run one timed round of row ``name`` as the command ``cmd`` (with ``OMP_NUM_THREADS=threads`` when
-    given): the last JSON line it prints, plus the process's wall time and the load average after it."""
+    given, and the variables ``env`` besides): the last JSON line it prints, plus the process's wall time and the
+    load average after it."""
     import subprocess
 
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}), **(env or {})}
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:

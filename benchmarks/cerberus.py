@@ -1,17 +1,26 @@
-"""CERBERUS on WikiQA: the shape of Tables 2, 3 and 5 of Matsubara, Lind, Soldaini & Moschitti (2022).
+"""CERBERUS: the shape of Tables 2, 3 and 5 of Matsubara, Lind, Soldaini & Moschitti (2022), on WikiQA or the
+SQuAD sample, at the library's strength or at the paper's.
 
-    python benchmarks/cerberus.py [--seeds 3] [--quick] [--threads N] [--teacher-cv 3] [--teacher-model NAME]
+    python benchmarks/cerberus.py [--data wikiqa|sample] [--paper] [--seeds 3] [--train-questions N] [--quick]
+                                  [--threads N] [--teacher-cv 3] [--teacher-model NAME]
     python benchmarks/cerberus.py --render        # re-write the Markdown page from the JSON
 
+**At the library's strength** (the default): every model at the library's defaults (``random_state=s``): the
+teachers ``TransformerRanker``, ``Cosinet`` and the lexical ranker; the students ``TransformerRanker`` (no
+teacher; the same model as the transformer teacher), one ``DistilledRanker`` per teacher, and ``Cerberus``
+(B5 3H1 on the 6-layer MiniLM); the linear ensembles of the teachers and of the three KD students. Writes
+``cerberus-library[-sample]``. **At the paper's** (``--paper``): the paper's pure models at one fixed budget,
+every row below; writes ``cerberus[-sample]``.
+
 Teachers (three families, one set per seed ``s``): ``TransformerRanker`` on ``--teacher-model`` (default the
-offline ``minilm-l6``; any Hugging Face path for a bigger teacher on a GPU), ``Cosinet`` (BiRNN, listwise,
-its defaults) and the lexical pointwise ranker ``LexicalFeatures → PointwiseRanker(LogisticRegression)``.
+offline ``minilm-l6``; any Hugging Face path for a bigger teacher on a GPU), ``Cosinet`` (BiRNN, listwise)
+and the lexical pointwise ranker ``LexicalFeatures → PointwiseRanker(LogisticRegression)``.
 Their training targets are cross-fitted: ``teacher_logits(teacher, X, y, cv=--teacher-cv)`` fits clones on
 the other question folds, scores each fold, and Platt-calibrates each fold; the logits are computed once per
 teacher and passed to every student as precomputed scores (exactly what ``Cerberus(teachers=[...],
 teacher_cv=k)`` computes itself). One row distils from the fitted teachers' in-sample scores instead.
 
-Students, all on ``minilm-l6`` with one budget (``budget()``: 2 epochs, batch 32, learning rate 1e-4,
+With ``--paper``, students all on ``minilm-l6`` with one budget (``budget()``: 2 epochs, batch 32, learning rate 1e-4,
 ``max_length=128``, as the cascade benchmark selected on dev; ``kd_alpha=0.5, temperature=3``, the middle of
 the paper's grid, for every distilled row): the student with no teacher (``TransformerRanker``, the same model
 as the transformer teacher), one ``DistilledRanker`` per teacher, the linear ensemble of those three students,
@@ -19,7 +28,9 @@ KD_Sum, KD_RR, Hydra (``Cerberus`` B5 3H1 with the transformer teachers of seeds
 and B4 3H2. Linear ensembles (``LinearEnsemble``) tune their weights on the dev split. Every fit goes through
 ``_common.fitted`` (cached in ``benchmarks/cache/``), so a re-run retrains nothing.
 
-Test: WikiQA-test, answered questions (clean protocol). P@1, MAP, MRR: mean ± std over the seeds; paired
+Data: WikiQA (``_common.wikiqa_splits``: train, dev, test) or the SQuAD sample (``defaults.load``: its
+train/test split, dev the defaults benchmark's validation articles); ``--train-questions`` keeps that many
+training questions (a fixed random subset). Test: answered questions (clean protocol). P@1, MAP, MRR: mean ± std over the seeds; paired
 randomisation tests of per-question AP (averaged over seeds) against the no-teacher student and the best
 single-teacher KD student. Latency: the forward pass on pre-tokenised batches of 128 test pairs (tokenisation
 excluded, as the paper), interleaved rounds, one per distinct architecture. ``--quick``: one seed, one epoch,
@@ -38,6 +49,7 @@ import joblib
 import numpy as np
 import torch
 from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, conclude, fitted, log, render_page, run_header, tagged, wikiqa_splits
+from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
@@ -60,6 +72,9 @@ METRICS = ("p@1", "map", "mrr")
 STUDENT_LAYERS = 6
 ARCHITECTURES = {"Cerberus B5 3H1": {"body_layers": 5, "head_layers": 1}, "Cerberus B4 3H2": {"body_layers": 4, "head_layers": 2}}
 HYDRA_SEEDS = (0, 1, 2)
+#: The rows of the paper's configuration that the library-strength run leaves out (no library default to measure).
+PAPER_ONLY = ("KD_Sum", "KD_RR", "Hydra", "Cerberus B4 3H2", "Cerberus B5 3H1, in-sample teachers")
+TITLES = {"wikiqa": "WikiQA", "sample": "SQuAD sample"}
 END_TO_END_PAIRS = 512
 
 # The paper's WikiQA rows of Table 2 (P@1, MAP, MRR), Table 3 and 4 rows (IAS2) where WikiQA has none, and
@@ -97,7 +112,10 @@ def budget(seed: int, epochs: int) -> dict:
             "random_state": seed}
 
 
-def teacher_specs(seed, epochs, teacher_model):
+def teacher_specs(seed, epochs, teacher_model, paper):
+    if not paper:
+        return {"TR": TransformerRanker(model=teacher_model, random_state=seed), "Cosinet": Cosinet(random_state=seed),
+                "Lexical": make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000)))}
     # num_layers=6 keeps the cache key of the cascade benchmark's 6-layer TR (same model, same data).
     layers = STUDENT_LAYERS if teacher_model == "minilm-l6" else None
     return {
@@ -134,6 +152,41 @@ def subset(X, y, n, seed):
     qids = np.sort(np.random.default_rng(seed).choice(X["qid"].unique(), size=n, replace=False))
     keep = X["qid"].isin(qids).to_numpy()
     return X[keep].reset_index(drop=True), y[keep]
+
+
+def students(paper, seed, epochs, cols, hydra, insample) -> dict:
+    """The student rows of one seed: the paper's pure models at one budget, or the library's defaults."""
+    if not paper:
+        return {"student": TransformerRanker(random_state=seed),
+                **{f"KD {n}": DistilledRanker(teachers=[c], random_state=seed) for n, c in zip(TEACHERS, cols)},
+                "Cerberus B5 3H1": Cerberus(teachers=cols, **ARCHITECTURES["Cerberus B5 3H1"], random_state=seed)}
+    b = budget(seed, epochs)
+    # The paper's students: no lexical prior, no segment similarity (DistilledRanker's defaults have them).
+    kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, "lexical_prior": False, "segment_similarity": False, **b}
+    return {
+        "student": TransformerRanker(num_layers=STUDENT_LAYERS, lexical_prior=False, segment_similarity=False, **b),
+        **{f"KD {n}": DistilledRanker(teachers=[c], **kd) for n, c in zip(TEACHERS, cols)},
+        "KD_Sum": DistilledRanker(teachers=cols, multi_teacher="sum", **kd),
+        "KD_RR": DistilledRanker(teachers=cols, multi_teacher="round_robin", **kd),
+        "Hydra": Cerberus(teachers=hydra, **ARCHITECTURES["Cerberus B5 3H1"], **kd),
+        "Cerberus B5 3H1": Cerberus(teachers=cols, **ARCHITECTURES["Cerberus B5 3H1"], **kd),
+        "Cerberus B4 3H2": Cerberus(teachers=cols, **ARCHITECTURES["Cerberus B4 3H2"], **kd),
+        "Cerberus B5 3H1, in-sample teachers": Cerberus(
+            teachers=[np.ascontiguousarray(c) for c in insample.T], **ARCHITECTURES["Cerberus B5 3H1"], **kd
+        ),
+    }
+
+
+def load_data(data):
+    """(X_train, y_train), (X_dev, y_dev), (X_test, y_test) of ``data``, test questions answered."""
+    if data == "wikiqa":
+        if not (SHARED_DATA / "wikiqa" / "WikiQA-train.tsv").exists():
+            raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}; run with --data sample.")
+        parts = wikiqa_splits()
+        return parts["train"], parts["dev"], keep_answered(*parts["test"])
+    X, y, X_test, y_test = load(data)
+    train, dev = splits(X, y, "all", 0)
+    return train, dev, (X_test, y_test)
 
 
 def ensemble_scores(ens, scores):
@@ -213,22 +266,22 @@ def end_to_end_us(model, X):
 
 # ----------------------------------------------------------------------------------------------- main run
 def run(args):
-    splits = wikiqa_splits()
-    X_train, y_train = splits["train"]
-    X_dev, y_dev = splits["dev"]
-    X_test, y_test = keep_answered(*splits["test"])
-    X_test = X_test.reset_index(drop=True)
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = load_data(args.data)
+    X_train, X_dev, X_test = (X.reset_index(drop=True) for X in (X_train, X_dev, X_test))
     seeds = list(range(args.seeds))
     epochs = args.epochs
+    if args.train_questions:
+        X_train, y_train = subset(X_train, y_train, min(args.train_questions, X_train["qid"].nunique()), seed=0)
     if args.quick:
         X_train, y_train = subset(X_train, y_train, 100, seed=0)
         X_dev, y_dev = subset(X_dev, y_dev, 40, seed=0)
         X_test, y_test = subset(X_test, y_test, 60, seed=0)
-    res = {"n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
+    res = {"data": args.data, "title": TITLES[args.data], "paper_config": args.paper, "args_train_questions": args.train_questions,
+           "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
            "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),
            "n_test_rows": len(X_test), "seeds": seeds, "epochs": epochs, "teacher_cv": args.teacher_cv,
            "teacher_model": args.teacher_model, "kd_alpha": KD_ALPHA, "temperature": TEMPERATURE,
-           "budget": {k: v for k, v in budget(0, epochs).items() if k not in ("epochs", "random_state")},
+           "budget": {k: v for k, v in budget(0, epochs).items() if k not in ("epochs", "random_state")} if args.paper else None,
            "student_layers": STUDENT_LAYERS, "architectures": ARCHITECTURES, "hydra_teacher_seeds": list(HYDRA_SEEDS),
            "latency_architecture": LATENCY_ARCHITECTURE, "paper": PAPER, "paper_latency": PAPER_LATENCY}
     fit_log = []
@@ -239,8 +292,8 @@ def run(args):
         return model
 
     # Teachers: every seed's set, and the cross-fitted logits of each (Hydra needs the TR of seeds 0-2).
-    tr_seeds = sorted(set(seeds) | set(HYDRA_SEEDS))
-    specs = {s: teacher_specs(s, epochs, args.teacher_model) for s in tr_seeds}
+    tr_seeds = sorted(set(seeds) | set(HYDRA_SEEDS)) if args.paper else seeds
+    specs = {s: teacher_specs(s, epochs, args.teacher_model, args.paper) for s in tr_seeds}
     oof = {(name, s): cross_fitted(specs[s][name], X_train, y_train, args.teacher_cv)
            for s in tr_seeds for name in TEACHERS if s in seeds or name == "TR"}
     oof_map = {f"{n} seed {s}": train_map(y_train, v, X_train) for (n, s), v in oof.items()}
@@ -249,29 +302,15 @@ def run(args):
     params, e2e, insample_map = {}, {}, {}
     keep = {}  # seed-0 models for the latency measurement
     for s in seeds:
-        b = budget(s, epochs)
         teachers = {name: fit(spec, f"teacher {name}") for name, spec in specs[s].items()}
         cols = [np.ascontiguousarray(oof[(n, s)]) for n in TEACHERS]
         # Rounded: the arrays join the students' cache keys, which float noise in the last bits would change.
         insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
         for j, n in enumerate(TEACHERS):
             insample_map[f"{n} seed {s}"] = train_map(y_train, insample[:, j], X_train)
-        # The paper's students: no lexical prior, no segment similarity (DistilledRanker's defaults have them).
-        kd = {"kd_alpha": KD_ALPHA, "temperature": TEMPERATURE, "lexical_prior": False, "segment_similarity": False, **b}
-        hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS]
-        students = {
-            "student": TransformerRanker(num_layers=STUDENT_LAYERS, lexical_prior=False, segment_similarity=False, **b),
-            **{f"KD {n}": DistilledRanker(teachers=[c], **kd) for n, c in zip(TEACHERS, cols)},
-            "KD_Sum": DistilledRanker(teachers=cols, multi_teacher="sum", **kd),
-            "KD_RR": DistilledRanker(teachers=cols, multi_teacher="round_robin", **kd),
-            "Hydra": Cerberus(teachers=hydra, **ARCHITECTURES["Cerberus B5 3H1"], **kd),
-            "Cerberus B5 3H1": Cerberus(teachers=cols, **ARCHITECTURES["Cerberus B5 3H1"], **kd),
-            "Cerberus B4 3H2": Cerberus(teachers=cols, **ARCHITECTURES["Cerberus B4 3H2"], **kd),
-            "Cerberus B5 3H1, in-sample teachers": Cerberus(
-                teachers=[np.ascontiguousarray(c) for c in insample.T], **ARCHITECTURES["Cerberus B5 3H1"], **kd
-            ),
-        }
-        models = {**teachers, **{name: fit(est, name) for name, est in students.items()}}
+        hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS] if args.paper else None
+        row_models = students(args.paper, s, epochs, cols, hydra, insample)
+        models = {**teachers, **{name: fit(est, name) for name, est in row_models.items()}}
         for name, model in models.items():
             log(f"[seed {s}] scoring {name}")
             scores.setdefault(name, []).append(np.asarray(model.predict(X_test), dtype=np.float64))
@@ -286,14 +325,15 @@ def run(args):
                 {"weights": ens.weights_.tolist(), "dev_map": ens.dev_score_})
             log(f"[seed {s}] {ens_name}: weights {np.round(ens.weights_, 2).tolist()}, dev MAP {ens.dev_score_:.4f}")
         if s == seeds[0]:
-            keep = {k: models[k] for k in ("student", "KD TR", "KD Cosinet", "KD Lexical", "Cerberus B5 3H1", "Cerberus B4 3H2")}
+            keep = {k: models[k] for k in ("student", "KD TR", "KD Cosinet", "KD Lexical", "Cerberus B5 3H1", "Cerberus B4 3H2")
+                    if k in models}
             X_e2e = X_test.iloc[: min(END_TO_END_PAIRS, len(X_test))]
             for name in TEACHERS:
                 e2e[name] = end_to_end_us(teachers[name], X_e2e)
         del models, teachers
 
     archs = {"student": [keep["student"]], "KD ensemble": [keep[f"KD {n}"] for n in TEACHERS],
-             "Cerberus B5 3H1": [keep["Cerberus B5 3H1"]], "Cerberus B4 3H2": [keep["Cerberus B4 3H2"]]}
+             **{a: [keep[a]] for a in ARCHITECTURES if a in keep}}
     res["latency"] = latency(archs, X_test, rounds=2 if args.quick else 5, n_pairs=256 if args.quick else 1024)
     res["latency"]["end_to_end_us_per_sample"] = e2e
     res["latency"]["end_to_end_n_pairs"] = len(X_e2e)
@@ -336,6 +376,8 @@ def summarise(scores, params, y, X) -> list:
     vs_student, vs_best_kd = compare(per_q, "student"), compare(per_q, best_kd)
     rows = []
     for key, label, group in ROW_ORDER:
+        if key not in metrics:  # a row of the paper's configuration only
+            continue
         ms = metrics[key]
         row = {"key": key, "label": label, "group": group, "params": params[key], "n_seeds": len(ms)}
         for m in METRICS:
@@ -379,25 +421,27 @@ def acceptance(res) -> list:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", choices=tuple(TITLES), default="wikiqa")
+    parser.add_argument("--paper", action="store_true", help="the paper's pure models at one budget, every row")
+    parser.add_argument("--train-questions", type=int, default=None, help="keep this many training questions")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=2, help="epochs of every transformer (teachers and students)")
+    parser.add_argument("--epochs", type=int, default=2, help="with --paper: epochs of every transformer")
     parser.add_argument("--teacher-cv", type=int, default=3, help="question folds of the cross-fitted teacher targets")
     parser.add_argument("--teacher-model", default="minilm-l6", help="backbone of the transformer teacher")
     parser.add_argument("--quick", action="store_true", help="1 seed, 1 epoch, 100/40/60 train/dev/test questions, 2 folds")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--render", action="store_true", help="only re-write the Markdown page from the JSON")
     args = parser.parse_args(argv)
+    name = ("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
     if args.render:
-        res = json.loads((RESULTS / tagged("cerberus.json")).read_text())
-        (DOCS / tagged("cerberus.md")).write_text(render_page(res))
-        log(f"re-rendered {DOCS / tagged('cerberus.md')}")
+        res = json.loads((RESULTS / tagged(f"{name}.json")).read_text())
+        (DOCS / tagged(f"{name}.md")).write_text(render_page(res))
+        log(f"re-rendered {DOCS / tagged(f'{name}.md')}")
         return
     if args.quick:
         args.seeds, args.epochs, args.teacher_cv = 1, 1, 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not (SHARED_DATA / "wikiqa" / "WikiQA-train.tsv").exists():
-        raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}; this benchmark needs the shared data.")
     start = time.perf_counter()
     res = {
         **run_header("cerberus.py", argv),
@@ -405,7 +449,8 @@ def main(argv=None):
                  "cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
     }
     res.update(run(args))
-    conclude(res, "cerberus", start, acceptance(res))
+    res["template"] = "cerberus"
+    conclude(res, name, start, acceptance(res))
 
 
 if __name__ == "__main__":

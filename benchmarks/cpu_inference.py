@@ -128,7 +128,10 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
     start = time.perf_counter()
     scores = est.predict(X)
     seconds = time.perf_counter() - start
-    print(json.dumps({"backend": precision, "pairs": len(X), "seconds": seconds, "pairs_per_s": len(X) / seconds}))
+    import as2rank
+
+    print(json.dumps({"backend": precision, "pairs": len(X), "seconds": seconds, "pairs_per_s": len(X) / seconds,
+                      "library": str(Path(as2rank.__file__).resolve().parent)}))
     if scores_file is not None:
         scores_file.write_text(json.dumps([float(s) for s in scores]))
 

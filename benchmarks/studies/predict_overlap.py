@@ -3,13 +3,19 @@
 background thread (the GPU default), and with the token cache emptied before every call (every call tokenises,
 as before the cache).
 
-    python benchmarks/studies/predict_overlap.py [--pairs N] [--rounds N] [--threads N]
+    python benchmarks/studies/predict_overlap.py [--pairs N] [--rounds N] [--threads N] [--before path/to/checkout]
 
 Models: ``TransformerRanker(random_state=0)`` and ``CascadeTransformer(alpha=0.3, random_state=0)`` fitted on the
 first 300 WikiQA training questions (``benchmarks/cpu_inference.py``'s training rows; cached fits). Each round
 runs every setting of every model once, in a rotating order; a setting's speed is the median over rounds of the
 default's time over its own in the same round. The scores of every setting are compared bit for bit with the
 default's.
+
+With ``--before``, a checkout of the library before the overlap and the token cache (``git worktree add
+path/to/before 9a5ef1a``), the CPU page's rows (``benchmarks/cpu_inference.py``: a fresh process loads the model
+saved by ``save_pretrained``, predicts 64 pairs to warm up, then times one ``predict`` of all the pairs) run in
+each round with that code and with this one, in turn; a row's speed is the median over rounds of the earlier
+code's time over this code's in the same round, and the scores of the two are compared bit for bit.
 
 Writes ``benchmarks/studies/results/predict_overlap.json`` and ``docs/studies/predict_overlap.md`` (``-<tag>``
 with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py predict_overlap`` renders the page again.
@@ -19,19 +25,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
-from _common import conclude, fitted, log, run_header, wikiqa_splits
-from cpu_inference import fit_subset
+from _common import conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
+from cpu_inference import WARMUP_PAIRS, fit_subset
+
+HERE = Path(__file__).resolve().parents[1]
 
 FIT_QUESTIONS = 300
 #: Batches laid out ahead in the "prefetch" setting (the GPU default, :data:`as2rank.neural.predict.PREFETCH`).
 DEFAULT, SETTINGS = "in turn", ("in turn", "prefetch", "tokens uncached")
+#: The CPU page's rows timed against the earlier code: name -> (model, precision, cascade alpha or None).
+PAGE_ROWS = {"TransformerRanker precision='auto'": ("TransformerRanker", "auto", None),
+             "TransformerRanker precision='int8'": ("TransformerRanker", "int8", None),
+             "TransformerRanker precision='fp32'": ("TransformerRanker", "fp32", None),
+             "CascadeTransformer α=0.3, precision='auto'": ("CascadeTransformer α=0.3", "auto", 0.3)}
 
 
 @contextlib.contextmanager
@@ -51,6 +67,46 @@ def setting(name: str):
         predict.default_prefetch = default
 
 
+def page_row(row: str, code: Path, work: Path, threads: int | None, scores: Path) -> dict:
+    """One fresh-process round of the CPU page's row ``row`` with the library at ``code`` (a repository root)."""
+    model, precision, alpha = PAGE_ROWS[row]
+    cmd = [sys.executable, str(HERE / "cpu_inference.py"), "--as2rank-round", precision,
+           "--model-dir", str(work / model), "--pairs-file", str(work / "pairs.json"), "--scores", str(scores)]
+    cmd += ([] if alpha is None else ["--alpha", str(alpha)]) + (["--threads", str(threads)] if threads else [])
+    out = timed_subprocess(row, cmd, threads, env={"PYTHONPATH": str(code)})
+    if Path(out["library"]) != code / "as2rank":
+        raise SystemExit(f"{row}: the subprocess imported {out['library']}, not {code / 'as2rank'}")
+    return out
+
+
+def against_before(models: dict, X, before: Path, rounds: int, threads: int | None) -> dict:
+    """The CPU page's rows with the library at ``before`` and with this one, interleaved over ``rounds``."""
+    import as2rank
+
+    codes = {"before": before.resolve(), "current": Path(as2rank.__file__).resolve().parents[1]}
+    commit = subprocess.run(["git", "-C", str(before), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    runs = {r: {c: [] for c in codes} for r in PAGE_ROWS}
+    same = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "pairs.json").write_text(json.dumps(X[["qid", "question", "candidate"]].to_dict("records")))
+        for name, model in models.items():
+            model.save_pretrained(work / name, **({"int8": True} if name == "TransformerRanker" else {}))
+        for r in range(rounds):
+            for row in list(PAGE_ROWS)[r % len(PAGE_ROWS):] + list(PAGE_ROWS)[: r % len(PAGE_ROWS)]:
+                for code in (("before", "current") if r % 2 == 0 else ("current", "before")):
+                    out = page_row(row, codes[code], work, threads, work / f"scores-{code}.json")
+                    runs[row][code].append(out["seconds"])
+                same[row] = same.get(row, True) and (work / "scores-before.json").read_text() == (work / "scores-current.json").read_text()
+            log(f"[before/current {r + 1}/{rounds}] " + "; ".join(
+                f"{row}: {runs[row]['before'][-1]:.2f} s / {runs[row]['current'][-1]:.2f} s" for row in PAGE_ROWS))
+    return {"commit": commit, "rounds": rounds, "warmup_pairs": WARMUP_PAIRS,
+            "rows": {row: {"seconds": runs[row], "pairs_per_s": {c: len(X) / float(np.median(runs[row][c])) for c in codes},
+                           "speed_vs_before": float(np.median(np.asarray(runs[row]["before"]) / np.asarray(runs[row]["current"]))),
+                           "same_scores": same[row]}
+                     for row in PAGE_ROWS}}
+
+
 def main(argv=None):
     import torch
 
@@ -61,6 +117,8 @@ def main(argv=None):
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs per call (default 2000, as cpu_inference.py)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a checkout of the library before the overlap: time the CPU page's rows against it")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -94,6 +152,14 @@ def main(argv=None):
         for m in models
     }
     checks = []
+    if args.before is not None:
+        res["before"] = against_before(models, X, args.before, args.rounds, args.threads)
+        rows = res["before"]["rows"]
+        checks.append({"check": "The CPU page's rows: the same scores as the earlier code, and not slower than it "
+                                "(speed vs the earlier code ≥ 0.98)",
+                       "measured": ", ".join(f"{row}: {r['speed_vs_before']:.3f}×, {'same' if r['same_scores'] else 'different'} scores"
+                                             for row, r in rows.items()),
+                       "pass": all(r["same_scores"] and r["speed_vs_before"] >= 0.98 for r in rows.values())})
     for m, rows in res["models"].items():
         checks.append({"check": f"{m}: the same scores, bit for bit, in every setting",
                        "measured": ", ".join(f"{s}: {'same' if r['same_bits'] else 'different'}" for s, r in rows.items()),
