@@ -445,8 +445,8 @@ def main(argv=None):
     start = time.perf_counter()
     res = {
         **run_header("cerberus.py", argv),
-        "quick": "one seed, one epoch, 100 training / 40 dev / 60 test questions (fixed random subsets), 2-fold "
-                 "cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
+        "quick": f"one seed{', one epoch' if args.paper else ''}, 100 training / 40 dev / 60 test questions (fixed random "
+                 "subsets), 2-fold cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
     }
     res.update(run(args))
     res["template"] = "cerberus"

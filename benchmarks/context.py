@@ -1,7 +1,13 @@
 """Context for answer sentence selection on WikiQA and the SQuAD sample: the shape of Tables 2-4 of Han,
 Soldaini & Moschitti (2021).
 
-    python benchmarks/context.py [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad] [--threads N]
+    python benchmarks/context.py [--paper] [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad] [--threads N]
+
+**At the library's strength** (the default): every row is the library's estimator at its defaults
+(``random_state`` the seed): No context = ``TransformerRanker()``, Local / Global = ``ContextConcat`` with one
+context, Concat = ``ContextConcat()``, Ensemble = ``ContextEnsemble()``, MWA = ``ContextMWA()``; writes
+``context-library``. **At the paper's** (``--paper``): the paper's pure models at one budget, as below; writes
+``context``.
 
 Data. WikiQA: documents are the summary paragraphs (all sentences of a DocumentID, which are exactly the
 candidates of its question); training on the answered questions of WikiQA-train minus the dev split of
@@ -15,7 +21,7 @@ Contexts: ``ContextExtractor`` with the paper's settings (``local_window=1``, ``
 128 tokens), ``global_method="cosine"`` (all-MiniLM-L6-v2 sentence embeddings) for Table 2 and both methods
 for the Table 4 analog; the extracted frames are cached in ``benchmarks/cache/``.
 
-Models (the Table 2 rows), one backbone (``minilm-l6``) and, per data set, one training budget for all
+With ``--paper``, models (the Table 2 rows), one backbone (``minilm-l6``) and, per data set, one training budget for all
 (``budget()``; epochs: ``EPOCHS``), every one the paper's model without the lexical prior
 (``lexical_prior=False``): No context = ``TransformerRanker(max_length=128)``; Local / Global = ``ContextConcat`` with
 ``contexts=("local",)`` / ``("global",)``; Concat = ``ContextConcat()``; Ensemble = ``ContextEnsemble()``
@@ -120,8 +126,17 @@ def epochs_for(name: str, args) -> int:
     return args.epochs or EPOCHS[name]
 
 
-def make(row: str, epochs: int, seed: int):
-    """The estimator of a table row, and the global-context method of the frame it reads."""
+def make(row: str, epochs: int | None, seed: int, paper: bool = True):
+    """The estimator of a table row, and the global-context method of the frame it reads: the paper's pure model
+    at one budget, or the library's estimator at its defaults (``epochs`` given: that many)."""
+    if not paper:
+        kw = {"random_state": seed, **({"epochs": epochs} if epochs else {})}
+        if row == "No context":
+            return TransformerRanker(**kw), None
+        if row in ("Local", "Global"):
+            return ContextConcat(contexts=(row.lower(),), **kw), "cosine"
+        model = {"Concat": ContextConcat, "Ensemble": ContextEnsemble}.get(row, ContextMWA)(**kw)
+        return model, "ngram" if row == "MWA (n-gram)" else "cosine"
     b = budget(epochs, seed)
     if row == "No context":
         return TransformerRanker(max_length=NO_CONTEXT_LENGTH, lexical_prior=False, segment_similarity=False, **b), None
@@ -333,7 +348,7 @@ def run_dataset(name, args, fit_log) -> dict:
     for row in ROWS:
         runs = []
         for seed in args.seeds:
-            est, method = make(row, epochs_for(name, args), seed)
+            est, method = make(row, epochs_for(name, args) if args.paper else args.epochs, seed, args.paper)
             X_train = data["train"][0] if method is None else frames[("train", method)]
             X_dev = data["dev"][0] if method is None else frames[("dev", method)]
             X_test = X_test_plain if method is None else frames[("test", method)]
@@ -398,6 +413,7 @@ def acceptance(res) -> list:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--paper", action="store_true", help="the paper's pure models at one budget")
     parser.add_argument("--quick", action="store_true", help="1 seed, 1 epoch, 40/10/30 questions per split, 1 latency round: an end-to-end check")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="random seeds (default 0 1 2; quick: 0)")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs of every data set (default: EPOCHS; quick: 1)")
@@ -414,6 +430,7 @@ def main(argv=None):
         "quick": "1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128 rows"
         if args.quick else "",
         "seeds": args.seeds,
+        "paper_config": args.paper,
         "paper": PAPER,
         "backbone": BACKBONE,
         "extractor": {k: v for k, v in ContextExtractor().get_params().items()
@@ -425,14 +442,15 @@ def main(argv=None):
         "budget": {
             **{k: v for k, v in budget(None, args.seeds[0]).items() if k not in ("random_state", "epochs")},
             "epochs": {name: epochs_for(name, args) for name in args.data},
-        },
+        } if args.paper else None,
         "datasets": {},
     }
     fit_log = []
     for name in args.data:
         res["datasets"][name] = run_dataset(name, args, fit_log)
     res["fits"] = fit_log
-    conclude(res, "context", start, acceptance(res))
+    res["template"] = "context"
+    conclude(res, "context" if args.paper else "context-library", start, acceptance(res))
 
 
 if __name__ == "__main__":
