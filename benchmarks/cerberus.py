@@ -48,7 +48,7 @@ import time
 import joblib
 import numpy as np
 import torch
-from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SHARED_DATA, conclude, fitted, log, render_page, run_header, tagged, wikiqa_splits
+from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, cache_key, SHARED_DATA, conclude, fitted, log, render_page, run_header, tagged, wikiqa_splits
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -128,7 +128,9 @@ def teacher_specs(seed, epochs, teacher_model, paper):
 
 def cross_fitted(spec, X, y, cv):
     """``teacher_logits([spec], X, y, cv=cv)[:, 0]``, cached on disk (its ``cv`` fits are not cached otherwise)."""
-    key = joblib.hash(("teacher_logits", type(spec).__name__, spec.get_params(), X, y, cv))
+    # The fit cache's key (estimator, parameters, weights, data and the library's code) and the folds: logits of
+    # an earlier version of the library are not read back.
+    key = joblib.hash(("teacher_logits", cache_key(spec, X, y), cv))
     path = CACHE / f"teacher_logits-{key}.npy"
     if path.exists():
         return np.load(path)

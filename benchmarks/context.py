@@ -54,7 +54,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, conclude, fitted, log, run_header, wikiqa_splits
+from _common import CACHE, conclude, fitted, library_digest, log, run_header, wikiqa_splits
 
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
@@ -186,7 +186,8 @@ def load_data(name: str, quick: bool) -> dict:
 def with_context(X, method: str):
     """``X`` with its contexts (cached on disk), and the extractor's report."""
     extractor = ContextExtractor(global_method=method)
-    path = CACHE / f"ContextExtractor-{joblib.hash((extractor.get_params(), X))}.joblib"
+    # Keyed by the library's code too: contexts extracted by an earlier version are not read back.
+    path = CACHE / f"ContextExtractor-{joblib.hash((extractor.get_params(), X, library_digest()))}.joblib"
     if path.exists():
         return joblib.load(path)
     start = time.perf_counter()
