@@ -154,7 +154,9 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
         "loop_seconds": getattr(history, "seconds", None),
         "n_steps": getattr(history, "n_steps", None),
         "final_epoch_loss": history.epoch_loss[-1] if history is not None and history.epoch_loss else None,
-        "pairs_per_second": (len(X) * est.get_params().get("epochs", 1) / history.seconds) if history is not None and history.seconds else None,
+        # Pairs over the epochs the loop ran (early stopping may end it before ``epochs``, which may be "auto").
+        "pairs_per_second": (len(X) * len(history.epoch_loss) / history.seconds)
+        if history is not None and history.seconds and history.epoch_loss else None,
         "load_average": load_average(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }

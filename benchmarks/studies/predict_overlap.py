@@ -11,8 +11,14 @@ runs every setting of every model once, in a rotating order; a setting's speed i
 default's time over its own in the same round. The scores of every setting are compared bit for bit with the
 default's.
 
-With ``--before``, a checkout of the library before the overlap and the token cache (``git worktree add
-path/to/before 9a5ef1a``), the CPU page's rows (``benchmarks/cpu_inference.py``: a fresh process loads the model
+With ``--before``, a checkout of this code with the overlap and the token cache taken out (a saved model of
+today's code does not load in the code of their time, which lacked later parameters)::
+
+    git worktree add --detach path/to/before HEAD
+    git -C path/to/before revert --no-commit 061d720 2823544      # stops on a conflict in predict.py:
+    git -C path/to/before checkout 9a5ef1a -- as2rank/neural/predict.py
+
+the CPU page's rows (``benchmarks/cpu_inference.py``: a fresh process loads the model
 saved by ``save_pretrained``, predicts 64 pairs to warm up, then times one ``predict`` of all the pairs) run in
 each round with that code and with this one, in turn; a row's speed is the median over rounds of the earlier
 code's time over this code's in the same round, and the scores of the two are compared bit for bit.
@@ -84,7 +90,8 @@ def against_before(models: dict, X, before: Path, rounds: int, threads: int | No
     import as2rank
 
     codes = {"before": before.resolve(), "current": Path(as2rank.__file__).resolve().parents[1]}
-    commit = subprocess.run(["git", "-C", str(before), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    git = lambda *a: subprocess.run(["git", "-C", str(before), *a], capture_output=True, text=True).stdout  # noqa: E731
+    commit, changed = git("rev-parse", "HEAD").strip(), git("diff", "HEAD", "--name-only", "--", "as2rank").split()
     runs = {r: {c: [] for c in codes} for r in PAGE_ROWS}
     same = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +107,7 @@ def against_before(models: dict, X, before: Path, rounds: int, threads: int | No
                 same[row] = same.get(row, True) and (work / "scores-before.json").read_text() == (work / "scores-current.json").read_text()
             log(f"[before/current {r + 1}/{rounds}] " + "; ".join(
                 f"{row}: {runs[row]['before'][-1]:.2f} s / {runs[row]['current'][-1]:.2f} s" for row in PAGE_ROWS))
-    return {"commit": commit, "rounds": rounds, "warmup_pairs": WARMUP_PAIRS,
+    return {"commit": commit, "changed": changed, "rounds": rounds, "warmup_pairs": WARMUP_PAIRS,
             "rows": {row: {"seconds": runs[row], "pairs_per_s": {c: len(X) / float(np.median(runs[row][c])) for c in codes},
                            "speed_vs_before": float(np.median(np.asarray(runs[row]["before"]) / np.asarray(runs[row]["current"]))),
                            "same_scores": same[row]}
@@ -130,6 +137,8 @@ def main(argv=None):
     models = {"TransformerRanker": fitted(TransformerRanker(random_state=0), *train),
               "CascadeTransformer α=0.3": fitted(CascadeTransformer(alpha=0.3, random_state=0), *train)}
     X = splits["test"][0].head(args.pairs)
+    if args.before is not None:  # first: the fresh processes need no warm model in this one
+        res["before"] = against_before(models, X, args.before, args.rounds, args.threads)
     scores = {m: {s: None for s in SETTINGS} for m in models}
     runs = {m: {s: [] for s in SETTINGS} for m in models}
     for model in models.values():
@@ -153,7 +162,6 @@ def main(argv=None):
     }
     checks = []
     if args.before is not None:
-        res["before"] = against_before(models, X, args.before, args.rounds, args.threads)
         rows = res["before"]["rows"]
         checks.append({"check": "The CPU page's rows: the same scores as the earlier code, and not slower than it "
                                 "(speed vs the earlier code ≥ 0.98)",
