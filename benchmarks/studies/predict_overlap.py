@@ -132,6 +132,8 @@ def main(argv=None):
     start = time.perf_counter()
     res = {**run_header("studies/predict_overlap.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
            "threads": torch.get_num_threads()}
+    if args.before is not None:  # the pages name no folder of the machine they ran on
+        res["command"] = res["command"].replace(str(args.before), "path/to/before")
     splits = wikiqa_splits()
     train = fit_subset(*splits["train"], FIT_QUESTIONS)
     models = {"TransformerRanker": fitted(TransformerRanker(random_state=0), *train),
