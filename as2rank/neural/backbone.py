@@ -332,9 +332,15 @@ def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
 
 
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per row: the first token's encoding (``"cls"``) or the mean over real tokens (``"mean"``)."""
+    return hidden[:, 0] if pooling == "cls" else masked_mean(hidden, attention_mask)
+
+
 def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length: int, batch_tokens: int,
-                        progress) -> np.ndarray:
-    """Unit-length sentence embeddings: the mean of each text's token encodings, padding excluded.
+                        progress, pooling: str = "mean") -> np.ndarray:
+    """Unit-length sentence embeddings: each text's pooled token encodings (:func:`pool`; by default their mean,
+    padding excluded).
 
     Parameters
     ----------
@@ -352,6 +358,8 @@ def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length:
         Padded tokens per batch (texts sorted by length, :func:`token_budget_batches`).
     progress : callable
         As in :func:`~as2rank.neural.predict.predict_batches`.
+    pooling : {"mean", "cls"}, default="mean"
+        How a text's token encodings become one vector (:func:`native_pooling` gives a checkpoint's own).
 
     Returns
     -------
@@ -369,8 +377,8 @@ def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length:
         width = int(lengths[rows].max())
         batch = {"input_ids": torch.from_numpy(ids[rows, :width]).to(device),
                  "attention_mask": torch.from_numpy(mask[rows, :width]).to(device)}
-        mean = masked_mean(encoder_states(encoder, batch).float(), batch["attention_mask"])
-        return rows, torch.nn.functional.normalize(mean, dim=-1)
+        pooled = pool(encoder_states(encoder, batch).float(), batch["attention_mask"], pooling)
+        return rows, torch.nn.functional.normalize(pooled, dim=-1)
 
     batches = token_budget_batches(np.ones(len(ids), dtype=np.int64), lengths, batch_tokens)
     return predict_batches(batches, run, len(ids), device=device, dtype=dtype, progress=progress, desc="encode")

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..data import ragged_arange
 from ..pruning.rules import n_dropped
-from ..neural.backbone import CARRIED, LayerStack, encoder_states, is_sequence_classifier, masked_mean, truncate_layers
+from ..neural.backbone import CARRIED, LayerStack, encoder_states, is_sequence_classifier, masked_mean, pool, truncate_layers
 
 __all__ = [
     "CascadeEncoder",
@@ -38,11 +38,6 @@ def feed_forward(hidden: int, n_linear: int, dropout: float = 0.1) -> nn.Sequent
         if not last:
             layers.append(nn.Tanh())
     return nn.Sequential(*layers)
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """One vector per row: the first token's encoding (``"cls"``) or the mean over real tokens (``"mean"``)."""
-    return hidden[:, 0] if pooling == "cls" else masked_mean(hidden, attention_mask)
 
 
 def head_logits(head: nn.Module, features: torch.Tensor) -> torch.Tensor:

@@ -423,31 +423,18 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         return scores
 
     def _embed(self, texts: list) -> np.ndarray:
-        """Unit-length embeddings of ``texts`` from ``encoder`` with its own pooling."""
+        """Unit-length embeddings of ``texts`` from ``encoder`` with its own pooling, in float32."""
         import torch
 
         from ...neural import resolve_device
-        from ...neural.backbone import encoder_states, native_pooling, token_budget_batches
-        from ..heads import pool
-        from ...neural.predict import no_progress, predict_batches
+        from ...neural.backbone import native_pooling, sentence_embeddings
+        from ...neural.predict import no_progress
 
         encoder, tokenizer = _sentence_encoder(self.encoder)
         device = resolve_device(self.device)
-        pooling = native_pooling(self.encoder)
         max_length = min(_ENCODER_MAX_LENGTH, encoder.config.max_position_embeddings)
-        enc = tokenizer(texts, truncation=True, max_length=max_length, padding="longest", return_tensors="np")
-        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
-        lengths = mask.sum(axis=1)
-        encoder = encoder.to(device)
-
-        def run(rows):
-            width = int(lengths[rows].max())
-            batch_mask = torch.from_numpy(mask[rows, :width]).to(device)
-            hidden = encoder_states(encoder, {"input_ids": torch.from_numpy(ids[rows, :width]).to(device), "attention_mask": batch_mask})
-            return rows, pool(hidden, batch_mask, pooling)
-
-        batches = token_budget_batches(np.ones(len(texts), dtype=np.int64), lengths, self.batch_tokens)
-        out = predict_batches(batches, run, len(texts), device=device, dtype=torch.float32, progress=no_progress,
-                              desc="embed").astype(np.float32)
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        out = sentence_embeddings(encoder.to(device), tokenizer, texts, device=device, dtype=torch.float32,
+                                  max_length=max_length, batch_tokens=self.batch_tokens, progress=no_progress,
+                                  pooling=native_pooling(self.encoder))
+        return out.astype(np.float32)
 
