@@ -47,6 +47,7 @@ import time
 
 import joblib
 import numpy as np
+import pandas as pd
 import torch
 from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, cache_key, SHARED_DATA, conclude, fitted, log, render_page, run_header, tagged, wikiqa_splits
 from defaults import load, splits
@@ -191,6 +192,24 @@ def load_data(data):
     return train, dev, (X_test, y_test)
 
 
+def agreement(cols, X) -> dict:
+    """How alike the teachers' targets are on the training pairs: the correlation of each two teachers' logits,
+    and the share of questions whose top candidate they agree on (``cols``: one array per teacher)."""
+    qid = X["qid"].to_numpy()
+    tops = [pd.Series(c).groupby(qid).idxmax().to_numpy() for c in cols]
+    pairs = [(a, b) for a in range(len(cols)) for b in range(a + 1, len(cols))]
+    return {f"{TEACHERS[a]} / {TEACHERS[b]}": {"correlation": float(np.corrcoef(cols[a], cols[b])[0, 1]),
+                                               "same_top": float(np.mean(tops[a] == tops[b]))} for a, b in pairs}
+
+
+def heads_report(model, X, y) -> dict:
+    """Each head of a fitted Cerberus on the test data: its MAP alone and the spread of its logits (a head
+    whose logits spread wider weighs more in the mean that ``predict`` takes)."""
+    heads = model.predict_heads(X)
+    return {"map": [evaluate(y, heads[:, j], X, metrics=("map",), use_position=False)["map"] for j in range(heads.shape[1])],
+            "std": heads.std(axis=0).tolist(), "correlation": np.corrcoef(heads.T).tolist()}
+
+
 def ensemble_scores(ens, scores):
     """``ens.predict`` from the members' scores already in hand (columns in member order)."""
     return (scores * ens.calibration_[:, 0] + ens.calibration_[:, 1]) @ ens.weights_
@@ -278,7 +297,7 @@ def run(args):
         X_train, y_train = subset(X_train, y_train, 100, seed=0)
         X_dev, y_dev = subset(X_dev, y_dev, 40, seed=0)
         X_test, y_test = subset(X_test, y_test, 60, seed=0)
-    res = {"data": args.data, "title": TITLES[args.data], "paper_config": args.paper, "args_train_questions": args.train_questions,
+    res = {"data": args.data, "title": TITLES[args.data], "teachers": list(TEACHERS), "paper_config": args.paper, "args_train_questions": args.train_questions,
            "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
            "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),
            "n_test_rows": len(X_test), "seeds": seeds, "epochs": epochs, "teacher_cv": args.teacher_cv,
@@ -310,9 +329,11 @@ def run(args):
         insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
         for j, n in enumerate(TEACHERS):
             insample_map[f"{n} seed {s}"] = train_map(y_train, insample[:, j], X_train)
+        res.setdefault("teacher_agreement", []).append(agreement(cols, X_train))
         hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS] if args.paper else None
         row_models = students(args.paper, s, epochs, cols, hydra, insample)
         models = {**teachers, **{name: fit(est, name) for name, est in row_models.items()}}
+        res.setdefault("heads", []).append(heads_report(models["Cerberus B5 3H1"], X_test, y_test))
         for name, model in models.items():
             log(f"[seed {s}] scoring {name}")
             scores.setdefault(name, []).append(np.asarray(model.predict(X_test), dtype=np.float64))
