@@ -339,7 +339,7 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 
 def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length: int, batch_tokens: int,
                         progress, pooling: str = "mean") -> np.ndarray:
-    """Unit-length sentence embeddings: each text's pooled token encodings (:func:`pool`; by default their mean,
+    """Unit-length sentence embeddings: each text's pooled token encodings (``pool``; by default their mean,
     padding excluded).
 
     Parameters
