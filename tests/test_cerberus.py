@@ -20,7 +20,8 @@ from as2rank.data import GroupIndex  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
 from as2rank.transformer.distillation import CerberusEncoder  # noqa: E402
 from as2rank.transformer.losses import pointwise_distillation  # noqa: E402
-from as2rank.transformer.heads import feed_forward, pool  # noqa: E402
+from as2rank.neural.backbone import pool  # noqa: E402
+from as2rank.transformer.heads import feed_forward  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401

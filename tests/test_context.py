@@ -370,7 +370,7 @@ def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):
 
 @pytest.mark.parametrize("summary, pooling", [("pair", "auto"), ("sequence", "mean"), ("sequence", "cls")])
 def test_mwa_classifier_reads_the_summary_it_is_asked_for(summary, pooling, data, tokenizer):
-    from as2rank.transformer.heads import pool
+    from as2rank.neural.backbone import pool
 
     X, y = data
     model = small(ContextMWA, tokenizer, summary=summary, pooling=pooling).fit(X, y)

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..neural.backbone import LayerStack, encoder_states, layer_list, truncate_layers
-from .heads import SegmentSimilarity, feed_forward, head_logits, pool, segment_cosine, with_prior
+from ..neural.backbone import LayerStack, encoder_states, layer_list, pool, truncate_layers
+from .heads import SegmentSimilarity, feed_forward, head_logits, segment_cosine, with_prior
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers"]
 

@@ -23,7 +23,6 @@ __all__ = [
     "classifier_scores",
     "feed_forward",
     "head_logits",
-    "pool",
     "segment_cosine",
     "with_prior",
 ]

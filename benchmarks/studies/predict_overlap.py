@@ -90,7 +90,9 @@ def against_before(models: dict, X, before: Path, rounds: int, threads: int | No
     import as2rank
 
     codes = {"before": before.resolve(), "current": Path(as2rank.__file__).resolve().parents[1]}
-    git = lambda *a: subprocess.run(["git", "-C", str(before), *a], capture_output=True, text=True).stdout  # noqa: E731
+    def git(*args) -> str:
+        return subprocess.run(["git", "-C", str(before), *args], capture_output=True, text=True).stdout
+
     commit, changed = git("rev-parse", "HEAD").strip(), git("diff", "HEAD", "--name-only", "--", "as2rank").split()
     runs = {r: {c: [] for c in codes} for r in PAGE_ROWS}
     same = {}

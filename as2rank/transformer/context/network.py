@@ -14,7 +14,8 @@ from torch import nn
 from ...params import SUMMARIES as _SUMMARIES
 from ...params import Options, check_param
 from ...neural.backbone import encoder_states, masked_mean
-from ..heads import SegmentSimilarity, head_logits, pool, segment_cosine, with_prior
+from ...neural.backbone import pool
+from ..heads import SegmentSimilarity, head_logits, segment_cosine, with_prior
 
 __all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
 
