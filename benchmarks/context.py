@@ -1,7 +1,8 @@
 """Context for answer sentence selection on WikiQA and the SQuAD sample: the shape of Tables 2-4 of Han,
 Soldaini & Moschitti (2021).
 
-    python benchmarks/context.py [--paper] [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad] [--threads N]
+    python benchmarks/context.py [--paper] [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad]
+                                [--train-questions N] [--threads N]
 
 **At the library's strength** (the default): every row is the library's estimator at its defaults
 (``random_state`` the seed): No context = ``TransformerRanker()``, Local / Global = ``ContextConcat`` with one
@@ -37,6 +38,9 @@ rows in batches of 128 (tokenisation and batch building excluded), per sample, (
 (rows sorted by length, each batch padded to its longest row: the context tokens show) and (b) at fixed
 length (every model, the no-context one included, padded to 256 tokens: the paper's setting). Mean input
 tokens per pair (both inputs for the ensemble) explain the dynamic figures.
+
+``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0): the CPU page's
+budget on WikiQA, whose 796 training questions make a library-strength run of all rows hours long.
 
 ``--quick``: 1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128
 rows: an end-to-end check, not a result. Writes ``benchmarks/results/context.json`` and
@@ -156,9 +160,10 @@ def subset_questions(X, y, n, seed=0):
     return X[keep].reset_index(drop=True), y[keep]
 
 
-def load_data(name: str, quick: bool) -> dict:
+def load_data(name: str, quick: bool, train_questions: int | None = None) -> dict:
     """``{"train", "dev", "test"}`` -> (X, y): answered questions only, whole questions (so every document is
-    complete: its sentences are the question's candidates)."""
+    complete: its sentences are the question's candidates); ``train_questions``: keep that many training
+    questions (drawn with seed 0, the same for every row and seed)."""
     from sklearn.model_selection import GroupShuffleSplit
 
     if name == "wikiqa":
@@ -180,6 +185,8 @@ def load_data(name: str, quick: bool) -> dict:
     if quick:
         sizes = {"train": 40, "dev": 10, "test": 30}
         data = {k: subset_questions(*v, sizes[k]) for k, v in data.items()}
+    if train_questions:
+        data["train"] = subset_questions(*data["train"], train_questions)
     return data
 
 
@@ -191,8 +198,8 @@ def with_context(X, method: str):
     if path.exists():
         return joblib.load(path)
     start = time.perf_counter()
-    Xc = extractor.fit_transform(X)
-    report = {**extractor.report_, "seconds": time.perf_counter() - start}
+    Xc, report = extractor.fit(X).transform(X, return_report=True)
+    report["seconds"] = time.perf_counter() - start
     CACHE.mkdir(parents=True, exist_ok=True)
     joblib.dump((Xc, report), path)
     log(f"  {method} contexts of {len(X)} rows in {report['seconds']:.0f}s: {report['mean_global_sentences']:.2f} global sentences")
@@ -330,7 +337,7 @@ def latency(models: dict, frames: dict, rounds: int, n_rows: int) -> dict:
 
 def run_dataset(name, args, fit_log) -> dict:
     log(f"== {name}")
-    data = load_data(name, args.quick)
+    data = load_data(name, args.quick, args.train_questions)
     frames, extraction = {}, {}
     for split, (X, _) in data.items():
         for method in ("ngram", "cosine"):
@@ -419,6 +426,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="random seeds (default 0 1 2; quick: 0)")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs of every data set (default: EPOCHS; quick: 1)")
     parser.add_argument("--data", nargs="+", choices=("wikiqa", "squad"), default=["wikiqa", "squad"])
+    parser.add_argument("--train-questions", type=int, default=None, help="keep this many training questions per data set (default: all)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
@@ -431,6 +439,7 @@ def main(argv=None):
         "quick": "1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128 rows"
         if args.quick else "",
         "seeds": args.seeds,
+        "train_questions": args.train_questions,
         "paper_config": args.paper,
         "paper": PAPER,
         "backbone": BACKBONE,
