@@ -1,7 +1,7 @@
 """Which training defaults should the neural estimators have: learning curves per learning rate, lexical
 prior and training size.
 
-    python benchmarks/defaults.py [--estimator transformer|cascade|distilled|cerberus|concat|mwa|cosinet]
+    python benchmarks/defaults.py [--estimator transformer|cascade|distilled|cerberus|concat|mwa|ensemble|cosinet]
                                   [--data sample wikiqa] [--sizes 100 300 all] [--lrs 2e-5 5e-5 1e-4 2e-4]
                                   [--priors off on] [--seeds 0] [--epochs 4] [--batch-sizes B ...]
                                   [--threads N] [--render]
@@ -46,7 +46,7 @@ TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": {"similarity_prior": True},
             "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
             "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"},
-            "segment similarity": {"segment_similarity": True}}
+            "segment similarity": {"segment_similarity": True}, "4 epochs, lr 5e-5": {"epochs": 4, "learning_rate": 5e-5}}
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
@@ -79,6 +79,7 @@ ESTIMATORS = {
     "cerberus": ("Cerberus", "defaults-cerberus", TANDA),
     "concat": ("ContextConcat", "defaults-concat", TANDA),
     "mwa": ("ContextMWA", "defaults-mwa", TANDA),
+    "ensemble": ("ContextEnsemble", "defaults-ensemble", TANDA),
     "cosinet": ("Cosinet", "defaults-cosinet", {"epochs": 3, "learning_rate": None, "batch_size": 8}),
 }
 #: How each swept estimator is built beyond the swept parameters (the page's setup says so): the cascade's α,
@@ -90,6 +91,7 @@ SETTINGS = {
     "cerberus": {"teacher_cv": 3},
     "concat": {"global_method": "ngram"},
     "mwa": {"global_method": "cosine"},
+    "ensemble": {"global_method": "cosine"},
 }
 
 
