@@ -273,6 +273,17 @@ def wikiqa_splits():
     }
 
 
+def subset_questions(X, y, n: int, seed: int = 0):
+    """Whole questions of ``(X, y)``: ``n`` of them (all when there are fewer), drawn with ``seed``, rows in
+    their original order."""
+    import numpy as np
+
+    qids = X["qid"].unique()
+    chosen = np.random.default_rng(seed).choice(qids, size=min(n, len(qids)), replace=False)
+    keep = X["qid"].isin(chosen).to_numpy()
+    return X[keep].reset_index(drop=True), y[keep]
+
+
 @contextlib.contextmanager
 def session_calls():
     """Record every call of an ONNX Runtime copy (``OnnxModule``) while open: yields the list that receives

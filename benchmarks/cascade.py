@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, conclude, fitted, load_average, log, run_header, save_figure, tagged, wikiqa_splits
+from _common import DOCS, conclude, fitted, load_average, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
 
 from as2rank.pruning.rules import EXIT_GAP, simulate_cascade, tune_alpha
 from as2rank.pruning.sequential import SequentialRanker
@@ -171,12 +171,6 @@ def timed(fn, X):
         "load_before": before,
         "load_after": load_average(),
     }
-
-
-def subset_questions(X, y, n, seed):
-    qids = np.sort(np.random.default_rng(seed).choice(X["qid"].unique(), size=n, replace=False))
-    keep = X["qid"].isin(qids).to_numpy()
-    return X[keep].reset_index(drop=True), y[keep]
 
 
 # ----------------------------------------------------------------------------------------------- Table 2

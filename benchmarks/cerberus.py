@@ -51,7 +51,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, cache_key, SHARED_DATA, conclude, fitted, log, render_page, run_header, tagged, wikiqa_splits
+from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, cache_key, SHARED_DATA, conclude, fitted, log, render_page, run_header, subset_questions, tagged, wikiqa_splits
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -152,12 +152,6 @@ def n_params(model) -> int:
         return int(model.n_params_)
     est = model[-1].estimator_  # the lexical pipeline: logistic regression coefficients
     return int(est.coef_.size + est.intercept_.size)
-
-
-def subset(X, y, n, seed):
-    qids = np.sort(np.random.default_rng(seed).choice(X["qid"].unique(), size=n, replace=False))
-    keep = X["qid"].isin(qids).to_numpy()
-    return X[keep].reset_index(drop=True), y[keep]
 
 
 def students(paper, seed, epochs, cols, hydra, insample) -> dict:
@@ -296,11 +290,11 @@ def run(args):
     seeds = list(range(args.seeds))
     epochs = args.epochs
     if args.train_questions:
-        X_train, y_train = subset(X_train, y_train, min(args.train_questions, X_train["qid"].nunique()), seed=0)
+        X_train, y_train = subset_questions(X_train, y_train, args.train_questions)
     if args.quick:
-        X_train, y_train = subset(X_train, y_train, 100, seed=0)
-        X_dev, y_dev = subset(X_dev, y_dev, 40, seed=0)
-        X_test, y_test = subset(X_test, y_test, 60, seed=0)
+        X_train, y_train = subset_questions(X_train, y_train, 100)
+        X_dev, y_dev = subset_questions(X_dev, y_dev, 40)
+        X_test, y_test = subset_questions(X_test, y_test, 60)
     res = {"data": args.data, "title": TITLES[args.data], "teachers": list(TEACHERS), "paper_config": args.paper, "args_train_questions": args.train_questions,
            "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
            "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),

@@ -58,7 +58,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, conclude, fitted, library_digest, log, run_header, wikiqa_splits
+from _common import CACHE, conclude, fitted, library_digest, log, run_header, subset_questions, wikiqa_splits
 
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
@@ -154,12 +154,6 @@ def make(row: str, epochs: int | None, seed: int, paper: bool = True):
 
 
 # ----------------------------------------------------------------------------------------------- data
-def subset_questions(X, y, n, seed=0):
-    qids = np.sort(np.random.default_rng(seed).choice(X["qid"].unique(), size=min(n, X["qid"].nunique()), replace=False))
-    keep = X["qid"].isin(qids).to_numpy()
-    return X[keep].reset_index(drop=True), y[keep]
-
-
 def load_data(name: str, quick: bool, train_questions: int | None = None) -> dict:
     """``{"train", "dev", "test"}`` -> (X, y): answered questions only, whole questions (so every document is
     complete: its sentences are the question's candidates); ``train_questions``: keep that many training
