@@ -39,8 +39,9 @@ rows in batches of 128 (tokenisation and batch building excluded), per sample, (
 length (every model, the no-context one included, padded to 256 tokens: the paper's setting). Mean input
 tokens per pair (both inputs for the ensemble) explain the dynamic figures.
 
-``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0): the CPU page's
-budget on WikiQA, whose 796 training questions make a library-strength run of all rows hours long.
+``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0), as ``cerberus.py``
+does: the CPU page's budget (300), since at all 796 WikiQA training questions one seed of every row at the
+library's defaults takes hours on a CPU.
 
 ``--quick``: 1 seed, 1 epoch, 40 train / 10 dev / 30 test questions per data set, one latency round on 128
 rows: an end-to-end check, not a result. Writes ``benchmarks/results/context.json`` and
