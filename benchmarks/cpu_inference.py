@@ -7,9 +7,9 @@
 
 The peer is sentence-transformers' ``CrossEncoder`` on its default torch backend, on ONNX Runtime
 (``backend="onnx"``) and on its dynamic int8 ONNX export for AVX-512 VNNI CPUs (for AVX2 on a CPU without
-VNNI, :data:`PEER_INT8`). Its ONNX backend needs
-``optimum-onnx``, which pins ``transformers`` < 4.58, so it runs in a second virtual environment given by
-``--peer-python``; build it with torch pinned as in the README, torch first so nothing pulls a CUDA build::
+VNNI, :data:`PEER_INT8`). Its ONNX backend needs ``optimum-onnx``, which pins ``transformers`` < 4.58, so it
+runs in a second virtual environment given by ``--peer-python``; build it with torch pinned as in the README,
+torch first so nothing pulls a CUDA build::
 
     python -m venv .venv-peer          # the default --peer-python is .venv-peer/bin/python
     .venv-peer/bin/pip install torch==2.13.0
@@ -29,10 +29,10 @@ exported at load" loads the same model saved without them, and exports them in i
 subprocess, so that all rows pay the same process conditions: it loads its model, predicts on the first 64
 pairs to warm up (for int8 this builds the quantized copy), then times one ``predict`` call on all the
 pairs, tokenisation included. The process's wall time (interpreter start, imports, loading, warm-up and the
-timed call) is recorded too: what one call on these pairs costs from a cold start. The order of the rows rotates by one each round. Both models are fitted (or
-loaded from the cache) before the first timed round. ``--threads`` sets
-``OMP_NUM_THREADS``, torch's intra-op threads and ONNX Runtime's ``intra_op_num_threads`` in every
-subprocess. Reported per row: the median pairs/s over the rounds, the min-max, and the median over the
+timed call) is recorded too: what one call on these pairs costs from a cold start. The order of the rows
+rotates by one each round. Both models are fitted (or loaded from the cache) before the first timed round.
+``--threads`` sets ``OMP_NUM_THREADS``, torch's intra-op threads and ONNX Runtime's ``intra_op_num_threads``
+in every subprocess. Reported per row: the median pairs/s over the rounds, the min-max, and the median over the
 rounds of its pairs/s divided by the peer's ONNX-int8 pairs/s of the same round. MAP (first round's scores,
 questions without a correct answer skipped) checks that as2rank's precisions agree; the peer's head is
 untrained, so its MAP says nothing of accuracy.
@@ -112,6 +112,7 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
     """
     import pandas as pd
 
+    import as2rank
     from as2rank.transformer.cascade import CascadeTransformer
     from as2rank.neural.onnx import runtime as onnx_runtime
     from as2rank.transformer.ranker import TransformerRanker
@@ -128,8 +129,6 @@ def as2rank_round(precision: str, model_dir: Path, pairs_file: Path, threads: in
     start = time.perf_counter()
     scores = est.predict(X)
     seconds = time.perf_counter() - start
-    import as2rank
-
     print(json.dumps({"backend": precision, "pairs": len(X), "seconds": seconds, "pairs_per_s": len(X) / seconds,
                       "library": str(Path(as2rank.__file__).resolve().parent)}))
     if scores_file is not None:
@@ -151,10 +150,8 @@ def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | No
         The fitted ``TransformerRanker`` (``save_pretrained`` folder).
     scores_file : pathlib.Path or None
         Ask the subprocess to write its scores there.
-
-    Returns
-    -------
-    dict
+    cascade : bool
+        A row of :data:`CASCADE_ROWS` on the cascade's pairs instead.
     """
     from as2rank.neural.backbone import resolve_model
 
