@@ -271,6 +271,9 @@ def latency_batches(est, X, fixed_width):
                 continue
             if key == "lengths":
                 continue
+            if value.ndim == 1:  # per-row arrays (the lexical prior's logit) have no width to pad
+                batch[key] = torch.from_numpy(np.ascontiguousarray(value[rows]))
+                continue
             fill = est.tokenizer_.pad_token_id if key.endswith("input_ids") else 0
             padded = np.full((len(rows), fixed_width), fill, dtype=np.int64)
             padded[:, : value.shape[1]] = value[rows]
