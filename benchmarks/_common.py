@@ -32,6 +32,9 @@ STUDY_RESULTS = ROOT / "benchmarks" / "studies" / "results"
 STUDY_PAGES = ROOT / "benchmarks" / "studies" / "pages"
 STUDY_DOCS = ROOT / "docs" / "studies"
 CACHE = ROOT / "benchmarks" / "cache"
+#: The test scores of the fits a page evaluates (committed, unlike ``CACHE``): a page whose fits take more
+#: CPU hours than one run has gathers them over several runs, on whichever machines ran them (each recorded).
+SCORES = RESULTS / "scores"
 #: ``AS2RANK_BENCH_TAG`` (e.g. ``h100``) names a run's result files apart from the default machine's.
 TAG = os.environ.get("AS2RANK_BENCH_TAG", "")
 #: ``AS2RANK_BENCH_NOTE``: what the run's machine changed that no script can see (e.g. how the weights got
@@ -159,6 +162,7 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
         if history is not None and history.seconds and history.epoch_loss else None,
         "load_average": load_average(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
     }
     path.with_suffix(".json").write_text(json.dumps(entry, indent=2))
     pps = entry["pairs_per_second"]
@@ -166,6 +170,38 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
     if fit_log is not None:
         fit_log.append({**entry, "cached": False})
     return est
+
+
+def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
+    """``(scores, model)``: the scores on ``X_test`` of ``est`` fitted on ``(X, y)`` (:func:`fitted`), read
+    from ``benchmarks/results/scores/`` when this fit was scored on ``X_test`` before (``model`` is then None).
+
+    Keyed by the fit's :func:`cache_key` (the library's source included), ``fit_params``, the inference
+    parameters and ``X_test``. The stored record is the fit's (``fit_log`` receives it), with the machine that
+    trained the model and the one that scored it: on another CPU, ``precision="auto"`` may have trained and
+    predicted in another dtype (bfloat16 where the CPU computes it natively, float32 elsewhere).
+    """
+    import joblib
+    import numpy as np
+
+    inference = {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+    key = joblib.hash((cache_key(est, X, y), fit_params, inference, X_test))
+    path = SCORES / f"{type(est).__name__}-{key}.npz"
+    records = fit_log if fit_log is not None else []
+    if path.exists():
+        with np.load(path) as stored:
+            scores, record = stored["scores"], json.loads(str(stored["record"]))
+        log(f"stored scores of {type(est).__name__} <- {path.name} (trained on {record.get('machine', 'an unrecorded machine')})")
+        records.append({**record, "cached": True})
+        return scores, None
+    model = fitted(est, X, y, records, **fit_params)
+    scores = np.asarray(model.predict(X_test), dtype=np.float64)
+    record = {k: v for k, v in records[-1].items() if k != "cached"}
+    record["scored_on"] = machine()
+    SCORES.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, scores=scores, record=json.dumps(record))
+    records[-1].update(scored_on=record["scored_on"])
+    return scores, model
 
 
 def run_header(script: str, argv) -> dict:

@@ -33,11 +33,16 @@ through ``_common.fitted()``, so a re-run retrains nothing unchanged. P@1, MAP a
 deviations over the seeds; p-values: paired randomisation test (9,999 sign flips) of per-question AP and
 P@1, each averaged over the seeds, against the no-context row.
 
-Latency (seed 0 models, one run, interleaved rounds, median): ``predict``'s forward passes alone on test
-rows in batches of 128 (tokenisation and batch building excluded), per sample, (a) with dynamic padding
-(rows sorted by length, each batch padded to its longest row: the context tokens show) and (b) at fixed
-length (every model, the no-context one included, padded to 256 tokens: the paper's setting). Mean input
-tokens per pair (both inputs for the ensemble) explain the dynamic figures.
+Latency (one run, interleaved rounds, median): ``predict``'s forward passes alone on test rows in batches of
+128 (tokenisation and batch building excluded), per sample, (a) with dynamic padding (rows sorted by length,
+each batch padded to its longest row: the context tokens show) and (b) at fixed length (every model, the
+no-context one included, padded to 256 tokens: the paper's setting), each row's estimator fitted for one
+epoch on 16 training questions (a forward pass costs the same whatever the weights). Mean input tokens per
+pair (both inputs for the ensemble) explain the dynamic figures.
+
+Every fit's test scores are stored in ``benchmarks/results/scores/`` (``_common.fitted_scores``), keyed by the
+fit and the library's source: a run needing more CPU hours than one session has is run again with the same
+command until every fit is stored, and the page records which machine trained each fit.
 
 ``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0), as ``cerberus.py``
 does: the CPU page's budget (300), since at all 796 WikiQA training questions one seed of every row at the
@@ -59,7 +64,8 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, conclude, fitted, library_digest, log, run_header, subset_questions, wikiqa_splits
+from _common import (CACHE, conclude, fitted, fitted_scores, library_digest, log, run_header, subset_questions,
+                     wikiqa_splits)
 
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
@@ -81,6 +87,8 @@ NO_CONTEXT_LENGTH = 128
 #: of both it and the no-context model levels off from the third epoch, and 6 epochs gained nothing on dev.
 EPOCHS = {"wikiqa": 2, "squad": 4}
 LATENCY_BATCH = 128
+#: Training questions of the short fits that latency is measured on (``latency_model``).
+LATENCY_FIT_QUESTIONS = 16
 #: The metrics of every run (``as2rank.evaluation.evaluate``'s ``metrics``), in the order the page prints them.
 METRICS = ("p@1", "map", "mrr")
 #: Significance level of the p-values' stars and of the acceptance check; the sign flips of the paired
@@ -247,6 +255,15 @@ def wrong_picks(Xc, y, scores) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- latency
+def latency_model(row, data, frames, args):
+    """The row's estimator (seed 0) fitted for one epoch on ``LATENCY_FIT_QUESTIONS`` training questions, and
+    the test frame it reads: a forward pass costs the same whatever the weights, so latency needs the row's
+    architecture and inputs, not its full fit (whose scores may come from ``benchmarks/results/scores/``)."""
+    est, method = make(row, 1, 0, args.paper)
+    X, y = data["train"] if method is None else (frames[("train", method)], data["train"][1])
+    return fitted(est, *subset_questions(X, y, LATENCY_FIT_QUESTIONS)), data["test"][0] if method is None else frames[("test", method)]
+
+
 def mean_tokens(est, X) -> float:
     """Mean input tokens per pair (all inputs of the model: both for the ensemble)."""
     encoded = est.encode(X)
@@ -350,7 +367,6 @@ def run_dataset(name, args, fit_log) -> dict:
     y_train, y_dev, y_test = (data[s][1] for s in ("train", "dev", "test"))
     X_test_plain = data["test"][0]
     per_q = {row: {"map": [], "p@1": []} for row in ROWS}
-    seed0 = {}
     for row in ROWS:
         runs = []
         for seed in args.seeds:
@@ -358,29 +374,27 @@ def run_dataset(name, args, fit_log) -> dict:
             X_train = data["train"][0] if method is None else frames[("train", method)]
             X_dev = data["dev"][0] if method is None else frames[("dev", method)]
             X_test = X_test_plain if method is None else frames[("test", method)]
-            model = fitted(est, X_train, y_train, fit_log, eval_set=(X_dev, y_dev))
+            scores, _ = fitted_scores(est, X_train, y_train, X_test, fit_log, eval_set=(X_dev, y_dev))
             fit_log[-1].update(data=name, row=row, seed=seed)
-            scores = model.predict(X_test)
             picks = wrong_picks(frames[("test", method or "cosine")], y_test, scores)
             runs.append({"seed": seed, **evaluate(y_test, scores, X_test, metrics=METRICS), "wrong_picks": picks})
             for m in ("map", "p@1"):
                 per_q[row][m].append(per_question(y_test, scores, X_test, m))
-            if seed == args.seeds[0]:
-                seed0[row] = (model, X_test)
             log(f"[{name}] {row} seed {seed}: " + " ".join(f"{m} {runs[-1][m]:.4f}" for m in METRICS))
         res["rows"][row] = {
             "runs": runs,
             **{m: float(np.mean([r[m] for r in runs])) for m in METRICS},
             **{f"{m}_std": float(np.std([r[m] for r in runs])) for m in METRICS},
-            "tokens_per_pair": mean_tokens(seed0[row][0], seed0[row][1]),
         }
     for m in ("map", "p@1"):
         tests = compare({row: pd.concat(per_q[row][m], axis=1).mean(axis=1) for row in ROWS}, "No context")
         for row in ROWS[1:]:
             res["rows"][row][f"p_{m}"] = tests[row]["p"]
     log(f"[{name}] in-process fit cache hits so far: {FIT_CACHE.hits} (ensemble members served by this run's Local/Global fits)")
-    models = {row: model for row, (model, _) in seed0.items()}
-    frames_test = {row: X for row, (_, X) in seed0.items()}
+    models, frames_test = {}, {}
+    for row in ROWS:
+        models[row], frames_test[row] = latency_model(row, data, frames, args)
+        res["rows"][row]["tokens_per_pair"] = mean_tokens(models[row], frames_test[row])
     res["latency"] = latency(models, frames_test, rounds=1 if args.quick else 3, n_rows=128 if args.quick else 512)
     res["latency_rows"] = min(128 if args.quick else 512, len(X_test_plain))
     return res
@@ -444,6 +458,7 @@ def main(argv=None):
         "extractor": {k: v for k, v in ContextExtractor().get_params().items()
                       if k in ("local_window", "max_global_sentences", "max_global_tokens", "encoder")},
         "latency_batch": LATENCY_BATCH,
+        "latency_fit_questions": LATENCY_FIT_QUESTIONS,
         "alpha": ALPHA,
         "n_resamples": N_RESAMPLES,
         "near_base_rate": NEAR_BASE_RATE,

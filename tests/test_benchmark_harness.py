@@ -1,0 +1,55 @@
+"""The benchmark harness's store of test scores (``benchmarks/_common.fitted_scores``): a fit scored once is
+read back instead of trained again, and only for the same fit, inference parameters and test data."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from as2rank import WordOverlapRanker
+
+
+@pytest.fixture
+def common(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import _common
+
+    monkeypatch.setattr(_common, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(_common, "SCORES", tmp_path / "scores")
+    return _common
+
+
+def frame(words):
+    return pd.DataFrame({"qid": [0] * len(words), "question": ["where is the cat"] * len(words), "candidate": words})
+
+
+def test_stored_scores_are_read_back_for_the_same_fit_only(common, monkeypatch):
+    X = frame(["the cat is here", "a dog", "cats sleep", "where"])
+    y = np.array([1, 0, 0, 0])
+    X_test = frame(["where is it", "the cat sat", "nothing"])
+    log = []
+    scores, model = common.fitted_scores(WordOverlapRanker(), X, y, X_test, log)
+    assert model is not None and not log[-1]["cached"]
+    np.testing.assert_array_equal(scores, model.predict(X_test))
+    assert log[-1]["machine"] == log[-1]["scored_on"] == common.machine()
+
+    # A second call reads the stored scores: no fit (fitting now would fail) and the record of the first.
+    monkeypatch.setattr(WordOverlapRanker, "fit", lambda *a, **k: pytest.fail("fitted again"))
+    again, model = common.fitted_scores(WordOverlapRanker(), X, y, X_test, log)
+    assert model is None and log[-1]["cached"]
+    np.testing.assert_array_equal(again, scores)
+    assert log[-1]["date"] == log[-2]["date"]
+    stored = list((common.SCORES).glob("*.npz"))
+    assert len(stored) == 1 and json.loads(str(np.load(stored[0])["record"]))["scored_on"] == common.machine()
+
+    # Other test data: the model (from the fit cache) scores them, a second entry in the store.
+    other = frame(["another", "the cat is here"])
+    scores, model = common.fitted_scores(WordOverlapRanker(), X, y, other, log)
+    assert model is not None and log[-1]["cached"]
+    np.testing.assert_array_equal(scores, model.predict(other))
+    assert len(list(common.SCORES.glob("*.npz"))) == 2
+    # Other training labels: another fit.
+    with pytest.raises(pytest.fail.Exception, match="fitted again"):
+        common.fitted_scores(WordOverlapRanker(), X, np.array([0, 1, 0, 0]), X_test, log)
