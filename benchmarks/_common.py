@@ -83,18 +83,27 @@ def training_params(est) -> dict:
     return {k: v for k, v in est.get_params().items() if k not in inference}
 
 
-def library_digest() -> str:
-    """Hash of the source of the installed ``as2rank`` package (every ``.py`` file, by path and content): a
-    cached fit is only reused by the code that trained it, since the same parameters may train another
-    model once the library changes (a new default's meaning, a fix in the training loop)."""
+def library_digest(package: Path | None = None) -> str:
+    """Hash of the code of the installed ``as2rank`` package (or of the folder ``package``): every ``.py`` file's
+    syntax tree, by path, without its docstrings (comments are not in the tree). A cached fit is only reused by
+    the code that trained it, since the same parameters may train another model once the library changes (a
+    new default's meaning, a fix in the training loop); an edit of the documentation alone trains nothing again."""
+    import ast
     import hashlib
 
-    import as2rank
+    if package is None:
+        import as2rank
 
-    package = Path(as2rank.__file__).resolve().parent
+        package = Path(as2rank.__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+        tree = ast.parse(path.read_bytes())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                    node.body = node.body[1:] or [ast.Pass()]
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + ast.dump(tree).encode() + b"\0")
     return digest.hexdigest()
 
 

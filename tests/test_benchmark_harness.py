@@ -53,3 +53,26 @@ def test_stored_scores_are_read_back_for_the_same_fit_only(common, monkeypatch):
     # Other training labels: another fit.
     with pytest.raises(pytest.fail.Exception, match="fitted again"):
         common.fitted_scores(WordOverlapRanker(), X, np.array([0, 1, 0, 0]), X_test, log)
+
+
+def test_library_digest_follows_the_code_not_its_documentation(common, tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    module = package / "mod.py"
+    module.write_text('"""A module."""\n\ndef f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n')
+    before = common.library_digest(package)
+    # Docstrings, comments and blank lines: the same code.
+    module.write_text('"""Another text."""\n\n\ndef f(x):\n    """Two times x,\n    reworded."""\n    # why\n    return 2 * x\n')
+    assert common.library_digest(package) == before
+    # A docstring removed from a function whose body is nothing else: still the same code.
+    (package / "empty.py").write_text("def g():\n    pass\n")
+    with_pass = common.library_digest(package)
+    (package / "empty.py").write_text('def g():\n    """Nothing."""\n')
+    assert common.library_digest(package) == with_pass
+    # Another constant, another name, another file: other code.
+    for text in ('def f(x):\n    return 3 * x\n', 'def h(x):\n    return 2 * x\n'):
+        module.write_text(text)
+        assert common.library_digest(package) != before
+    reference = common.library_digest(package)
+    (package / "empty.py").rename(package / "other.py")
+    assert common.library_digest(package) != reference
