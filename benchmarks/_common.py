@@ -83,12 +83,25 @@ def training_params(est) -> dict:
     return {k: v for k, v in est.get_params().items() if k not in inference}
 
 
+def syntax(source) -> str:
+    """The syntax tree of Python ``source`` (text or bytes) without its docstrings, as text (comments and layout
+    are not in the tree): two sources with the same ``syntax`` are the same code."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def library_digest(package: Path | None = None) -> str:
     """Hash of the code of the installed ``as2rank`` package (or of the folder ``package``): every ``.py`` file's
-    syntax tree, by path, without its docstrings (comments are not in the tree). A cached fit is only reused by
-    the code that trained it, since the same parameters may train another model once the library changes (a
-    new default's meaning, a fix in the training loop); an edit of the documentation alone trains nothing again."""
-    import ast
+    :func:`syntax`, by path. A cached fit is only reused by the code that trained it, since the same parameters
+    may train another model once the library changes (a new default's meaning, a fix in the training loop); an
+    edit of the documentation alone trains nothing again."""
     import hashlib
 
     if package is None:
@@ -97,13 +110,7 @@ def library_digest(package: Path | None = None) -> str:
         package = Path(as2rank.__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
-        tree = ast.parse(path.read_bytes())
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-                first = node.body[0]
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                    node.body = node.body[1:] or [ast.Pass()]
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + syntax(path.read_bytes()).encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -198,19 +205,40 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     path = SCORES / f"{type(est).__name__}-{key}.npz"
     records = fit_log if fit_log is not None else []
     if path.exists():
-        with np.load(path) as stored:
-            scores, record = stored["scores"], json.loads(str(stored["record"]))
+        record, arrays = load_stored(path)
         log(f"stored scores of {type(est).__name__} <- {path.name} (trained on {record.get('machine', 'an unrecorded machine')})")
         records.append({**record, "cached": True})
-        return scores, None
+        return arrays["scores"], None
     model = fitted(est, X, y, records, **fit_params)
     scores = np.asarray(model.predict(X_test), dtype=np.float64)
     record = {k: v for k, v in records[-1].items() if k != "cached"}
     record["scored_on"] = machine()
-    SCORES.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, scores=scores, record=json.dumps(record))
+    save_stored(path, record, {"scores": scores})
     records[-1].update(scored_on=record["scored_on"])
     return scores, model
+
+
+def save_stored(path: Path, record: dict, arrays: dict) -> None:
+    """Write ``record`` (JSON-able) and the named float arrays ``arrays`` to ``path`` (``.npz``, the record
+    as JSON under ``"record"``); written to a temporary name first, so that a run stopped meanwhile leaves
+    no partial file."""
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial.npz")
+    if "record" in arrays:
+        raise ValueError("'record' names the record, not an array")
+    np.savez_compressed(partial, **{k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()},
+                        record=json.dumps(jsonable(record)))
+    partial.replace(path)
+
+
+def load_stored(path: Path) -> tuple[dict, dict]:
+    """``(record, arrays)`` as :func:`save_stored` wrote them."""
+    import numpy as np
+
+    with np.load(path) as stored:
+        return json.loads(str(stored["record"])), {k: stored[k] for k in stored.files if k != "record"}
 
 
 def run_header(script: str, argv) -> dict:

@@ -34,8 +34,12 @@ Data: WikiQA (``_common.wikiqa_splits``: train, dev, test) or the SQuAD sample (
 train/test split, dev the defaults benchmark's validation articles); ``--train-questions`` keeps that many
 training questions (a fixed random subset). Test: answered questions (clean protocol). P@1, MAP, MRR: mean ± std over the seeds; paired
 randomisation tests of per-question AP (averaged over seeds) against the no-teacher student and the best
-single-teacher KD student. Latency: the forward pass on pre-tokenised batches of 128 test pairs (tokenisation
-excluded, as the paper), interleaved rounds, one per distinct architecture. ``--quick``: one seed, one epoch,
+single-teacher KD student. Each seed's results (test scores of every row, heads, ensembles' weights, fits) are
+stored whole in ``benchmarks/results/scores/`` (keyed by the seed, the data, the fits' keys and this script's
+code of a seed): a run stopped early keeps the seeds it finished, and the same command goes on from there, on
+this machine or another. Latency: the forward pass on pre-tokenised batches of 128 test pairs (tokenisation
+excluded, as the paper), interleaved rounds, one per distinct architecture, each fitted for one epoch on 16
+training questions (a forward pass costs the same whatever the weights). ``--quick``: one seed, one epoch,
 100 training questions, 40 dev and 60 test questions, 2-fold cross-fitting, 2 timing rounds on 256 pairs.
 Writes ``benchmarks/results/cerberus.json`` and ``docs/benchmarks/cerberus.md`` (from
 ``benchmarks/pages/cerberus.md.j2``; ``--render``, or ``python benchmarks/render.py cerberus``, renders it again).
@@ -44,6 +48,7 @@ Writes ``benchmarks/results/cerberus.json`` and ``docs/benchmarks/cerberus.md`` 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import time
 
@@ -51,7 +56,8 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, cache_key, SHARED_DATA, conclude, fitted, log, render_page, run_header, subset_questions, tagged, wikiqa_splits
+from _common import (CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log,
+                     render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -79,6 +85,8 @@ HYDRA_SEEDS = (0, 1, 2)
 PAPER_ONLY = ("KD_Sum", "KD_RR", "Cerberus B4 3H2", "Cerberus B5 3H1, in-sample teachers")
 TITLES = {"wikiqa": "WikiQA", "sample": "SQuAD sample"}
 END_TO_END_PAIRS = 512
+#: Training questions of the short fits that latency is measured on (``latency_models``).
+LATENCY_FIT_QUESTIONS = 16
 
 # The paper's WikiQA rows of Table 2 (P@1, MAP, MRR), Table 3 and 4 rows (IAS2) where WikiQA has none, and
 # Table 5 latency (µs per sample, batch 128, V100). Its teachers are ALBERT-XXLARGE, RoBERTa-LARGE and
@@ -284,6 +292,86 @@ def end_to_end_us(model, X):
 
 
 # ----------------------------------------------------------------------------------------------- main run
+def seed_key(args, s, epochs, data) -> str:
+    """What one seed's results depend on: the seed, the data, the teachers' fit keys (the library's code
+    included), the students' training parameters (their teacher arrays follow from the teachers), the
+    cross-fitting folds and the code of this script that computes a seed."""
+    X_train, y_train = data[0]
+    specs = [spec for t in sorted({s, *HYDRA_SEEDS}) for spec in teacher_specs(t, epochs, args.teacher_model, args.paper).values()]
+    blank = [np.zeros(1)] * len(TEACHERS)
+    studs = students(args.paper, s, epochs, blank, blank, np.zeros((1, len(TEACHERS))))
+    config = {n: {k: v for k, v in training_params(e).items() if k != "teachers"} for n, e in studs.items()}
+    code = [syntax(inspect.getsource(f)) for f in (seed_results, teacher_specs, students, budget, cross_fitted,
+                                                    heads_report, agreement, ensemble_scores, n_params, train_map)]
+    return joblib.hash(("cerberus seed", s, data, args.teacher_cv, [cache_key(spec, X_train, y_train) for spec in specs],
+                        config, code))
+
+
+def seed_results(args, s, epochs, data) -> tuple[dict, dict]:
+    """One seed: ``(record, scores)``, the record JSON-able (parameters, heads, agreement, ensembles' weights,
+    the teachers' training MAP, the fits) and ``scores`` the test scores of every row."""
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = data
+    fits = []
+
+    def fit(est, row):
+        model = fitted(est, X_train, y_train, fits)
+        fits[-1]["row"] = row
+        return model
+
+    specs = {t: teacher_specs(t, epochs, args.teacher_model, args.paper) for t in sorted({s, *HYDRA_SEEDS})}
+    oof = {(n, t): cross_fitted(specs[t][n], X_train, y_train, args.teacher_cv)
+           for t in specs for n in TEACHERS if t == s or n == "TR"}
+    rec = {"seed": s, "oof_map": {f"{n} seed {t}": train_map(y_train, v, X_train) for (n, t), v in oof.items()},
+           "insample_map": {}, "params": {}, "ensemble_weights": {}, "fits": fits}
+    teachers = {name: fit(spec, f"teacher {name}") for name, spec in specs[s].items()}
+    cols = [np.ascontiguousarray(oof[(n, s)]) for n in TEACHERS]
+    # Rounded: the arrays join the students' cache keys, which float noise in the last bits would change.
+    insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
+    for j, n in enumerate(TEACHERS):
+        rec["insample_map"][f"{n} seed {s}"] = train_map(y_train, insample[:, j], X_train)
+    rec["agreement"] = agreement(cols, X_train)
+    hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS]
+    models = {**teachers, **{name: fit(est, name) for name, est in students(args.paper, s, epochs, cols, hydra, insample).items()}}
+    # Hydra's teachers fitted on all the training questions: their ensemble is the strength of its teacher set.
+    models.update({f"TR seed {t}": teachers["TR"] if t == s else fit(specs[t]["TR"], f"teacher TR seed {t}")
+                   for t in HYDRA_SEEDS})
+    rec["heads"] = heads_report(models["Cerberus B5 3H1"], X_test, y_test)
+    rec["hydra_heads"] = heads_report(models["Hydra"], X_test, y_test)
+    scores = {}
+    for name, model in models.items():
+        log(f"[seed {s}] scoring {name}")
+        scores[name] = np.asarray(model.predict(X_test), dtype=np.float64)
+        rec["params"][name] = n_params(model)
+    # Linear ensembles, weights tuned on dev; their test scores from the members' scores above.
+    ensembles = (("teacher ensemble", list(TEACHERS)), ("TR ensemble", [f"TR seed {t}" for t in HYDRA_SEEDS]),
+                 ("KD ensemble", [f"KD {n}" for n in TEACHERS]))
+    for ens_name, members in ensembles:
+        ens = LinearEnsemble([models[m] for m in members]).fit(X_dev, y_dev)
+        scores[ens_name] = ensemble_scores(ens, np.column_stack([scores[m] for m in members]))
+        rec["params"][ens_name] = sum(rec["params"][m] for m in members)
+        rec["ensemble_weights"][ens_name] = {"weights": ens.weights_.tolist(), "dev_map": ens.dev_score_}
+        log(f"[seed {s}] {ens_name}: weights {np.round(ens.weights_, 2).tolist()}, dev MAP {ens.dev_score_:.4f}")
+    return rec, scores
+
+
+def latency_models(args, X_train, y_train):
+    """Each latency row's architecture (seed 0) fitted for one epoch on ``LATENCY_FIT_QUESTIONS`` training
+    questions, the labels standing for the teachers' logits: a forward pass costs the same whatever the
+    weights, so latency needs the rows' architectures, not their full fits (whose scores may be stored)."""
+    X, y = subset_questions(X_train, y_train, LATENCY_FIT_QUESTIONS)
+    labels = np.where(np.asarray(y) > 0, 2.0, -2.0)
+    cols = [labels] * len(TEACHERS)
+
+    def short(est):
+        return fitted(est.set_params(epochs=1) if "epochs" in est.get_params() else est, X, y)
+
+    teachers = {n: short(e) for n, e in teacher_specs(0, 1, args.teacher_model, args.paper).items()}
+    studs = students(args.paper, 0, 1, cols, cols, np.column_stack(cols))
+    keep = {k: short(studs[k]) for k in ("student", "KD TR", "KD Cosinet", "KD Lexical", "Cerberus B5 3H1", "Cerberus B4 3H2")
+            if k in studs}
+    return teachers, keep
+
+
 def run(args):
     (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = load_data(args.data)
     X_train, X_dev, X_test = (X.reset_index(drop=True) for X in (X_train, X_dev, X_test))
@@ -295,6 +383,7 @@ def run(args):
         X_train, y_train = subset_questions(X_train, y_train, 100)
         X_dev, y_dev = subset_questions(X_dev, y_dev, 40)
         X_test, y_test = subset_questions(X_test, y_test, 60)
+    data = ((X_train, y_train), (X_dev, y_dev), (X_test, y_test))
     res = {"data": args.data, "title": TITLES[args.data], "teachers": list(TEACHERS), "paper_config": args.paper, "args_train_questions": args.train_questions,
            "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
            "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),
@@ -302,71 +391,40 @@ def run(args):
            "teacher_model": args.teacher_model, "kd_alpha": KD_ALPHA, "temperature": TEMPERATURE,
            "budget": {k: v for k, v in budget(0, epochs).items() if k not in ("epochs", "random_state")} if args.paper else None,
            "student_layers": STUDENT_LAYERS, "architectures": ARCHITECTURES, "hydra_teacher_seeds": list(HYDRA_SEEDS),
-           "latency_architecture": LATENCY_ARCHITECTURE, "paper": PAPER, "paper_latency": PAPER_LATENCY}
-    fit_log = []
-
-    def fit(est, row):
-        model = fitted(est, X_train, y_train, fit_log)
-        fit_log[-1]["row"] = row
-        return model
-
-    # Teachers: every seed's set, and the cross-fitted logits of each (Hydra needs the TR of seeds 0-2).
-    tr_seeds = sorted(set(seeds) | set(HYDRA_SEEDS))
-    specs = {s: teacher_specs(s, epochs, args.teacher_model, args.paper) for s in tr_seeds}
-    oof = {(name, s): cross_fitted(specs[s][name], X_train, y_train, args.teacher_cv)
-           for s in tr_seeds for name in TEACHERS if s in seeds or name == "TR"}
-    oof_map = {f"{n} seed {s}": train_map(y_train, v, X_train) for (n, s), v in oof.items()}
-
-    scores = {}  # row -> list over seeds of test scores
-    params, e2e, insample_map = {}, {}, {}
-    keep = {}  # seed-0 models for the latency measurement
+           "latency_architecture": LATENCY_ARCHITECTURE, "latency_fit_questions": LATENCY_FIT_QUESTIONS,
+           "paper": PAPER, "paper_latency": PAPER_LATENCY, "fits": [], "ensemble_weights": {}}
+    scores, params, oof_map, insample_map = {}, {}, {}, {}
     for s in seeds:
-        teachers = {name: fit(spec, f"teacher {name}") for name, spec in specs[s].items()}
-        cols = [np.ascontiguousarray(oof[(n, s)]) for n in TEACHERS]
-        # Rounded: the arrays join the students' cache keys, which float noise in the last bits would change.
-        insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
-        for j, n in enumerate(TEACHERS):
-            insample_map[f"{n} seed {s}"] = train_map(y_train, insample[:, j], X_train)
-        res.setdefault("teacher_agreement", []).append(agreement(cols, X_train))
-        hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS]
-        row_models = students(args.paper, s, epochs, cols, hydra, insample)
-        models = {**teachers, **{name: fit(est, name) for name, est in row_models.items()}}
-        # Hydra's teachers fitted on all the training questions: their ensemble is the strength of its teacher set.
-        models.update({f"TR seed {t}": teachers["TR"] if t == s else fit(specs[t]["TR"], f"teacher TR seed {t}")
-                       for t in HYDRA_SEEDS})
-        res.setdefault("heads", []).append(heads_report(models["Cerberus B5 3H1"], X_test, y_test))
-        res.setdefault("hydra_heads", []).append(heads_report(models["Hydra"], X_test, y_test))
-        for name, model in models.items():
-            log(f"[seed {s}] scoring {name}")
-            scores.setdefault(name, []).append(np.asarray(model.predict(X_test), dtype=np.float64))
-            params[name] = n_params(model)
-        # Linear ensembles, weights tuned on dev; their test scores from the members' scores above.
-        ensembles = (("teacher ensemble", list(TEACHERS)), ("TR ensemble", [f"TR seed {t}" for t in HYDRA_SEEDS]),
-                     ("KD ensemble", [f"KD {n}" for n in TEACHERS]))
-        for ens_name, members in ensembles:
-            ens = LinearEnsemble([models[m] for m in members]).fit(X_dev, y_dev)
-            member_scores = np.column_stack([scores[m][-1] for m in members])
-            scores.setdefault(ens_name, []).append(ensemble_scores(ens, member_scores))
-            params[ens_name] = sum(params[m] for m in members)
-            res.setdefault("ensemble_weights", {}).setdefault(ens_name, []).append(
-                {"weights": ens.weights_.tolist(), "dev_map": ens.dev_score_})
-            log(f"[seed {s}] {ens_name}: weights {np.round(ens.weights_, 2).tolist()}, dev MAP {ens.dev_score_:.4f}")
-        if s == seeds[0]:
-            keep = {k: models[k] for k in ("student", "KD TR", "KD Cosinet", "KD Lexical", "Cerberus B5 3H1", "Cerberus B4 3H2")
-                    if k in models}
-            X_e2e = X_test.iloc[: min(END_TO_END_PAIRS, len(X_test))]
-            for name in TEACHERS:
-                e2e[name] = end_to_end_us(teachers[name], X_e2e)
-        del models, teachers
+        # A seed's results are stored whole (benchmarks/results/scores/): a run that ends early keeps the seeds
+        # it finished, and the next run, here or on another machine, goes on from there.
+        path = SCORES / f"cerberus-seed-{seed_key(args, s, epochs, data)}.npz"
+        stored = path.exists()
+        if stored:
+            rec, seed_scores = load_stored(path)
+            log(f"[seed {s}] stored results <- {path.name}")
+        else:
+            rec, seed_scores = seed_results(args, s, epochs, data)
+            save_stored(path, rec, seed_scores)
+        for name, v in seed_scores.items():
+            scores.setdefault(name, []).append(v)
+        params.update(rec["params"])
+        oof_map.update(rec["oof_map"])
+        insample_map.update(rec["insample_map"])
+        for key, out in (("agreement", "teacher_agreement"), ("heads", "heads"), ("hydra_heads", "hydra_heads")):
+            res.setdefault(out, []).append(rec[key])
+        for ens_name, w in rec["ensemble_weights"].items():
+            res["ensemble_weights"].setdefault(ens_name, []).append(w)
+        res["fits"] += [{**f, "cached": True} if stored else f for f in rec["fits"]]
 
+    teachers, keep = latency_models(args, X_train, y_train)
+    X_e2e = X_test.iloc[: min(END_TO_END_PAIRS, len(X_test))]
     archs = {"student": [keep["student"]], "KD ensemble": [keep[f"KD {n}"] for n in TEACHERS],
              **{a: [keep[a]] for a in ARCHITECTURES if a in keep}}
     res["latency"] = latency(archs, X_test, rounds=2 if args.quick else 5, n_pairs=256 if args.quick else 1024)
-    res["latency"]["end_to_end_us_per_sample"] = e2e
+    res["latency"]["end_to_end_us_per_sample"] = {name: end_to_end_us(teachers[name], X_e2e) for name in TEACHERS}
     res["latency"]["end_to_end_n_pairs"] = len(X_e2e)
     res["teacher_targets"] = {"cross_fitted_train_map": oof_map, "in_sample_train_map": insample_map}
     res["rows"], res["best_kd"] = summarise(scores, params, y_test, X_test)
-    res["fits"] = fit_log
     return res
 
 
