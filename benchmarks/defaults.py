@@ -19,11 +19,11 @@ split by paragraph) and WikiQA (train: answered questions of WikiQA-train; test:
 subsets: whole documents, seeded, nested; 10 % of them (at least 10 questions, whole documents) validate.
 
 Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what it
-holds from the current library, :func:`_common.library_digest`, and computes again what other code did), then
-the analysis of the page (mean test MAP per cell, the best cell of each column and each cell's p-value
-against it) into it, ``docs/benchmarks/<stem>.md`` (from ``benchmarks/pages/defaults.md.j2``) and
-``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for ``TransformerRanker``, ``defaults-<estimator>``
-otherwise).
+holds from the current library, :func:`_common.library_digest` with its application floor, and computes again
+what other code did), then the analysis of the page (mean test MAP per cell, the best cell of each column and
+each cell's p-value against it) into it, ``docs/benchmarks/<stem>.md`` (from
+``benchmarks/pages/defaults.md.j2``) and ``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for
+``TransformerRanker``, ``defaults-<estimator>`` otherwise).
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def reference(estimator, name, seed):
 def run(args, res, save):
     # An entry is reused only when the code that computed it is the code running now: the same parameters may
     # train another model once the library changes.
-    library = library_digest()
+    library = library_digest(application=True)
     for seed in args.seeds:
         for size in args.sizes:
             for data in args.data:

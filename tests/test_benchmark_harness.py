@@ -76,3 +76,20 @@ def test_library_digest_follows_the_code_not_its_documentation(common, tmp_path)
     reference = common.library_digest(package)
     (package / "empty.py").rename(package / "other.py")
     assert common.library_digest(package) != reference
+
+
+def test_library_digest_leaves_out_the_application_floor(common, tmp_path):
+    # The command line (app/, __main__.py) is above every estimator (tests/test_layering.py): a change there
+    # cannot change a fit, so it keeps the fit keys; any other module changes them.
+    package = tmp_path / "pkg"
+    (package / "app").mkdir(parents=True)
+    (package / "core.py").write_text("X = 1\n")
+    (package / "app" / "cli.py").write_text("Y = 1\n")
+    (package / "__main__.py").write_text("Z = 1\n")
+    before = common.library_digest(package)
+    (package / "app" / "cli.py").write_text("Y = 2\n")
+    (package / "__main__.py").write_text("Z = 2\n")
+    assert common.library_digest(package) == before
+    assert common.library_digest(package, application=True) != common.library_digest(package)
+    (package / "core.py").write_text("X = 2\n")
+    assert common.library_digest(package) != before
