@@ -56,7 +56,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import (CACHE, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log,
+from _common import (COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log, machine,
                      render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
@@ -139,17 +139,20 @@ def teacher_specs(seed, epochs, teacher_model, paper):
 
 
 def cross_fitted(spec, X, y, cv):
-    """``teacher_logits([spec], X, y, cv=cv)[:, 0]``, cached on disk (its ``cv`` fits are not cached otherwise)."""
+    """``teacher_logits([spec], X, y, cv=cv)[:, 0]``, stored in ``benchmarks/results/scores/`` (its ``cv`` fits
+    are not cached otherwise, and Hydra's targets, the transformer teachers' of seeds 0-2, serve every seed)."""
     # The fit cache's key (estimator, parameters, weights, data and the library's code) and the folds: logits of
     # an earlier version of the library are not read back.
     key = joblib.hash(("teacher_logits", cache_key(spec, X, y), cv))
-    path = CACHE / f"teacher_logits-{key}.npy"
+    path = SCORES / f"teacher_logits-{key}.npz"
     if path.exists():
-        return np.load(path)
+        return load_stored(path)[1]["logits"]
     log(f"cross-fitting {type(spec).__name__} ({cv} folds)")
-    logits = teacher_logits([spec], X, y, cv=cv)[:, 0]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    np.save(path, logits)
+    start = time.perf_counter()
+    # float64 as stored, so that the students' keys (which hold these arrays) are the same in a later run.
+    logits = np.asarray(teacher_logits([spec], X, y, cv=cv)[:, 0], dtype=np.float64)
+    save_stored(path, {"teacher": type(spec).__name__, "cv": cv, "seconds": time.perf_counter() - start,
+                       "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}, {"logits": logits})
     return logits
 
 
