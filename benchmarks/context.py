@@ -41,7 +41,7 @@ epoch on 16 training questions (a forward pass costs the same whatever the weigh
 pair (both inputs for the ensemble) explain the dynamic figures.
 
 Every fit's test scores are stored in ``benchmarks/results/scores/`` (``_common.fitted_scores``), keyed by the
-fit and the library's source: a run needing more CPU hours than one session has is run again with the same
+fit (the library's code included): a run needing more CPU hours than one session has is run again with the same
 command until every fit is stored, and the page records which machine trained each fit.
 
 ``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0), as ``cerberus.py``
