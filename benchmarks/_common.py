@@ -76,6 +76,11 @@ def load_average() -> list:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def inference_params(est) -> dict:
+    """The estimator's own inference-only parameters (``_inference_params``) and their values."""
+    return {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+
+
 def training_params(est) -> dict:
     """The parameters that decide what ``fit`` learns: all of them but an estimator's inference-only ones
     (``_inference_params``: prediction batch size, threads, progress bars...)."""
@@ -160,7 +165,7 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
         log(f"cached {name} <- {path.name}")
         model = joblib.load(path)
         # The cached model predicts with the inference parameters asked for now.
-        inference = {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+        inference = inference_params(est)
         model.set_params(**inference)
         entry = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
         if fit_log is not None:
@@ -203,7 +208,7 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     """``(scores, model)``: the scores on ``X_test`` of ``est`` fitted on ``(X, y)`` (:func:`fitted`), read
     from ``benchmarks/results/scores/`` when this fit was scored on ``X_test`` before (``model`` is then None).
 
-    Keyed by the fit's :func:`cache_key` (the library's source included), ``fit_params``, the inference
+    Keyed by the fit's :func:`cache_key` (the library's code included), ``fit_params``, the inference
     parameters and ``X_test``. The stored record is the fit's (``fit_log`` receives it), with the machine that
     trained the model and the one that scored it: on another CPU, ``precision="auto"`` may have trained and
     predicted in another dtype (bfloat16 where the CPU computes it natively, float32 elsewhere).
@@ -211,7 +216,7 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     import joblib
     import numpy as np
 
-    inference = {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+    inference = inference_params(est)
     key = joblib.hash((cache_key(est, X, y), fit_params, inference, X_test))
     path = SCORES / f"{type(est).__name__}-{key}.npz"
     records = fit_log if fit_log is not None else []
