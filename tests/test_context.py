@@ -17,7 +17,8 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
-from as2rank.transformer.context.network import SEGMENTS, MultiwayAttention, gather_segments, segment_widths  # noqa: E402
+from as2rank.transformer.context.network import (SEGMENTS, MultiwayAttention, gather_segments, multiway_attend,  # noqa: E402
+                                                 segment_widths)
 from as2rank.transformer.context.segments import encode_segments, share_budget  # noqa: E402
 from as2rank.text import tokenize  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
@@ -346,6 +347,24 @@ def test_multiway_attention_shapes_and_masking():
     query.requires_grad_(True)
     layer(query, query_mask, keys, key_mask).sum().backward()
     assert torch.isfinite(query.grad).all()
+
+
+def test_several_attention_layers_at_once_equal_each_alone():
+    # The MWA model runs its contexts' layers together (a fixed number of operators): the same values as one by
+    # one, each over its own keys and mask, whatever the padding of the narrower keys.
+    torch.manual_seed(0)
+    layers = [MultiwayAttention(8, 4).eval() for _ in range(3)]
+    query = torch.randn(2, 5, 8)
+    query_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    keys = torch.randn(3, 2, 6, 8)
+    key_mask = torch.tensor([[[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1]], [[0] * 6, [1, 0, 0, 0, 0, 0]],
+                             [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]]], dtype=torch.bool)
+    together = multiway_attend(layers, query, query_mask, keys, key_mask)
+    for i, layer in enumerate(layers):
+        width = int(key_mask[i].sum(-1).max().clamp_min(1))
+        alone = layer(query, query_mask, keys[i, :, :width], key_mask[i, :, :width])
+        torch.testing.assert_close(together[i], alone, atol=1e-6, rtol=1e-5)
+    assert torch.all(together[1, 0] == 0)  # a row without keys
 
 
 def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):

@@ -75,3 +75,28 @@ def test_estimators_predict_the_same_bits_with_and_without_prefetch(cls, tokeniz
     prefetched = est.predict(X)
     assert len(threads) > 2 and all(t.startswith("as2rank-prefetch") for t in threads)
     np.testing.assert_array_equal(prefetched, sequential)
+
+
+def test_each_weight_is_cast_once_per_predict_call_and_the_bits_stay(tokenizer, monkeypatch):
+    # Autocast's cast cache skips inference mode: there, every batch cast every weight again (a kernel per
+    # weight and batch on a GPU). The loop keeps one lower-precision copy of each weight per call.
+    from torch.profiler import ProfilerActivity, profile
+
+    X, y = synthetic(n_questions=10)
+    est = small(TransformerRanker, "bert", tokenizer).fit(X, y).set_params(precision="bf16")
+    square = tuple(est.model_.encoder.config.hidden_size for _ in range(2))
+
+    def weight_casts(batch_tokens):
+        est.set_params(batch_tokens=batch_tokens)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            scores = est.predict(X)
+        casts = sum(1 for e in prof.events() if e.name == "aten::_to_copy" and e.input_shapes and tuple(e.input_shapes[0]) == square)
+        return casts, scores
+
+    one_batch, whole = weight_casts(4096)
+    many_batches, batched = weight_casts(16)
+    assert one_batch > 0 and many_batches == one_batch
+    monkeypatch.setattr(torch, "no_grad", torch.inference_mode)  # the loop as it was: casts in every batch
+    recast, before = weight_casts(16)
+    assert recast > many_batches
+    np.testing.assert_array_equal(batched, before)

@@ -3,8 +3,8 @@ the cross-encoders (:func:`predict_logits`).
 
 Every estimator's ``predict`` goes through :func:`predict_batches`: it says how its rows are batched (by
 token budget, by question), how a batch's inputs are laid out on the device and what one batch computes; the
-loop runs the batches without gradients under autocast, behind the progress bar, and gathers the outputs in
-row order. On a GPU the loop lays out the next batches (gathering rows, pinned host memory, non-blocking copies)
+loop runs the batches without gradients under one autocast context (each weight cast to the autocast dtype
+once per call), behind the progress bar, and gathers the outputs in row order. On a GPU the loop lays out the next batches (gathering rows, pinned host memory, non-blocking copies)
 in a background thread while the device computes the current one; on the CPU, where one set of cores is both
 host and device, it does not (``prefetch``).
 """
@@ -87,7 +87,10 @@ def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc:
         n_pending = 0
 
     prefetch = default_prefetch(device) if prefetch is None else int(prefetch)
-    with torch.inference_mode(), autocast(device, dtype), _prepared(batches, prepare, prefetch) as prepared:
+    # ``no_grad`` rather than ``inference_mode``: autocast then keeps the lower-precision copy of each weight for
+    # the whole call (its cast cache skips inference mode), where it would cast every weight again in every
+    # batch; the copies are the same values, so the outputs are the same bits either way.
+    with torch.no_grad(), autocast(device, dtype), _prepared(batches, prepare, prefetch) as prepared:
         for batch in progress(prepared, len(batches), desc):
             batch_rows, out = run(batch)
             rows.append(np.asarray(batch_rows))

@@ -2,6 +2,7 @@
 page's accuracy runs: ``ContextMWA`` vs ``ContextConcat`` (Han, Soldaini & Moschitti 2021, Table 2's latency).
 
     python benchmarks/studies/context_latency.py [--data wikiqa squad] [--train-questions N] [--rows N] [--rounds N]
+                                                 [--encoders minilm-l6 base] [--profile]
 
 The Concat and MWA rows of ``benchmarks/context.py`` (same estimators, lengths, contexts and latency
 measurement: ``context.latency``, forward passes of ``predict`` alone in batches of 128 test rows, with
@@ -15,6 +16,12 @@ dimensions: 12 layers, hidden 768, 12 heads, feed-forward 3072; Han et al. 2021,
 all-MiniLM-L6-v2's tokenizer, since no such checkpoint is available offline: the latency of a forward pass does
 not depend on the weights' values, and the share of multi-way attention in it falls as the encoder grows.
 
+``--profile`` adds, per data set and encoder, where a forward pass's time goes (dynamic padding, the same
+batches): the encoder's passes timed alone against the whole module's, the kernels launched and the host
+synchronisations per batch, and the operators with the most self time on the device (torch's profiler); on a GPU
+also the MWA module with its multi-way attention layers compiled by ``torch.compile`` (a candidate fusion of its
+small kernels, measured before the library adopts it).
+
 Writes ``benchmarks/studies/results/context_latency.json`` and ``docs/studies/context_latency.md`` (``-<tag>``
 with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py context_latency`` renders the page again.
 """
@@ -22,14 +29,21 @@ with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py context_latency`` ren
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
+import numpy as np
+import torch
 from _common import CACHE, conclude, fitted, log, run_header
-from context import LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, load_data, make, subset_questions, with_context
+from context import (LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, latency_batches, load_data, make, subset_questions,
+                     with_context)
+
+from as2rank.neural import autocast, resolve_device, to_device
+from as2rank.neural.backbone import encoder_states
 
 ROWS = ("Concat", "MWA")
 #: The paper's encoder dimensions (RoBERTa-base), for ``--encoders base``.
@@ -70,8 +84,90 @@ def run_dataset(name, args, fit_log, model=None) -> dict:
         models[row] = fitted(est, with_context(X_train, method)[0], y_train, fit_log)
         frames[row] = with_context(X_test, method)[0]
     n_rows = min(args.rows, len(X_test))
-    return {"n_train_questions": int(X_train["qid"].nunique()), "n_rows": n_rows,
-            "latency": latency(models, frames, rounds=args.rounds, n_rows=n_rows)}
+    out = {"n_train_questions": int(X_train["qid"].nunique()), "n_rows": n_rows,
+           "latency": latency(models, frames, rounds=args.rounds, n_rows=n_rows)}
+    if args.profile:
+        out["profile"] = {row: profile_forward(est, latency_batches(est, frames[row].iloc[:n_rows], None), args.rounds)
+                          for row, est in models.items()}
+    return out
+
+
+def _passes(call, batches, device) -> float:
+    """Seconds of ``call(batch)`` over ``batches`` after one warm-up pass over all of them (first-call
+    allocations; compilation of each shape where ``call`` is compiled)."""
+    for batch in batches:
+        call(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for batch in batches:
+        call(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _device_time(event, cuda: bool) -> float:
+    """An averaged profiler event's self time on the device (microseconds): the GPU's where there is one."""
+    if not cuda:
+        return event.self_cpu_time_total
+    return getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)
+
+
+#: Profiler events that make the host wait for the device (a read of a device value, a blocking copy).
+HOST_WAITS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
+
+
+def profile_forward(est, batches, rounds: int) -> dict:
+    """Where a forward pass's time goes: ms per sample of the whole module and of its encoder alone (median of
+    ``rounds`` interleaved rounds over ``batches``), then one profiled pass over them: kernels launched and host
+    waits per batch, and the 12 operators with the most self time on the device. On a GPU, the same module with
+    its multi-way attention layers (if any) under ``torch.compile``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = resolve_device("auto")
+    predictor = est.predictor(device)
+    module = predictor.module
+    cuda = device.type == "cuda"
+    batches = [to_device(b, device) for b in batches]
+    n = sum(len(b["input_ids"]) for b in batches)
+    calls = {"whole": module, "encoder": lambda b: encoder_states(module.encoder, b)}
+    attention = getattr(module, "attention", None)
+    if cuda and attention is not None:
+        compiled = copy.deepcopy(module)
+        for name in list(compiled.attention):
+            compiled.attention[name] = torch.compile(compiled.attention[name], dynamic=True)
+        calls["whole, attention compiled"] = compiled
+    times = {name: [] for name in calls}
+    out = {}
+    with torch.inference_mode(), autocast(device, predictor.dtype):
+        for _ in range(rounds):
+            for name, call in list(calls.items()):
+                try:
+                    times[name].append(1000 * _passes(call, batches, device) / n)
+                except Exception as error:  # a compiler that fails on this machine: say so on the page
+                    out["compile_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                    del calls[name], times[name]
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities) as prof:
+            for batch in batches:
+                module(batch)
+            if cuda:
+                torch.cuda.synchronize()
+    events = prof.key_averages()
+    kernels = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    top = sorted(events, key=lambda e: _device_time(e, cuda), reverse=True)[:12]
+    out.update({
+        "ms_per_sample": {name: float(np.median(t)) for name, t in times.items()},
+        "kernels_per_batch": sum(e.count for e in kernels) / len(batches) if cuda else None,
+        "host_waits_per_batch": sum(e.count for e in events if e.key.startswith(HOST_WAITS)) / len(batches),
+        "top": [{"op": e.key[:80], "calls_per_batch": e.count / len(batches),
+                 "ms_per_batch": _device_time(e, cuda) / 1000 / len(batches)} for e in top],
+        "time_on": "device" if cuda else "host",
+    })
+    log(f"[profile] {type(est).__name__}: " + ", ".join(f"{k} {v:.4f}" for k, v in out["ms_per_sample"].items())
+        + f" ms/sample; host waits/batch {out['host_waits_per_batch']:.1f}")
+    return out
 
 
 def acceptance(res) -> list:
@@ -99,6 +195,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--encoders", nargs="+", choices=("minilm-l6", "base"), default=["minilm-l6"],
                         help="the estimators' default encoder and/or one of the paper's size (random weights)")
+    parser.add_argument("--profile", action="store_true", help="where each forward pass's time goes (see above)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     res = {**run_header("studies/context_latency.py", argv), "latency_batch": LATENCY_BATCH, "rows": list(ROWS),

@@ -17,7 +17,8 @@ from ...neural.backbone import encoder_states, masked_mean
 from ...neural.backbone import pool
 from ..heads import SegmentSimilarity, head_logits, segment_cosine, with_prior
 
-__all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary", "gather_segments", "segment_widths"]
+__all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary",
+           "gather_segments", "multiway_attend", "multiway_weights", "segment_widths"]
 
 #: Segment id of each token of a context input: special tokens (and padding) are 0.
 SEGMENTS = {"special": 0, "question": 1, "candidate": 2, "local": 3, "global": 4}
@@ -90,10 +91,21 @@ def gather_segments(hidden: torch.Tensor, segments: torch.Tensor, ids, width: in
 
 
 def _pack(hidden, keep, counts, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens, mask = _pack_groups(hidden, keep[None], counts[None], width)
+    return tokens[0], mask[0]
+
+
+def _pack_groups(hidden, keeps, counts, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept tokens of several groups at once: ``keeps`` (groups, batch, length) and ``counts`` (groups,
+    batch) give tokens (groups, batch, width, dim) and their mask (groups, batch, width), with one sort and one
+    gather for all groups (on a GPU each operator is a kernel launch)."""
+    groups, batch, length = keeps.shape
     # A stable sort of "not kept" brings the kept positions first, in their order.
-    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]
-    tokens = hidden.gather(1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-    mask = torch.arange(width, device=hidden.device).unsqueeze(0) < counts.unsqueeze(1)
+    order = torch.sort((~keeps).to(torch.int8), dim=-1, stable=True).indices[..., :width]
+    rows = torch.arange(0, batch * length, length, device=hidden.device)
+    flat = (order + rows[:, None]).reshape(-1)
+    tokens = hidden.reshape(batch * length, -1).index_select(0, flat).view(groups, batch, width, -1)
+    mask = torch.arange(width, device=hidden.device) < counts.unsqueeze(-1)
     return tokens, mask
 
 
@@ -144,23 +156,7 @@ class MultiwayAttention(nn.Module):
     def weights(self, query, keys, key_mask) -> torch.Tensor:
         """Attention weights of every way, shape (batch, 4, queries, keys); zero on padded keys, and all
         zero for a row without keys."""
-        a = self.dot.in_features
-        # One projection of each side for the three tanh ways; W_m (q − k) = W_m q + (−W_m) k, so concat and
-        # minus are both sums of a query and a key projection: one broadcast sum and one tanh serve both.
-        query_proj = F.linear(query, torch.cat((self.concat_query.weight, self.minus.weight, self.dot_query.weight)))
-        key_proj = F.linear(keys, torch.cat((self.concat_key.weight, -self.minus.weight, self.dot_key.weight)))
-        q, k = query_proj.unsqueeze(2), key_proj.unsqueeze(1)  # (B, Tq, 1, 3a), (B, 1, Tk, 3a)
-        additive = torch.tanh(q[..., : 2 * a] + k[..., : 2 * a]) @ torch.block_diag(
-            self.score["concat"].weight.T, self.score["minus"].weight.T
-        )  # (B, Tq, Tk, 2)
-        dot = self.score["dot"](torch.tanh(self.dot(q[..., 2 * a :] * k[..., 2 * a :]))).squeeze(-1)
-        bilinear = self.bilinear(query) @ keys.transpose(1, 2)
-        concat, minus = additive.unbind(-1)
-        scores = torch.stack((concat, bilinear, dot, minus), dim=1)  # (B, 4, Tq, Tk)
-        valid = key_mask[:, None, None, :]
-        # A finite fill (not -inf) keeps rows without any key free of NaN in the forward and backward pass.
-        scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
-        return torch.softmax(scores, dim=-1).masked_fill(~valid, 0.0)
+        return multiway_weights([self], query, keys[None], key_mask[None])[0][0]
 
     def forward(self, query, query_mask, keys, key_mask) -> torch.Tensor:
         """Attended representation of every query token.
@@ -177,13 +173,78 @@ class MultiwayAttention(nn.Module):
         Tensor of shape (batch, queries, hidden)
             Zero for padded query tokens and for rows without keys.
         """
-        weights = self.weights(query, keys, key_mask)  # (B, 4, Tq, Tk)
-        # view_w = weights_w @ keys, so W_a view_w = weights_w @ (W_a keys) and Σ_w β_w view_w =
-        # (Σ_w β_w weights_w) @ keys: the same values without materialising the four (Tq × hidden) views.
-        projected = weights @ self.mix_view(keys).unsqueeze(1)  # (B, 4, Tq, a)
-        mix = torch.softmax(self.mix_score(torch.tanh(projected + self.mix_query(query).unsqueeze(1))), dim=1)
-        mixed = (mix * weights).sum(dim=1) @ keys
-        return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
+        return multiway_attend([self], query, query_mask, keys[None], key_mask[None])[0]
+
+
+def _rows(layers, *names) -> torch.Tensor:
+    """The named weights of every layer, concatenated along their output rows (one operator)."""
+    return torch.cat([getattr(layer, name).weight for layer in layers for name in names])
+
+
+def multiway_weights(layers, query, keys, key_mask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:meth:`MultiwayAttention.weights` of several layers at once, each over its own keys, the query shared:
+    the same values as each layer alone, in a fixed number of operators whatever the number of layers (on a GPU
+    each is a kernel launch, which a small attention waits on more than on arithmetic).
+
+    Parameters
+    ----------
+    layers : sequence of MultiwayAttention
+    query : Tensor of shape (batch, queries, hidden)
+    keys : Tensor of shape (layers, batch, keys, hidden)
+    key_mask : Tensor of bool, shape (layers, batch, keys)
+
+    Returns
+    -------
+    weights : Tensor of shape (layers, batch, 4, queries, keys)
+    mix_query : Tensor of shape (layers, batch, queries, attention_dim)
+        ``U_a q`` of the way mixing (:func:`multiway_attend`).
+    mix_keys : Tensor of shape (layers, batch, keys, attention_dim)
+        ``W_a k``.
+    """
+    n, a, hidden = len(layers), layers[0].dot.in_features, query.shape[-1]
+    (_, batch, n_keys, _), n_queries = keys.shape, query.shape[1]
+    # One projection of the query for every layer and way: W_m (q − k) = W_m q + (−W_m) k, so concat and minus are
+    # both sums of a query and a key projection, and one broadcast sum and one tanh serve both.
+    width = 4 * a + hidden
+    q = F.linear(query, _rows(layers, "concat_query", "minus", "dot_query", "mix_query", "bilinear"))
+    q = q.view(batch, n_queries, n, width).permute(2, 0, 1, 3)  # (L, B, Tq, 4a + H)
+    key_weights = torch.cat([w for layer in layers for w in (layer.concat_key.weight, -layer.minus.weight,
+                                                                 layer.dot_key.weight, layer.mix_view.weight)])
+    k = torch.bmm(keys.reshape(n, batch * n_keys, hidden), key_weights.view(n, 4 * a, hidden).transpose(1, 2))
+    k = k.view(n, batch, n_keys, 4 * a)
+    pairs = batch * n_queries * n_keys
+    # The concat and minus scores: v_cᵀ tanh(·) and v_mᵀ tanh(·), as one product with a block-diagonal (2a × 2).
+    score = torch.cat([layer.score[way].weight for layer in layers for way in ("concat", "minus")]).view(n, 2, a, 1)
+    block = (score * torch.eye(2, device=score.device, dtype=score.dtype)[None, :, None, :]).reshape(n, 2 * a, 2)
+    additive = torch.bmm(torch.tanh(q[..., None, : 2 * a] + k[:, :, None, :, : 2 * a]).reshape(n, pairs, 2 * a), block)
+    product = (q[..., None, 2 * a : 3 * a] * k[:, :, None, :, 2 * a : 3 * a]).reshape(n, pairs, a)
+    dot_weight = torch.stack([layer.dot.weight for layer in layers])
+    dot_score = torch.stack([layer.score["dot"].weight for layer in layers])  # (L, 1, a)
+    dot = torch.bmm(torch.tanh(torch.bmm(product, dot_weight.transpose(1, 2))), dot_score.transpose(1, 2))
+    bilinear = q[..., 4 * a :] @ keys.transpose(-1, -2)  # (L, B, Tq, Tk)
+    additive, dot = additive.view(n, batch, n_queries, n_keys, 2), dot.view(n, batch, n_queries, n_keys)
+    scores = torch.stack((additive[..., 0], bilinear, dot, additive[..., 1]), dim=2)  # ways in WAYS' order
+    invalid = ~key_mask[:, :, None, None, :]
+    # A finite fill (not -inf) keeps rows without any key free of NaN in the forward and backward pass.
+    scores = scores.masked_fill(invalid, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1).masked_fill(invalid, 0.0)
+    mix_query = q[..., 3 * a : 4 * a]
+    mix_bias = torch.stack([layer.mix_query.bias for layer in layers])[:, None, None, :].to(mix_query.dtype)
+    return weights, mix_query + mix_bias, k[..., 3 * a :]
+
+
+def multiway_attend(layers, query, query_mask, keys, key_mask) -> torch.Tensor:
+    """:class:`MultiwayAttention` of several layers at once, each over its own keys (see
+    :func:`multiway_weights`), shape (layers, batch, queries, hidden); zero for padded query tokens and for
+    rows without keys."""
+    weights, mix_query, mix_keys = multiway_weights(layers, query, keys, key_mask)
+    # view_w = weights_w @ keys, so W_a view_w = weights_w @ (W_a keys) and Σ_w β_w view_w =
+    # (Σ_w β_w weights_w) @ keys: the same values without materialising the four (Tq × hidden) views.
+    projected = weights @ mix_keys.unsqueeze(2)  # (L, B, 4, Tq, a)
+    mix_score = torch.stack([layer.mix_score.weight for layer in layers])[:, None, None]  # (L, 1, 1, 1, a)
+    mix = torch.softmax(torch.tanh(projected + mix_query.unsqueeze(2)) @ mix_score.transpose(-1, -2), dim=2)
+    mixed = (mix * weights).sum(dim=2) @ keys
+    return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
 
 
 #: What :class:`MultiwayContextEncoder`'s classifier may read beside the attended views (defined in
@@ -256,10 +317,12 @@ class MultiwayContextEncoder(nn.Module):
         hidden = encoder_states(self.encoder, batch)
         query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])
         parts = [masked_mean(query, query_mask) if self.summary == "pair" else pool(hidden, batch["attention_mask"], self.pooling)]
-        for i, context in enumerate(self.contexts, start=1):
-            keys, key_mask = _pack(hidden, keeps[i], counts[i], widths[i])
-            attended = self.attention[context](query, query_mask, keys, key_mask)
-            parts.append(masked_mean(attended, query_mask))
+        # Every context's keys packed to the widest one, and all the contexts' attention layers run together.
+        keys, key_mask = _pack_groups(hidden, torch.stack(keeps[1:]), torch.stack(counts[1:]), max(widths[1:]))
+        layers = [self.attention[context] for context in self.contexts]
+        attended = multiway_attend(layers, query, query_mask, keys, key_mask)  # (contexts, B, Tq, H)
+        views = masked_mean(attended.flatten(0, 1), query_mask.repeat(len(layers), 1))  # (contexts × B, H)
+        parts.append(views.view(len(layers), -1, views.shape[-1]).transpose(0, 1).flatten(1))  # by row, contexts in order
         logits = head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
         if self.similarity is not None:
             logits = logits + self.similarity(hidden, batch)
