@@ -114,14 +114,16 @@ def _device_time(event, cuda: bool) -> float:
     return getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)
 
 
-#: Profiler events that make the host wait for the device (a read of a device value, a blocking copy).
-HOST_WAITS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
+#: Profiler events that make the host wait for the device: on a GPU the runtime's synchronisations (a read of
+#: a device value is a copy and one of them), on the CPU the reads of a tensor's value that would be one there.
+HOST_WAITS = {"cuda": ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"),
+              "cpu": ("aten::_local_scalar_dense",)}
 
 
 def profile_forward(est, batches, rounds: int) -> dict:
     """Where a forward pass's time goes: ms per sample of the whole module and of its encoder alone (median of
-    ``rounds`` interleaved rounds over ``batches``), then one profiled pass over them: kernels launched and host
-    waits per batch, and the 12 operators with the most self time on the device. On a GPU, the same module with
+    ``rounds`` interleaved rounds over ``batches``), then one profiled pass over them (its last step waits for the
+    device once): kernels launched, host waits and memory copies per batch, and the 12 operators with the most self time on the device. On a GPU, the same module with
     its multi-way attention layers (if any) under ``torch.compile``."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -160,7 +162,8 @@ def profile_forward(est, batches, rounds: int) -> dict:
     out.update({
         "ms_per_sample": {name: float(np.median(t)) for name, t in times.items()},
         "kernels_per_batch": sum(e.count for e in kernels) / len(batches) if cuda else None,
-        "host_waits_per_batch": sum(e.count for e in events if e.key.startswith(HOST_WAITS)) / len(batches),
+        "host_waits_per_batch": sum(e.count for e in events if e.key in HOST_WAITS[device.type]) / len(batches),
+        "copies_per_batch": sum(e.count for e in events if e.key.startswith("cudaMemcpy")) / len(batches) if cuda else None,
         "top": [{"op": e.key[:80], "calls_per_batch": e.count / len(batches),
                  "ms_per_batch": _device_time(e, cuda) / 1000 / len(batches)} for e in top],
         "time_on": "device" if cuda else "host",
