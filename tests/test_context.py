@@ -387,6 +387,17 @@ def test_mwa_ignores_padding_and_reads_each_context_separately(data, tokenizer):
     torch.testing.assert_close(weights.sum(-1)[n_local > 0], torch.ones_like(weights.sum(-1)[n_local > 0]))
 
 
+def test_mwa_runs_its_contexts_together_or_one_by_one_alike(data, tokenizer, monkeypatch):
+    from as2rank.transformer.context import network
+
+    X, y = data
+    model = small(ContextMWA, tokenizer).fit(X, y)
+    assert not network.contexts_together("cpu") and network.contexts_together("cuda")
+    one_by_one = model.predict(X)
+    monkeypatch.setattr(network, "contexts_together", lambda device: True)  # the GPU's way, on the CPU
+    np.testing.assert_allclose(model.predict(X), one_by_one, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("summary, pooling", [("pair", "auto"), ("sequence", "mean"), ("sequence", "cls")])
 def test_mwa_classifier_reads_the_summary_it_is_asked_for(summary, pooling, data, tokenizer):
     from as2rank.neural.backbone import pool

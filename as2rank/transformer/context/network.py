@@ -18,7 +18,7 @@ from ...neural.backbone import pool
 from ..heads import SegmentSimilarity, head_logits, segment_cosine, with_prior
 
 __all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary",
-           "gather_segments", "multiway_attend", "multiway_weights", "segment_widths"]
+           "contexts_together", "gather_segments", "multiway_attend", "multiway_weights", "segment_widths"]
 
 #: Segment id of each token of a context input: special tokens (and padding) are 0.
 SEGMENTS = {"special": 0, "question": 1, "candidate": 2, "local": 3, "global": 4}
@@ -240,9 +240,12 @@ def multiway_attend(layers, query, query_mask, keys, key_mask) -> torch.Tensor:
     weights, mix_query, mix_keys = multiway_weights(layers, query, keys, key_mask)
     # view_w = weights_w @ keys, so W_a view_w = weights_w @ (W_a keys) and Σ_w β_w view_w =
     # (Σ_w β_w weights_w) @ keys: the same values without materialising the four (Tq × hidden) views.
-    projected = weights @ mix_keys.unsqueeze(2)  # (L, B, 4, Tq, a)
-    mix_score = torch.stack([layer.mix_score.weight for layer in layers])[:, None, None]  # (L, 1, 1, 1, a)
-    mix = torch.softmax(torch.tanh(projected + mix_query.unsqueeze(2)) @ mix_score.transpose(-1, -2), dim=2)
+    n, batch, ways, n_queries, n_keys = weights.shape
+    # Products of whole matrices (the ways and queries as rows), not broadcast ones that would copy an operand.
+    projected = (weights.view(n, batch, ways * n_queries, n_keys) @ mix_keys).view(n, batch, ways, n_queries, -1)
+    mixing = torch.tanh(projected + mix_query.unsqueeze(2)).view(n, batch * ways * n_queries, -1)
+    mix_score = torch.stack([layer.mix_score.weight for layer in layers]).transpose(1, 2)  # (L, a, 1)
+    mix = torch.softmax(torch.bmm(mixing, mix_score).view(n, batch, ways, n_queries, 1), dim=2)
     mixed = (mix * weights).sum(dim=2) @ keys
     return mixed * query_mask.unsqueeze(-1).to(mixed.dtype)
 
@@ -255,6 +258,13 @@ SUMMARIES = _SUMMARIES
 def check_summary(summary) -> None:
     """Raise ``ValueError`` unless ``summary`` is one of :data:`SUMMARIES`."""
     check_param("summary", summary, [Options(SUMMARIES)])
+
+
+def contexts_together(device) -> bool:
+    """Whether :class:`MultiwayContextEncoder` runs its contexts' attention layers together on ``device``, over keys
+    packed to the widest context (:func:`multiway_attend`): on a GPU, where a batch waits on kernel launches more
+    than on arithmetic; on the CPU each context runs over its own width, with no work on padding."""
+    return torch.device(device).type == "cuda"
 
 
 class MultiwayContextEncoder(nn.Module):
@@ -317,12 +327,16 @@ class MultiwayContextEncoder(nn.Module):
         hidden = encoder_states(self.encoder, batch)
         query, query_mask = _pack(hidden, keeps[0], counts[0], widths[0])
         parts = [masked_mean(query, query_mask) if self.summary == "pair" else pool(hidden, batch["attention_mask"], self.pooling)]
-        # Every context's keys packed to the widest one, and all the contexts' attention layers run together.
-        keys, key_mask = _pack_groups(hidden, torch.stack(keeps[1:]), torch.stack(counts[1:]), max(widths[1:]))
         layers = [self.attention[context] for context in self.contexts]
-        attended = multiway_attend(layers, query, query_mask, keys, key_mask)  # (contexts, B, Tq, H)
-        views = masked_mean(attended.flatten(0, 1), query_mask.repeat(len(layers), 1))  # (contexts × B, H)
-        parts.append(views.view(len(layers), -1, views.shape[-1]).transpose(0, 1).flatten(1))  # by row, contexts in order
+        runs = [range(len(layers))] if contexts_together(hidden.device) else [[i] for i in range(len(layers))]
+        views = []
+        for run in runs:
+            keys, key_mask = _pack_groups(hidden, torch.stack([keeps[1 + i] for i in run]),
+                                          torch.stack([counts[1 + i] for i in run]), max(widths[1 + i] for i in run))
+            attended = multiway_attend([layers[i] for i in run], query, query_mask, keys, key_mask)  # (run, B, Tq, H)
+            pooled = masked_mean(attended.flatten(0, 1), query_mask.repeat(len(run), 1))  # (run × B, H)
+            views.append(pooled.view(len(run), -1, pooled.shape[-1]))
+        parts.append(torch.cat(views).transpose(0, 1).flatten(1))  # by row, the contexts in order
         logits = head_logits(self.head, torch.cat(parts, dim=-1)).squeeze(-1)
         if self.similarity is not None:
             logits = logits + self.similarity(hidden, batch)
