@@ -299,23 +299,29 @@ def latency_batches(est, X, fixed_width):
     return batches
 
 
+def passes_seconds(call, batches, device) -> float:
+    """Seconds of ``call(batch)`` over ``batches``, the device's queue drained before and after."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for batch in batches:
+        call(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def time_forward(est, batches, device, fixed: bool) -> float:
-    """Seconds of the model's forward passes over ``batches`` (as ``predict`` runs them)."""
+    """Seconds of the model's forward passes over ``batches``, as ``predict`` runs them (without gradients, under
+    one autocast context)."""
     predictor = est.predictor(device)
     module = predictor.module
     if hasattr(module, "trim_padding"):
         module.trim_padding = not fixed  # the ensemble otherwise cuts each input to its longest row
     batches = [to_device(b, device) for b in batches]
-    with torch.inference_mode(), autocast(device, predictor.dtype):
+    with torch.no_grad(), autocast(device, predictor.dtype):
         module({k: v[:8] for k, v in batches[0].items()})  # warm-up (first-call allocations)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for batch in batches:
-            module(batch)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+        seconds = passes_seconds(module, batches, device)
     if hasattr(module, "trim_padding"):
         module.trim_padding = True
     return seconds
@@ -328,7 +334,7 @@ def forward_ops(est, batch, device) -> int:
 
     predictor = est.predictor(device)
     batch = to_device(batch, device)
-    with torch.inference_mode(), autocast(device, predictor.dtype):
+    with torch.no_grad(), autocast(device, predictor.dtype):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             predictor.module(batch)
     return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None)

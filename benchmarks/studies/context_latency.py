@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 import numpy as np
 import torch
 from _common import CACHE, conclude, fitted, log, run_header
-from context import (LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, latency_batches, load_data, make, subset_questions,
-                     with_context)
+from context import (LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, latency_batches, load_data, make, passes_seconds,
+                     subset_questions, with_context)
 
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.backbone import encoder_states
@@ -97,14 +97,7 @@ def _passes(call, batches, device) -> float:
     allocations; compilation of each shape where ``call`` is compiled)."""
     for batch in batches:
         call(batch)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for batch in batches:
-        call(batch)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return passes_seconds(call, batches, device)
 
 
 def _device_time(event, cuda: bool) -> float:
@@ -142,7 +135,7 @@ def profile_forward(est, batches, rounds: int) -> dict:
         calls["whole, attention compiled"] = compiled
     times = {name: [] for name in calls}
     out = {}
-    with torch.inference_mode(), autocast(device, predictor.dtype):
+    with torch.no_grad(), autocast(device, predictor.dtype):
         for _ in range(rounds):
             for name, call in list(calls.items()):
                 try:
