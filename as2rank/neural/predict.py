@@ -4,9 +4,10 @@ the cross-encoders (:func:`predict_logits`).
 Every estimator's ``predict`` goes through :func:`predict_batches`: it says how its rows are batched (by
 token budget, by question), how a batch's inputs are laid out on the device and what one batch computes; the
 loop runs the batches without gradients under one autocast context (each weight cast to the autocast dtype
-once per call), behind the progress bar, and gathers the outputs in row order. On a GPU the loop lays out the next batches (gathering rows, pinned host memory, non-blocking copies)
-in a background thread while the device computes the current one; on the CPU, where one set of cores is both
-host and device, it does not (``prefetch``).
+once per call), behind the progress bar, and gathers the outputs in row order. On a GPU the loop lays out the
+next batches (gathering rows, pinned host memory, non-blocking copies) in a background thread while the device
+computes the current one; on the CPU, where one set of cores is both host and device, it does not
+(``prefetch``).
 """
 
 from __future__ import annotations

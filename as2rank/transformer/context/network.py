@@ -176,11 +176,6 @@ class MultiwayAttention(nn.Module):
         return multiway_attend([self], query, query_mask, keys[None], key_mask[None])[0]
 
 
-def _rows(layers, *names) -> torch.Tensor:
-    """The named weights of every layer, concatenated along their output rows (one operator)."""
-    return torch.cat([getattr(layer, name).weight for layer in layers for name in names])
-
-
 def multiway_weights(layers, query, keys, key_mask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:meth:`MultiwayAttention.weights` of several layers at once, each over its own keys, the query shared:
     the same values as each layer alone, in a fixed number of operators whatever the number of layers (on a GPU
@@ -206,7 +201,10 @@ def multiway_weights(layers, query, keys, key_mask) -> tuple[torch.Tensor, torch
     # One projection of the query for every layer and way: W_m (q − k) = W_m q + (−W_m) k, so concat and minus are
     # both sums of a query and a key projection, and one broadcast sum and one tanh serve both.
     width = 4 * a + hidden
-    q = F.linear(query, _rows(layers, "concat_query", "minus", "dot_query", "mix_query", "bilinear"))
+    query_weights = torch.cat([w for layer in layers for w in (layer.concat_query.weight, layer.minus.weight,
+                                                                  layer.dot_query.weight, layer.mix_query.weight,
+                                                                  layer.bilinear.weight)])
+    q = F.linear(query, query_weights)
     q = q.view(batch, n_queries, n, width).permute(2, 0, 1, 3)  # (L, B, Tq, 4a + H)
     key_weights = torch.cat([w for layer in layers for w in (layer.concat_key.weight, -layer.minus.weight,
                                                                  layer.dot_key.weight, layer.mix_view.weight)])
