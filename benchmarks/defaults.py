@@ -46,7 +46,8 @@ TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": {"similarity_prior": True},
             "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
             "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"},
-            "segment similarity": {"segment_similarity": True}, "4 epochs, lr 5e-5": {"epochs": 4, "learning_rate": 5e-5}}
+            "segment similarity": {"segment_similarity": True}, "4 epochs, lr 5e-5": {"epochs": 4, "learning_rate": 5e-5},
+            "4 epochs, lr 5e-5, segment similarity": {"epochs": 4, "learning_rate": 5e-5, "segment_similarity": True}}
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
@@ -450,7 +451,7 @@ def plot(res, path):
                 ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
                         label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
         for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)), (0, (5, 2, 1, 2)),
-                                     (0, (2, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (6, 2))), strict=True):
+                                     (0, (2, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (6, 2)), (0, (1, 1, 3, 1))), strict=True):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
                 # The library's default row stands out in black.
