@@ -182,7 +182,7 @@ _MEASURED_BUDGET_DOC = _SHARED_PARAMS_HEAD.replace("{budget}", (
 
 _TANDA_BUDGET = (", but ``epochs=2`` and\n"
                  "        ``learning_rate=2e-5`` (the TANDA papers' setting): ``docs/benchmarks/defaults-ensemble.md`` measures\n"
-                 "        the alternatives, and the defaults stay until it covers both data sets.")
+                 "        the alternatives, and the defaults stay until it covers every training size of both data sets.")
 
 _PRIOR_DOC = """\
     lexical_prior : bool, default=True
@@ -408,7 +408,7 @@ class ContextEnsemble(_ContextRanker):
         **_prior.constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
     }
-    # The TANDA papers' budget until docs/benchmarks/defaults-ensemble.md covers both data sets.
+    # The TANDA papers' budget until docs/benchmarks/defaults-ensemble.md covers every size of both data sets.
     _training_defaults = {"epochs": 2, "learning_rate": 2e-5}
 
     def __init__(
