@@ -470,8 +470,8 @@ def test_ensemble_trains_its_members_then_only_the_top_layers(data, tokenizer):
     ensemble = small(ContextEnsemble, tokenizer, unfreeze_layers=1).fit(X, y)
     assert set(ensemble.member_histories_) == {"local", "global"}
     # The members are the ContextConcat fits of the same parameters (reused from the fit cache here; the
-    # ensemble's segment_similarity, off by default, is theirs).
-    members = {c: small(ContextConcat, tokenizer, contexts=(c,), segment_similarity=False).fit(X, y)
+    # ensemble's segment_similarity, on by default, is theirs).
+    members = {c: small(ContextConcat, tokenizer, contexts=(c,), segment_similarity=True).fit(X, y)
                for c in ("local", "global")}
     assert FIT_CACHE.hits == 2
     for name, encoder in (("local", ensemble.model_.encoder), ("global", ensemble.model_.global_encoder)):

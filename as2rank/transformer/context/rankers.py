@@ -212,6 +212,16 @@ _SEGMENT_ON_DOC = """\
         the term ranked above the one without it in every column measured. ``False`` is the paper's model."""
 
 
+_SEGMENT_ENSEMBLE_DOC = """\
+    segment_similarity : bool, default=True
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
+        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
+        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
+        On by default: in this class's defaults benchmark (``docs/benchmarks/defaults-ensemble.md``) the
+        ensemble with the term ranked above the one without it in every column measured. ``False`` is the
+        paper's model."""
+
+
 _FITTED_DOC = """\
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
@@ -379,7 +389,7 @@ class ContextEnsemble(_ContextRanker):
     unfreeze_layers : int, default=3
         Top blocks of each encoder fine-tuned in the joint stage (0: the classifier only).
 {_PRIOR_DOC}
-{_SEGMENT_DOC}
+{_SEGMENT_ENSEMBLE_DOC}
         In the joint stage the term reads the local encoding; ``w`` starts from the trained local encoder's cosines.
 
     Attributes
@@ -413,7 +423,7 @@ class ContextEnsemble(_ContextRanker):
 
     def __init__(
         self, model="minilm-l6", tokenizer=None, unfreeze_layers=3, num_layers=None, pooling="auto",
-        lexical_prior=True, similarity_prior=False, segment_similarity=False, max_length=256, max_pair_length=128,
+        lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=256, max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
