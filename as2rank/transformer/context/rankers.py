@@ -208,18 +208,8 @@ _SEGMENT_ON_DOC = """\
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
         ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
         (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
-        On by default: in this class's defaults benchmark (``docs/benchmarks/defaults-concat.md``) the model with
+        On by default: in this class's defaults benchmark (``docs/benchmarks/defaults-{page}.md``) the model with
         the term ranked above the one without it in every column measured. ``False`` is the paper's model."""
-
-
-_SEGMENT_ENSEMBLE_DOC = """\
-    segment_similarity : bool, default=True
-        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
-        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
-        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
-        On by default: in this class's defaults benchmark (``docs/benchmarks/defaults-ensemble.md``) the
-        ensemble with the term ranked above the one without it in every column measured. ``False`` is the
-        paper's model."""
 
 
 _FITTED_DOC = """\
@@ -248,7 +238,7 @@ class ContextConcat(_ContextRanker):
         Context columns read (``local_context``, ``global_context``); the local one comes first in the
         input whatever the order given.
 {_PRIOR_DOC}
-{_SEGMENT_ON_DOC}
+{_SEGMENT_ON_DOC.format(page="concat")}
 
     Attributes
     ----------
@@ -389,7 +379,7 @@ class ContextEnsemble(_ContextRanker):
     unfreeze_layers : int, default=3
         Top blocks of each encoder fine-tuned in the joint stage (0: the classifier only).
 {_PRIOR_DOC}
-{_SEGMENT_ENSEMBLE_DOC}
+{_SEGMENT_ON_DOC.format(page="ensemble")}
         In the joint stage the term reads the local encoding; ``w`` starts from the trained local encoder's cosines.
 
     Attributes
