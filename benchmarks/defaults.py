@@ -393,7 +393,9 @@ def describe(res, estimator) -> dict:
         if not any(c["data"] == data for c in [*res["curves"].values(), *res["refs"].values()]):
             continue
         rows, sizes, mean, best, p, n, picks = analyse(res, data, estimator)
-        info = {r["size"]: r for r in [*res["curves"].values(), *res["refs"].values()] if r["data"] == data}
+        # The column's split as seed 0 draws it (the seeds' splits differ; the last entry written wins).
+        info = {r["size"]: r for r in sorted([*res["curves"].values(), *res["refs"].values()], key=lambda r: -r["seed"])
+                if r["data"] == data}
         tables.append({
             "data": data, "title": TITLES[data], "n_test_questions": info[sizes[0]]["n_test_questions"],
             "seeds_per_cell": sorted(set(n.values())),
