@@ -3,6 +3,7 @@ SQuAD sample, at the library's strength or at the paper's.
 
     python benchmarks/cerberus.py [--data wikiqa|sample] [--paper] [--seeds 3] [--train-questions N] [--quick]
                                   [--threads N] [--teacher-cv 3] [--teacher-model NAME]
+    python benchmarks/cerberus.py ... --store-teachers S | --store-seed S   # one seed's part, in parallel
     python benchmarks/cerberus.py --render        # re-write the Markdown page from the JSON
 
 **At the library's strength** (the default): every model at the library's defaults (``random_state=s``): the
@@ -41,6 +42,8 @@ this machine or another. Latency: the forward pass on pre-tokenised batches of 1
 excluded, as the paper), interleaved rounds, one per distinct architecture, each fitted for one epoch on 16
 training questions (a forward pass costs the same whatever the weights). ``--quick``: one seed, one epoch,
 100 training questions, 40 dev and 60 test questions, 2-fold cross-fitting, 2 timing rounds on 256 pairs.
+Seeds side by side (a GPU runs several fits at once): ``--store-teachers S`` per seed, then ``--store-seed S``
+per seed, each in its own process, then the command without them gathers the stored seeds and measures latency.
 Writes ``benchmarks/results/cerberus.json`` and ``docs/benchmarks/cerberus.md`` (from
 ``benchmarks/pages/cerberus.md.j2``; ``--render``, or ``python benchmarks/render.py cerberus``, renders it again).
 """
@@ -375,18 +378,38 @@ def latency_models(args, X_train, y_train):
     return teachers, keep
 
 
-def run(args):
+def prepared(args):
+    """The run's ``(train, dev, test)`` pairs: ``--data`` with ``--train-questions`` and ``--quick`` applied."""
     (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = load_data(args.data)
     X_train, X_dev, X_test = (X.reset_index(drop=True) for X in (X_train, X_dev, X_test))
-    seeds = list(range(args.seeds))
-    epochs = args.epochs
     if args.train_questions:
         X_train, y_train = subset_questions(X_train, y_train, args.train_questions)
     if args.quick:
         X_train, y_train = subset_questions(X_train, y_train, 100)
         X_dev, y_dev = subset_questions(X_dev, y_dev, 40)
         X_test, y_test = subset_questions(X_test, y_test, 60)
-    data = ((X_train, y_train), (X_dev, y_dev), (X_test, y_test))
+    return ((X_train, y_train), (X_dev, y_dev), (X_test, y_test))
+
+
+def seed_path(args, s, data):
+    return SCORES / f"cerberus-seed-{seed_key(args, s, args.epochs, data)}.npz"
+
+
+def store_teachers(args, t, data):
+    """Seed ``t``'s teachers cross-fitted and fitted (the fit cache and the score store keep them), so that
+    ``--store-seed`` processes running side by side do not each fit Hydra's shared transformer teachers."""
+    X_train, y_train = data[0]
+    for name, spec in teacher_specs(t, args.epochs, args.teacher_model, args.paper).items():
+        if name == "TR" or t < args.seeds:
+            cross_fitted(spec, X_train, y_train, args.teacher_cv)
+            fitted(spec, X_train, y_train)
+
+
+def run(args):
+    data = prepared(args)
+    (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = data
+    seeds = list(range(args.seeds))
+    epochs = args.epochs
     res = {"data": args.data, "title": TITLES[args.data], "teachers": list(TEACHERS), "paper_config": args.paper, "args_train_questions": args.train_questions,
            "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
            "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),
@@ -400,7 +423,7 @@ def run(args):
     for s in seeds:
         # A seed's results are stored whole (benchmarks/results/scores/): a run that ends early keeps the seeds
         # it finished, and the next run, here or on another machine, goes on from there.
-        path = SCORES / f"cerberus-seed-{seed_key(args, s, epochs, data)}.npz"
+        path = seed_path(args, s, data)
         stored = path.exists()
         if stored:
             rec, seed_scores = load_stored(path)
@@ -525,6 +548,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="1 seed, 1 epoch, 100/40/60 train/dev/test questions, 2 folds")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--render", action="store_true", help="only re-write the Markdown page from the JSON")
+    parser.add_argument("--store-teachers", type=int, metavar="S", default=None,
+                        help="only fit and store seed S's teachers (run one process per seed, before --store-seed)")
+    parser.add_argument("--store-seed", type=int, metavar="S", default=None,
+                        help="only compute and store seed S's results (one process per seed, side by side)")
     args = parser.parse_args(argv)
     name = ("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
     if args.render:
@@ -536,6 +563,14 @@ def main(argv=None):
         args.seeds, args.epochs, args.teacher_cv = 1, 1, 2
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.store_teachers is not None or args.store_seed is not None:
+        data = prepared(args)
+        if args.store_teachers is not None:
+            store_teachers(args, args.store_teachers, data)
+        if args.store_seed is not None and not seed_path(args, args.store_seed, data).exists():
+            save_stored(seed_path(args, args.store_seed, data), *seed_results(args, args.store_seed, args.epochs, data))
+        log("stored; a run without --store-teachers/--store-seed gathers the seeds and writes the page")
+        return
     start = time.perf_counter()
     res = {
         **run_header("cerberus.py", argv),
