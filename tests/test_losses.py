@@ -11,7 +11,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import as2rank.neural.backbone as backbone  # noqa: E402
-from as2rank.neural.batching import question_bucket_batches  # noqa: E402
+from as2rank.neural.batching import length_chunks, question_bucket_batches  # noqa: E402
+from as2rank.neural.distributed import Shard  # noqa: E402
+from as2rank.transformer.train import CHUNK_ROWS  # noqa: E402
 from as2rank.transformer.losses import by_question, distillation_loss, label_loss, pointwise_distillation  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
@@ -129,13 +131,19 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
         X, y = synthetic(n_questions=12)
         X = X.assign(teacher_score=np.random.default_rng(0).normal(size=len(X)) + 2 * y)  # a teacher's column
         est = estimators(tokenizer, X, y)[name]
-    batches, original = [], backbone.batch_tensors
+    batches, tensors, original_split, original_tensors = [], [], Shard.split, backbone.batch_tensors
+
+    def split(self, units, questions, sizes=None):  # a training batch's rows (one process: all of them)
+        rows, real = original_split(self, units, questions, sizes)
+        batches.append(np.asarray(rows))
+        return rows, real
 
     def spy(encoded, rows):
-        if sys._getframe(1).f_code.co_filename.endswith("train.py"):  # the training batches only
-            batches.append(np.asarray(rows))
-        return original(encoded, rows)
+        if sys._getframe(1).f_code.co_filename.endswith("train.py"):  # the training batches' tensors only
+            tensors.append(np.asarray(rows))
+        return original_tensors(encoded, rows)
 
+    monkeypatch.setattr(Shard, "split", split)
     monkeypatch.setattr(backbone, "batch_tensors", spy)
     est.set_params(reuse_fit=False).fit(X, y)
     sizes = X.groupby("qid").size()
@@ -145,3 +153,67 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
     for rows in batches:
         counts = X.iloc[rows].groupby("qid").size()
         assert (counts == sizes[counts.index]).all()  # every question whole
+    # On the CPU each batch's forward runs in parts of at most CHUNK_ROWS rows: together, the batch's rows.
+    assert max(map(len, tensors)) <= CHUNK_ROWS
+    parts = iter(tensors)
+    for rows in batches:
+        taken = []
+        while len(taken) < len(rows):
+            taken += next(parts).tolist()
+        assert sorted(taken) == sorted(rows.tolist())
+    assert next(parts, None) is None
+
+
+def test_length_chunks_sort_by_length_and_take_every_row_once():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lengths = rng.integers(3, 120, int(rng.integers(1, 70)))
+        chunks = length_chunks(lengths, 8)
+        assert len(chunks) == math.ceil(len(lengths) / 8) and max(map(len, chunks)) <= 8
+        order = np.concatenate(chunks)
+        assert sorted(order.tolist()) == list(range(len(lengths)))
+        assert (np.diff(lengths[order]) >= 0).all()  # shortest first: each part pads to little
+    # WikiQA-like: one long candidate among short ones pads only its own part.
+    lengths = np.array([12, 90, 14, 13, 15, 11, 16, 12, 14, 13])
+    padded = sum(len(c) * lengths[c].max() for c in length_chunks(lengths, 4))
+    assert padded == 4 * 13 + 3 * 14 + 3 * 90 < len(lengths) * 90  # parts of 4, 3, 3 rows
+
+
+@pytest.mark.parametrize("name", ["TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker"])
+def test_a_listwise_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole(name, tokenizer):
+    """The forward pass of a listwise batch taken part by part, each part padded to its own longest row, and
+    the outputs put back in row order: the same loss and gradients as the whole batch (no dropout)."""
+    X, y = synthetic(n_questions=6)
+    X = X.assign(teacher_score=np.random.default_rng(0).normal(size=len(X)) + 2 * y)
+    est = estimators(tokenizer, X, y)[name].set_params(reuse_fit=False, epochs=1).fit(X, y)
+    module = est.model_.eval()  # no dropout: the two passes see the same network
+    encoded = est._encode(X)
+    rows = np.arange(len(X))
+    labels = torch.from_numpy((y > 0).astype(np.float32))
+    group = torch.from_numpy(np.unique(X["qid"], return_inverse=True)[1])
+    # Distillation: any teacher logits will do, one column per teacher.
+    targets = {"teacher_logits": torch.randn(len(X), len(est.teachers), generator=torch.Generator().manual_seed(0))} \
+        if name in ("Cerberus", "DistilledRanker") else {}
+    extra = {**targets, "labels": labels, "group": group, "step": 0, "draw": 0.5}
+    whole = {**backbone.batch_tensors(encoded, rows), **extra}
+    pieces = length_chunks(encoded["lengths"], 3)
+    assert len({int(encoded["lengths"][p].max()) for p in pieces}) > 1  # the parts pad to different widths
+    chunked = {**extra, "chunks": [{**backbone.batch_tensors(encoded, p), **{k: v[p] for k, v in targets.items()},
+                                    "step": 0, "draw": 0.5} for p in pieces],
+               "restore": torch.from_numpy(np.argsort(np.concatenate(pieces)))}
+
+    def loss_and_grads(batch):
+        module.zero_grad()
+        if "chunks" in batch:
+            outputs = torch.cat([est._outputs(module, c) for c in batch["chunks"]])[batch["restore"]]
+            loss = est._criterion(outputs, batch)
+        else:
+            loss = est._loss(module, batch)
+        loss.backward()
+        return float(loss), [p.grad.clone() for p in module.parameters() if p.grad is not None]
+
+    (a, grads_a), (b, grads_b) = loss_and_grads(whole), loss_and_grads(chunked)
+    assert b == pytest.approx(a, rel=1e-5) and a > 0
+    assert len(grads_a) == len(grads_b) > 0
+    for g, h in zip(grads_a, grads_b):
+        torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)

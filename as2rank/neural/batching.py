@@ -1,5 +1,5 @@
 """Training batches of the transformer estimators: rows of similar length (pointwise losses), or whole questions
-of similar length (listwise losses). NumPy only."""
+of similar length (listwise losses), whose rows the forward pass may take in parts of similar length. NumPy only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 
 from ..data import ragged_arange
 
-__all__ = ["length_bucket_batches", "question_bucket_batches"]
+__all__ = ["length_bucket_batches", "length_chunks", "question_bucket_batches"]
 
 
 def length_bucket_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int = 50) -> list:
@@ -74,3 +74,26 @@ def question_bucket_batches(lengths: np.ndarray, codes: np.ndarray, batch_size: 
     rows = np.argsort(local, kind="stable")[np.repeat(starts[perm], sizes[perm]) + ragged_arange(sizes[perm])]
     batches = np.split(rows, ends[cuts - 1])
     return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def length_chunks(lengths: np.ndarray, rows_per_chunk: int) -> list:
+    """A batch's rows in parts of similar length: positions sorted by length, cut into
+    ``ceil(n / rows_per_chunk)`` parts of about equal size.
+
+    A listwise batch holds whole questions, whose candidates differ in length: padded to the batch's longest
+    row, many of its tokens are padding. Run part by part, each padded to its own longest row, the forward pass
+    does the same work on far fewer tokens; the outputs, put back in row order, are the same.
+
+    Parameters
+    ----------
+    lengths : ndarray of int, shape (n_rows,)
+        Tokens of each row of the batch.
+    rows_per_chunk : int
+
+    Returns
+    -------
+    list of ndarray
+        Positions (into ``lengths``) of each part, every position once.
+    """
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    return np.array_split(order, max(1, -(-len(order) // rows_per_chunk)))

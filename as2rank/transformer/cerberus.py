@@ -260,12 +260,12 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         return CerberusEncoder(encoder, self.body_layers_, self.head_layers_, self.n_heads_, self.pooling_,
                                similarity=self.segment_similarity)
 
-    def _loss(self, module, batch):
+    def _criterion(self, outputs, batch):
         import torch
 
         from .losses import distillation_loss
 
-        losses = distillation_loss(module(batch), batch["teacher_logits"], batch, self.kd_alpha, self.temperature,
+        losses = distillation_loss(outputs, batch["teacher_logits"], batch, self.kd_alpha, self.temperature,
                                    self.loss)
         return (losses * torch.as_tensor(self._weights(), dtype=losses.dtype, device=losses.device)).sum()
 
@@ -386,10 +386,10 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
 
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
-    def _loss(self, module, batch):
+    def _criterion(self, outputs, batch):
         from .losses import distillation_loss
 
-        logits, teachers = module(batch).unsqueeze(1), batch["teacher_logits"]
+        logits, teachers = outputs.unsqueeze(1), batch["teacher_logits"]
         if self.multi_teacher == "round_robin":  # KD_RR: batch t learns from teacher t mod k
             teacher = batch["step"] % teachers.shape[1]
             teachers = teachers[:, teacher : teacher + 1]

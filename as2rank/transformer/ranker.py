@@ -265,7 +265,3 @@ class TransformerRanker(_TransformerEstimator):
             encoder = AutoModelForSequenceClassification.from_config(encoder.config)
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
-    def _loss(self, module, batch):
-        from .losses import label_loss
-
-        return label_loss(module(batch), batch, self.loss)

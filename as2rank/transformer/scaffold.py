@@ -40,10 +40,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
     A transformer estimator is this scaffold, a few declared hooks and the components it holds:
 
     * hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder, set the fitted attributes that
-      depend on it), :meth:`_build_module` (wrap it in the heads) and :meth:`_loss` (one batch's loss, the
-      one call the training loop makes back into the estimator);
-    * hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
-      pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
+      depend on it) and :meth:`_build_module` (wrap it in the heads);
+    * hooks it may define: :meth:`_outputs` and :meth:`_criterion` (one batch's loss, the calls the training
+      loop makes back into the estimator; default: the module's logits and the labels' loss),
+      :meth:`_encode_rows` (how rows become token arrays; default: question/candidate pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
       :meth:`_init_module` (a module trained in stages), :meth:`_set_trainable`;
     * data: ``_parameter_constraints`` (every parameter's accepted values), ``_saved_attrs`` (the fitted
       attributes written with the weights), ``_prior`` (a :class:`~as2rank.transformer.prior.LexicalPrior` or
@@ -98,14 +98,26 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         """The torch module that trains and predicts: ``encoder`` wrapped in the score head(s). Also rebuilds a
         fitted module from its config (unpickling, loading, a reused fit) before its weights are loaded."""
 
-    @abstractmethod
     def _loss(self, module, batch):
-        """The training loss of one batch: the one hook the training loop calls.
+        """The training loss of one batch: :meth:`_criterion` of :meth:`_outputs`.
 
         ``batch`` holds the batch's token tensors, ``labels``, the per-row ``_row_targets`` and two entries
         for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
         ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
         fit's seeded generator (the same in every process of a distributed fit)."""
+        return self._criterion(self._outputs(module, batch), batch)
+
+    def _outputs(self, module, batch):
+        """What the loss reads of the module, one row per batch row (the logits; a class with several per row,
+        such as exits, returns them as columns). Rows do not see each other here, so the training loop may
+        run a batch's rows in parts (:func:`~as2rank.neural.batching.length_chunks`) and join the outputs."""
+        return module(batch)
+
+    def _criterion(self, outputs, batch):
+        """The scalar loss of a batch's :meth:`_outputs` (default: the labels' loss, ``loss``)."""
+        from .losses import label_loss
+
+        return label_loss(outputs, batch, self.loss)
 
     def _check_rules(self) -> None:
         """Cross-parameter rules of the class, checked after every parameter passed its constraints."""

@@ -14,6 +14,11 @@ from ..metrics import mean_average_precision
 
 __all__ = ["train_estimator"]
 
+#: Rows per part of a listwise batch's forward pass (``length_chunks``), and the devices that run it in parts: a
+#: CPU's time grows with the tokens it runs; a GPU's, on batches this small, with the kernels it launches.
+CHUNK_ROWS = 8
+CHUNK_DEVICES = ("cpu",)
+
 
 def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None):
     """Run the training loop on validated data and its ``_row_targets``: ``fit`` (``state=None``; an
@@ -22,7 +27,7 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
 
     from ..neural import train
     from ..neural.backbone import batch_tensors
-    from ..neural.batching import length_bucket_batches, question_bucket_batches
+    from ..neural.batching import length_bucket_batches, length_chunks, question_bucket_batches
     from ..neural.distributed import LocalBatch
     from ..neural.onnx.copies import INT8_COPIES
 
@@ -55,6 +60,7 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
 
     # The losses' draws come from their own stream, so they leave the batch order as it is.
     draws = rng.spawn(1)[0]
+    chunked = listwise and device.type in CHUNK_DEVICES
 
     def batches(epoch):
         parts = (question_bucket_batches(lengths, codes, est.batch_size, rng) if listwise
@@ -63,11 +69,24 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
             # Numbered and drawn for the global batch: the same in every process.
             step, draw = epoch * steps + i, float(draws.random())
             rows, real = shard.split(train_rows[part], codes[part])
-            batch = batch_tensors(encoded, rows)
-            batch.update({k: v[rows] for k, v in targets.items()}, labels=labels[rows], step=step, draw=draw)
+            per_row = {k: v[rows] for k, v in targets.items()}
+            if chunked:
+                pieces = length_chunks(encoded["lengths"][rows], CHUNK_ROWS)
+                batch = {"chunks": [{**batch_tensors(encoded, rows[p]), **{k: v[p] for k, v in per_row.items()},
+                                     "step": step, "draw": draw} for p in pieces],
+                         "restore": torch.from_numpy(np.argsort(np.concatenate(pieces)))}
+            else:
+                batch = batch_tensors(encoded, rows)
+            batch.update(per_row, labels=labels[rows], step=step, draw=draw)
             if listwise:  # each row's question, numbered within the batch
                 batch["group"] = torch.from_numpy(np.unique(index.codes[rows], return_inverse=True)[1])
             yield LocalBatch(batch, len(rows) if real else 0)
+
+    def objective(module, batch):
+        if "chunks" not in batch:
+            return est._loss(module, batch)
+        outputs = torch.cat([est._outputs(module, chunk) for chunk in batch["chunks"]])
+        return est._criterion(outputs[batch["restore"]], batch)
 
     evaluate = None
     if dev is not None:
@@ -86,7 +105,7 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
     history = train(
         module,
         batches,
-        est._loss,
+        objective,
         epochs=est.epochs if state is None else 1,
         steps_per_epoch=steps,
         learning_rate=est.learning_rate,

@@ -45,8 +45,7 @@ def _check_contexts(contexts) -> tuple:
 
 # --------------------------------------------------------------------------------------------- rankers
 class _ContextRanker(_TransformerEstimator):
-    """What the context rankers share: parameters, the segment encoding, the loss
-    (:func:`~as2rank.transformer.losses.label_loss`), scoring and prediction."""
+    """What the context rankers share: parameters, the segment encoding, scoring and prediction."""
 
     #: Whether the model reads per-token segment ids (multi-way attention).
     _needs_segments = False
@@ -107,10 +106,6 @@ class _ContextRanker(_TransformerEstimator):
             self._check_columns(eval_set[0])
         return super().fit(X, y, groups=groups, eval_set=eval_set)
 
-    def _loss(self, module, batch):
-        from ..losses import label_loss
-
-        return label_loss(module(batch), batch, self.loss)
 
     def _encode_contexts(self, encoder, X, contexts, segment_masks: bool = False) -> dict:
         """The rows as the concatenated segments; with ``segment_masks``, the ``question_mask`` and
