@@ -264,4 +264,3 @@ class TransformerRanker(_TransformerEstimator):
 
             encoder = AutoModelForSequenceClassification.from_config(encoder.config)
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
-

@@ -43,7 +43,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
       depend on it) and :meth:`_build_module` (wrap it in the heads);
     * hooks it may define: :meth:`_outputs` and :meth:`_criterion` (one batch's loss, the calls the training
       loop makes back into the estimator; default: the module's logits and the labels' loss),
-      :meth:`_encode_rows` (how rows become token arrays; default: question/candidate pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
+      :meth:`_encode_rows` (how rows become token arrays; default: question/candidate pairs),
+      :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
       :meth:`_init_module` (a module trained in stages), :meth:`_set_trainable`;
     * data: ``_parameter_constraints`` (every parameter's accepted values), ``_saved_attrs`` (the fitted
       attributes written with the weights), ``_prior`` (a :class:`~as2rank.transformer.prior.LexicalPrior` or

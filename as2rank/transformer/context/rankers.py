@@ -106,7 +106,6 @@ class _ContextRanker(_TransformerEstimator):
             self._check_columns(eval_set[0])
         return super().fit(X, y, groups=groups, eval_set=eval_set)
 
-
     def _encode_contexts(self, encoder, X, contexts, segment_masks: bool = False) -> dict:
         """The rows as the concatenated segments; with ``segment_masks``, the ``question_mask`` and
         ``candidate_mask`` of the segment similarity (the tokens of the question's and the candidate's segments,
