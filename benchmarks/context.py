@@ -132,8 +132,18 @@ ROWS = ("No context", "Local", "Global", "Ensemble", "Concat", "MWA", "MWA (n-gr
 
 
 #: Defaults that changed after the page's fits began, passed explicitly so that every fit of a row trains
-#: today's default whichever library commit runs it (``docs/benchmarks/defaults-ensemble.md`` measured this one).
-LIBRARY_DEFAULTS = {"Ensemble": {"segment_similarity": True}}
+#: today's default whichever library commit runs it (``docs/benchmarks/defaults-ensemble.md`` and
+#: ``defaults-mwa.md`` measured these).
+LIBRARY_DEFAULTS = {"Ensemble": {"segment_similarity": True}, "MWA": {"segment_similarity": True},
+                    "MWA (n-gram)": {"segment_similarity": True}}
+#: At the library's strength, rows after the table's: a row's estimator at an earlier default, beside it (what
+#: the change of default is worth on the page's data): row -> (the row it varies, its parameters).
+EARLIER_DEFAULTS = {"MWA, no segment similarity": ("MWA", {"segment_similarity": False})}
+
+
+def rows(paper: bool) -> tuple:
+    """The page's rows: the tables' (``ROWS``), and at the library's strength the earlier defaults'."""
+    return ROWS if paper else ROWS + tuple(EARLIER_DEFAULTS)
 
 
 def budget(epochs: int, seed: int) -> dict:
@@ -150,6 +160,9 @@ def make(row: str, epochs: int | None, seed: int, paper: bool = True):
     at one budget, or the library's estimator at its defaults (``epochs`` given: that many)."""
     if not paper:
         kw = {"random_state": seed, **({"epochs": epochs} if epochs else {})}
+        if row in EARLIER_DEFAULTS:
+            base, params = EARLIER_DEFAULTS[row]
+            return make(base, epochs, seed, paper)[0].set_params(**params), "cosine"
         if row == "No context":
             return TransformerRanker(**kw), None
         if row in ("Local", "Global"):
@@ -164,8 +177,9 @@ def make(row: str, epochs: int | None, seed: int, paper: bool = True):
     if row == "Concat":
         return ContextConcat(lexical_prior=False, segment_similarity=False, **CONTEXT_LENGTHS, **b), "cosine"
     if row == "Ensemble":
-        return ContextEnsemble(lexical_prior=False, **CONTEXT_LENGTHS, **b), "cosine"
-    return ContextMWA(lexical_prior=False, **CONTEXT_LENGTHS, **b), "ngram" if row == "MWA (n-gram)" else "cosine"
+        return ContextEnsemble(lexical_prior=False, segment_similarity=False, **CONTEXT_LENGTHS, **b), "cosine"
+    return (ContextMWA(lexical_prior=False, segment_similarity=False, **CONTEXT_LENGTHS, **b),
+            "ngram" if row == "MWA (n-gram)" else "cosine")
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -378,8 +392,8 @@ def run_dataset(name, args, fit_log) -> dict:
     }
     y_train, y_dev, y_test = (data[s][1] for s in ("train", "dev", "test"))
     X_test_plain = data["test"][0]
-    per_q = {row: {"map": [], "p@1": []} for row in ROWS}
-    for row in ROWS:
+    per_q = {row: {"map": [], "p@1": []} for row in rows(args.paper)}
+    for row in rows(args.paper):
         runs = []
         for seed in args.seeds:
             est, method = make(row, epochs_for(name, args) if args.paper else args.epochs, seed, args.paper)
@@ -399,12 +413,17 @@ def run_dataset(name, args, fit_log) -> dict:
             **{f"{m}_std": float(np.std([r[m] for r in runs])) for m in METRICS},
         }
     for m in ("map", "p@1"):
-        tests = compare({row: pd.concat(per_q[row][m], axis=1).mean(axis=1) for row in ROWS}, "No context")
-        for row in ROWS[1:]:
-            res["rows"][row][f"p_{m}"] = tests[row]["p"]
+        means = {row: pd.concat(per_q[row][m], axis=1).mean(axis=1) for row in per_q}
+        tests = compare(means, "No context")
+        for row in per_q:
+            if row != "No context":
+                res["rows"][row][f"p_{m}"] = tests[row]["p"]
+        for row, (base, _) in EARLIER_DEFAULTS.items():
+            if row in per_q:  # the earlier default against today's
+                res["rows"][row][f"p_{m}_vs_default"] = compare({base: means[base], row: means[row]}, base)[row]["p"]
     log(f"[{name}] in-process fit cache hits so far: {FIT_CACHE.hits} (ensemble members served by this run's Local/Global fits)")
     models, frames_test = {}, {}
-    for row in ROWS:
+    for row in rows(args.paper):
         models[row], frames_test[row] = latency_model(row, data, frames, args)
         res["rows"][row]["tokens_per_pair"] = mean_tokens(models[row], frames_test[row])
     res["latency"] = latency(models, frames_test, rounds=1 if args.quick else 3, n_rows=128 if args.quick else 512)
@@ -474,6 +493,7 @@ def main(argv=None):
         "alpha": ALPHA,
         "n_resamples": N_RESAMPLES,
         "near_base_rate": NEAR_BASE_RATE,
+        "earlier_defaults": {} if args.paper else {row: {"row": base, "params": params} for row, (base, params) in EARLIER_DEFAULTS.items()},
         "budget": {
             **{k: v for k, v in budget(None, args.seeds[0]).items() if k not in ("random_state", "epochs")},
             "epochs": {name: epochs_for(name, args) for name in args.data},

@@ -43,8 +43,8 @@ ESTIMATORS = {
         ("Global", "ContextConcat", {"contexts": ("global",)}),
         ("Ensemble", "ContextEnsemble", {"segment_similarity": True}),
         ("Concat", "ContextConcat", {}),
-        ("MWA", "ContextMWA", {}),
-        ("MWA, segment similarity", "ContextMWA", {"segment_similarity": True}),
+        ("MWA", "ContextMWA", {"segment_similarity": True}),
+        ("MWA, no segment similarity", "ContextMWA", {"segment_similarity": False}),
     ],
 }
 #: What every fit shares: two epochs of a tiny encoder at a learning rate that moves it, on the CPU.

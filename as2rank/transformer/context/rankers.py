@@ -189,15 +189,8 @@ _PRIOR_DOC = """\
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings of the question and the candidate."""
 
+
 _SEGMENT_DOC = """\
-    segment_similarity : bool, default=False
-        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
-        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
-        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
-        Off by default here until this class's defaults benchmark measures it."""
-
-
-_SEGMENT_ON_DOC = """\
     segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
         ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
@@ -232,7 +225,7 @@ class ContextConcat(_ContextRanker):
         Context columns read (``local_context``, ``global_context``); the local one comes first in the
         input whatever the order given.
 {_PRIOR_DOC}
-{_SEGMENT_ON_DOC.format(page="concat")}
+{_SEGMENT_DOC.format(page="concat")}
 
     Attributes
     ----------
@@ -291,7 +284,7 @@ class ContextMWA(_ContextRanker):
     contexts : tuple of {{"local", "global"}}, default=("local", "global")
         Contexts attended to (one multi-way attention layer each).
 {_PRIOR_DOC}
-{_SEGMENT_DOC}
+{_SEGMENT_DOC.format(page="mwa")}
     attention_dim : int, default=16
         Size of the scoring space of the concat, dot and minus ways (their per-row tensors are
         query tokens × context tokens × ``attention_dim``).
@@ -330,7 +323,7 @@ class ContextMWA(_ContextRanker):
     def __init__(
         self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), attention_dim=16,
         summary="pair", num_layers=None, pooling="auto", lexical_prior=True, similarity_prior=False,
-        segment_similarity=False, max_length=256, max_pair_length=128,
+        segment_similarity=True, max_length=256, max_pair_length=128,
     ):
         """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
 
@@ -373,7 +366,7 @@ class ContextEnsemble(_ContextRanker):
     unfreeze_layers : int, default=3
         Top blocks of each encoder fine-tuned in the joint stage (0: the classifier only).
 {_PRIOR_DOC}
-{_SEGMENT_ON_DOC.format(page="ensemble")}
+{_SEGMENT_DOC.format(page="ensemble")}
         In the joint stage the term reads the local encoding; ``w`` starts from the trained local encoder's cosines.
 
     Attributes
