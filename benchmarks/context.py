@@ -2,7 +2,7 @@
 Soldaini & Moschitti (2021).
 
     python benchmarks/context.py [--paper] [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad]
-                                [--train-questions N] [--threads N]
+                                [--train-questions N] [--threads N] [--rows R ...]
 
 **At the library's strength** (the default): every row is the library's estimator at its defaults
 (``random_state`` the seed): No context = ``TransformerRanker()``, Local / Global = ``ContextConcat`` with one
@@ -44,6 +44,9 @@ pair (both inputs for the ensemble) explain the dynamic figures.
 Every fit's test scores are stored in ``benchmarks/results/scores/`` (``_common.fitted_scores``), keyed by the
 fit (the library's code included): a run needing more CPU hours than one session has is run again with the same
 command until every fit is stored, and the page records which machine trained each fit.
+
+``--rows R ...`` fits those rows only (their test scores go to the score store, no page is written): parts of
+one page for parallel processes, each its own rows and seeds; the run without ``--rows`` then reads them all.
 
 ``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0), as ``cerberus.py``
 does: the CPU page's budget (300), since at all 796 WikiQA training questions one seed of every row at the
@@ -392,8 +395,8 @@ def run_dataset(name, args, fit_log) -> dict:
     }
     y_train, y_dev, y_test = (data[s][1] for s in ("train", "dev", "test"))
     X_test_plain = data["test"][0]
-    per_q = {row: {"map": [], "p@1": []} for row in rows(args.paper)}
-    for row in rows(args.paper):
+    per_q = {row: {"map": [], "p@1": []} for row in args.rows or rows(args.paper)}
+    for row in per_q:
         runs = []
         for seed in args.seeds:
             est, method = make(row, epochs_for(name, args) if args.paper else args.epochs, seed, args.paper)
@@ -412,6 +415,8 @@ def run_dataset(name, args, fit_log) -> dict:
             **{m: float(np.mean([r[m] for r in runs])) for m in METRICS},
             **{f"{m}_std": float(np.std([r[m] for r in runs])) for m in METRICS},
         }
+    if args.rows:  # a part of the page: its fits are in the score store, the page needs every row
+        return res
     for m in ("map", "p@1"):
         means = {row: pd.concat(per_q[row][m], axis=1).mean(axis=1) for row in per_q}
         tests = compare(means, "No context")
@@ -471,7 +476,11 @@ def main(argv=None):
     parser.add_argument("--data", nargs="+", choices=("wikiqa", "squad"), default=["wikiqa", "squad"])
     parser.add_argument("--train-questions", type=int, default=None, help="keep this many training questions per data set (default: all)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--rows", nargs="+", choices=ROWS + tuple(EARLIER_DEFAULTS), default=None,
+                        help="fit these rows only, into the score store (a part of the page, for parallel processes)")
     args = parser.parse_args(argv)
+    if args.paper and set(args.rows or ()) - set(ROWS):
+        parser.error(f"--paper has the rows {', '.join(ROWS)}")
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     args.epochs = args.epochs or (1 if args.quick else None)
     if args.threads:
@@ -503,6 +512,9 @@ def main(argv=None):
     fit_log = []
     for name in args.data:
         res["datasets"][name] = run_dataset(name, args, fit_log)
+    if args.rows:
+        log(f"stored the fits of {', '.join(args.rows)}, seeds {args.seeds}; the page needs every row: run without --rows")
+        return
     res["fits"] = fit_log
     res["template"] = "context"
     conclude(res, "context" if args.paper else "context-library", start, acceptance(res))
