@@ -65,7 +65,8 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 def synthetic(n_questions=12, seed=0):
     """Questions over their own documents; right candidates and the sentence before each share words with the
-    question (so that local context carries signal)."""
+    question (so that local context carries signal). The data of ``tests/test_context.py``, written here since
+    that module imports names of today's library that a pinned one may lack."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
