@@ -426,6 +426,9 @@ def run_dataset(name, args, fit_log) -> dict:
         for row, (base, _) in EARLIER_DEFAULTS.items():
             if row in per_q:  # the earlier default against today's
                 res["rows"][row][f"p_{m}_vs_default"] = compare({base: means[base], row: means[row]}, base)[row]["p"]
+        # Table 4: the two global-context methods against each other, not only against no context.
+        res["rows"]["MWA (n-gram)"][f"p_{m}_vs_cosine"] = compare(
+            {"MWA": means["MWA"], "MWA (n-gram)": means["MWA (n-gram)"]}, "MWA")["MWA (n-gram)"]["p"]
     log(f"[{name}] in-process fit cache hits so far: {FIT_CACHE.hits} (ensemble members served by this run's Local/Global fits)")
     models, frames_test = {}, {}
     for row in rows(args.paper):
