@@ -133,8 +133,8 @@ ENTRIES: list[SuiteEntry] = [
     SuiteEntry("Context Concat", _context("ContextConcat"), suite="context", requires=_MINILM,
                description="ContextExtractor (n-gram global context) -> MiniLM-L6 over question, candidate, "
                            "local and global context"),
-    SuiteEntry("Context MWA", _context("ContextMWA", global_method="cosine"), suite="context", requires=_MINILM,
-               description="ContextExtractor (cosine global context) -> MiniLM-L6 with multi-way attention to "
+    SuiteEntry("Context MWA", _context("ContextMWA"), suite="context", requires=_MINILM,
+               description="ContextExtractor (n-gram global context) -> MiniLM-L6 with multi-way attention to "
                            "each context"),
     SuiteEntry("Context Ensemble", _context("ContextEnsemble", global_method="cosine"), suite="context",
                requires=_MINILM, description="ContextExtractor (cosine global context) -> two MiniLM-L6 encoders "

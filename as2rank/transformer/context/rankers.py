@@ -10,7 +10,7 @@ that read the ``local_context`` and ``global_context`` columns of
 
 Typical use::
 
-    make_pipeline(ContextExtractor(global_method="cosine"), ContextMWA(random_state=0))
+    make_pipeline(ContextExtractor(), ContextMWA(random_state=0))
 
 The rankers encode the question, the candidate and the contexts as one token sequence, laid out and
 truncated as :mod:`as2rank.transformer.context.segments` describes (``max_pair_length`` tokens for the question and
@@ -306,7 +306,7 @@ class ContextMWA(_ContextRanker):
     --------
     >>> from sklearn.pipeline import make_pipeline
     >>> from as2rank.transformer.context.rankers import ContextExtractor, ContextMWA
-    >>> model = make_pipeline(ContextExtractor(global_method="cosine"), ContextMWA(random_state=0))
+    >>> model = make_pipeline(ContextExtractor(), ContextMWA(random_state=0))
     >>> model.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
