@@ -371,6 +371,33 @@ def summary(sizes, rows, mean, best, p, default_row) -> list:
     return out
 
 
+def variants_vs_default(res, estimator, default_row) -> list:
+    """Each variant row against the library default over every column (data set × size) that measured both:
+    the columns where the variant is ahead, its mean test-MAP difference over them, and a paired randomisation
+    test over test questions, each question's AP difference averaged over its data set's columns (a question
+    counts once however many sizes scored it; the data sets' questions side by side). One column's test cannot
+    tell small gains apart; this one pools them, so a candidate default is judged across sizes and data sets."""
+    out, library = [], estimator_class(estimator)()
+    for name, params in VARIANTS.items():
+        if all(getattr(library, k, None) == v for k, v in params.items()):
+            continue  # the default itself today (a row of runs made before it became the default)
+        gains, variant, default = [], [], []
+        for data in TITLES:
+            table, _ = cells(res, data, estimator)
+            sizes = [s for r, s in table if r == name and (default_row, s) in table]
+            if not sizes:
+                continue
+            ap = {(r, s): np.nanmean(np.vstack(table[(r, s)]), axis=0) for r in (name, default_row) for s in sizes}
+            gains += [float(np.mean(ap[(name, s)]) - np.mean(ap[(default_row, s)])) for s in sizes]
+            variant.append(np.mean([ap[(name, s)] for s in sizes], axis=0))
+            default.append(np.mean([ap[(default_row, s)] for s in sizes], axis=0))
+        if gains:
+            per_q = {default_row: np.concatenate(default), name: np.concatenate(variant)}
+            out.append({"name": name, "columns": len(gains), "ahead": sum(g > 0 for g in gains),
+                        "delta": float(np.mean(gains)), "p": compare(per_q, default_row)[name]["p"]})
+    return out
+
+
 def describe(res, estimator) -> dict:
     """``res`` with what its page shows beyond the measurements: the estimator's constants, the library's
     defaults today (its row: "default_row"), and per data set the table of test MAP per cell (mean over seeds),
@@ -426,6 +453,7 @@ def describe(res, estimator) -> dict:
         "segment_default_changed": bool(getattr(default, "segment_similarity", False))
         and any("'segment similarity'" in r.get("command", "") for r in res["runs"]),
         "tables": tables,
+        "variants_vs_default": [] if cosinet else variants_vs_default(res, estimator, default_row),
         "verdict": {"columns": len(chosen), "planned_columns": len(SIZES) * len(TITLES), "planned_sizes": SIZES,
                     "measured": len(done), "default_ok": sum(c[1] for c in done),
                     "above_previous": sum(c[0] > c[2] for c in done if c[2] is not None)},

@@ -93,3 +93,27 @@ def test_library_digest_leaves_out_the_application_floor(common, tmp_path):
     assert common.library_digest(package, application=True) != common.library_digest(package)
     (package / "core.py").write_text("X = 2\n")
     assert common.library_digest(package) != before
+
+
+def test_defaults_page_pools_a_variant_over_its_columns(common):
+    # The defaults benchmark judges a candidate default (a variant row) against the library default over every
+    # column that measured both; a test question scored at several training sizes counts once, its AP
+    # difference averaged over them.
+    import defaults
+
+    from as2rank.metrics import paired_significance
+
+    def run(data, size, name, ap):
+        return {"data": data, "size": size, "seed": 0, "name": name, "test": {"ap": ap}, "library": "x", "date": "d"}
+
+    entries = [run("sample", "100", "library default", [0.5, 1, 0]), run("sample", "100", "listwise", [1, 1, 0]),
+               run("sample", "300", "library default", [0.5, 1, 1]), run("sample", "300", "listwise", [0.5, 0.5, 1]),
+               run("wikiqa", "100", "library default", [0, 0]), run("wikiqa", "100", "listwise", [1, 1]),
+               # Today's default itself (TransformerRanker() has the segment similarity): no candidate.
+               run("wikiqa", "100", "segment similarity", [0, 1])]
+    res = {"curves": {}, "refs": {str(i): e for i, e in enumerate(entries)}}
+    (row,) = defaults.variants_vs_default(res, "transformer", "library default")
+    assert row["name"] == "listwise" and row["columns"] == 3 and row["ahead"] == 2
+    assert row["delta"] == pytest.approx((1 / 6 - 1 / 6 + 1) / 3)
+    variant, default = [0.75, 0.75, 0.5, 1, 1], [0.5, 1, 0.5, 0, 0]
+    assert row["p"] == pytest.approx(paired_significance(np.array(variant), np.array(default)))
