@@ -96,6 +96,20 @@ SETTINGS = {
 }
 
 
+#: The suite's entry of each context ranker (its pipeline's ContextExtractor is the suite's method).
+SUITE_NAMES = {"concat": "Context Concat", "mwa": "Context MWA", "ensemble": "Context Ensemble"}
+
+
+def suite_global_method(estimator):
+    """The ContextExtractor method of the suite's pipeline for ``estimator``, None when it is no context ranker."""
+    from as2rank.app.suite import ENTRIES
+
+    if estimator not in SUITE_NAMES:
+        return None
+    entry = next(e for e in ENTRIES if e.name == SUITE_NAMES[estimator])
+    return entry.make(0).steps[0][1].global_method
+
+
 def global_method(estimator):
     """The ContextExtractor method in front of ``estimator``, None when it is no context ranker."""
     return SETTINGS.get(estimator, {}).get("global_method")
@@ -441,6 +455,7 @@ def describe(res, estimator) -> dict:
         **res,
         "estimator": estimator, "class": name, "stem": stem, "alpha": ALPHA, "protocol": PROTOCOL,
         "sample_articles": int(load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
+        "suite_global_method": suite_global_method(estimator),
         "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "cosinet_ref_params": cosinet_ref_params(res),
         "streamed": hasattr(default, "partial_fit"),
         "auto_holdout": bool(getattr(type(default), "_auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
