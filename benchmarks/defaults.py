@@ -392,12 +392,12 @@ def variants_vs_default(res, estimator, default_row) -> list:
     counts once however many sizes scored it; the data sets' questions side by side). One column's test cannot
     tell small gains apart; this one pools them, so a candidate default is judged across sizes and data sets."""
     out, library = [], estimator_class(estimator)()
+    tables = {data: cells(res, data, estimator)[0] for data in TITLES}
     for name, params in VARIANTS.items():
         if all(getattr(library, k, None) == v for k, v in params.items()):
             continue  # the default itself today (a row of runs made before it became the default)
         gains, variant, default = [], [], []
-        for data in TITLES:
-            table, _ = cells(res, data, estimator)
+        for table in tables.values():
             sizes = [s for r, s in table if r == name and (default_row, s) in table]
             if not sizes:
                 continue
