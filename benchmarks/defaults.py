@@ -471,6 +471,7 @@ def describe(res, estimator) -> dict:
         "variants_vs_default": [] if cosinet else variants_vs_default(res, estimator, default_row),
         "verdict": {"columns": len(chosen), "planned_columns": len(SIZES) * len(TITLES), "planned_sizes": SIZES,
                     "measured": len(done), "default_ok": sum(c[1] for c in done),
+                    "previous_measured": sum(c[2] is not None for c in done),
                     "above_previous": sum(c[0] > c[2] for c in done if c[2] is not None)},
         "curve_labels": [curve_label(c) for c in res["curves"].values()],
     }

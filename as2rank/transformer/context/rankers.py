@@ -175,8 +175,9 @@ _MEASURED_BUDGET_DOC = _SHARED_PARAMS_HEAD.replace("{budget}", (
     "        ``docs/benchmarks/defaults-mwa.md``; the paper's TANDA setting is ``epochs=2, learning_rate=2e-5``)."))
 
 _TANDA_BUDGET = (", but ``epochs=2`` and\n"
-                 "        ``learning_rate=2e-5`` (the TANDA papers' setting): ``docs/benchmarks/defaults-ensemble.md`` measures\n"
-                 "        the alternatives, and the defaults stay until it covers every training size of both data sets.")
+                 "        ``learning_rate=2e-5`` (the TANDA papers' setting), measured for this class: on\n"
+                 "        ``docs/benchmarks/defaults-ensemble.md`` the other context rankers' ``epochs=4,\n"
+                 "        learning_rate=5e-5`` does not rank above it and trains twice as many epochs.")
 
 _PRIOR_DOC = """\
     lexical_prior : bool, default=True
@@ -395,7 +396,7 @@ class ContextEnsemble(_ContextRanker):
         **_prior.constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
     }
-    # The TANDA papers' budget until docs/benchmarks/defaults-ensemble.md covers every size of both data sets.
+    # The TANDA papers' budget: on docs/benchmarks/defaults-ensemble.md the longer one does not rank above it.
     _training_defaults = {"epochs": 2, "learning_rate": 2e-5}
 
     def __init__(
