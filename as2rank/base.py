@@ -11,14 +11,40 @@ from .data import GroupIndex, check_X, make_frame, ragged_arange
 from .metrics import mean_average_precision
 from .params import Interval, check_param
 
-__all__ = ["RankerMixin", "predict_rank", "rank"]
+__all__ = ["RANK_CONSTRAINTS", "RankerMixin", "check_scores", "predict_rank", "rank", "rank_tiebreak"]
+
+#: Accepted values of :func:`rank`'s arguments (the command line checks ``--top-k`` against the same table).
+RANK_CONSTRAINTS = {"top_k": [Interval(Integral, 1, None), None]}
+
+
+def rank_tiebreak(X):
+    """What breaks equal scores inside a question, so that no ranking reads the row order as a rank: the
+    ``position`` when the frame has one, else the candidate text (its rows' order only between identical
+    texts). Returns None for the first case (the index orders by position already) or the text codes."""
+    if "position" in X.columns:
+        return None
+    return pd.factorize(X["candidate"].to_numpy(dtype=object), sort=True)[0]
+
+
+def check_scores(scores, n_rows):
+    """``scores`` as float64, checked: one finite number per row. A loaded model whose state was damaged could
+    otherwise rank by NaN (every comparison false) without an error."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.shape != (n_rows,):
+        raise ValueError(f"The model returned scores of shape {scores.shape} for {n_rows} rows; expected one per row.")
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if len(bad):
+        raise ValueError(f"The model returned {len(bad)} non-finite score(s) (NaN or infinite), e.g. for row {bad[0]} "
+                         "of the table: its fitted state is damaged, or the rows hold values it cannot score.")
+    return scores
 
 
 def predict_rank(estimator, X) -> np.ndarray:
     """1-based rank of each row inside its question from any fitted estimator's ``predict`` scores.
 
     The same as :meth:`RankerMixin.predict_rank`, for objects that do not have that method, such as a
-    scikit-learn ``Pipeline`` ending in an as2rank ranker.
+    scikit-learn ``Pipeline`` ending in an as2rank ranker. Equal scores are ordered by ``position``, else by
+    candidate text.
 
     Parameters
     ----------
@@ -32,7 +58,7 @@ def predict_rank(estimator, X) -> np.ndarray:
     """
     X = check_X(X, text_columns=())
     scores = estimator.predict(X)
-    return GroupIndex.from_frame(X).rank(scores)
+    return GroupIndex.from_frame(X).rank(scores, rank_tiebreak(X))
 
 
 def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
@@ -54,13 +80,19 @@ def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
     pandas.DataFrame
         Columns ``qid``, ``question``, ``rank`` (1 = best), ``candidate``, ``score`` and ``row`` (the index
         label of the row in ``X``); questions in order of first appearance, best candidate first. Equal
-        scores keep the original order (``position``, or the row order inside the question).
+        scores are ordered by ``position`` when ``X`` has one, else by candidate text, so that shuffling the
+        rows of a table without positions never changes the ranking.
+
+    Raises
+    ------
+    ValueError
+        If the estimator returns a score that is not finite (a damaged model), or not one per row.
     """
-    check_param("top_k", top_k, [Interval(Integral, 1, None), None])
+    check_param("top_k", top_k, RANK_CONSTRAINTS["top_k"])
     X = check_X(X)
     index = GroupIndex.from_frame(X)
-    scores = np.asarray(estimator.predict(X), dtype=np.float64)
-    order = index.sort(scores)
+    scores = check_scores(estimator.predict(X), len(X))
+    order = index.sort(scores, rank_tiebreak(X))
     ranks = ragged_arange(index.sizes) + 1
     keep = slice(None) if top_k is None else ranks <= top_k
     order, ranks = order[keep], ranks[keep]
@@ -92,9 +124,9 @@ class RankerMixin:
     def predict_rank(self, X) -> np.ndarray:
         """1-based rank of each row inside its question (1 = best).
 
-        Rows are ranked by ``predict`` scores, descending; equal scores keep the original order
-        (``position``, or the row order inside the question), so the ranks of a question are always a
-        permutation of ``1..n``.
+        Rows are ranked by ``predict`` scores, descending; equal scores are ordered by ``position`` when
+        ``X`` has one, else by candidate text (never by the row order), so the ranks of a question are always
+        a permutation of ``1..n``.
 
         Parameters
         ----------

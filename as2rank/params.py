@@ -24,6 +24,7 @@ __all__ = [
     "DTYPE_PRECISIONS",
     "LOSSES",
     "POOLINGS",
+    "CHECKPOINT_ALIASES",
     "SUMMARIES",
     "TRANSFORMER_PRECISIONS",
     "Boolean",
@@ -51,6 +52,9 @@ TRANSFORMER_PRECISIONS = (*DTYPE_PRECISIONS, "fp16", "int8")
 #: sentence-transformers checkpoints, else CLS), the first token (``"cls"``) or the mean over tokens
 #: (``"mean"``); :data:`as2rank.neural.backbone.POOLINGS`.
 POOLINGS = ("auto", "cls", "mean")
+#: Names of the packaged checkpoints (``model=`` aliases, :data:`as2rank.neural.backbone.MODEL_ALIASES`): the
+#: only checkpoints a model directory may name besides its own folders (:mod:`as2rank.persistence.trust`).
+CHECKPOINT_ALIASES = ("minilm-l6", "mpnet-base")
 #: Training losses of the neural rankers (``loss``): per pair, or over each question's candidates.
 LOSSES = ("pointwise", "listwise")
 

@@ -150,10 +150,13 @@ def test_card_data_is_checked_again_when_written(tmp_path):
         as2rank.save(OverlapRankRanker(), tmp_path / "m", card={"map": 0.9})
 
 
-def test_a_readme_in_the_directory_is_replaced(tmp_path):
+def test_a_readme_of_the_users_is_replaced_only_when_asked(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / CARD_FILE).write_text("my notes\n")
-    as2rank.save(OverlapRankRanker(), tmp_path / "m", card=ModelCardData(notes="Kept here instead."))
+    with pytest.raises(ValueError, match="not an as2rank model directory and is not empty.*README.md.*overwrite=True"):
+        as2rank.save(OverlapRankRanker(), tmp_path / "m")
+    assert (tmp_path / "m" / CARD_FILE).read_text() == "my notes\n"
+    as2rank.save(OverlapRankRanker(), tmp_path / "m", card=ModelCardData(notes="Kept here instead."), overwrite=True)
     text = (tmp_path / "m" / CARD_FILE).read_text(encoding="utf-8")
     assert text.startswith("---\n") and "Kept here instead." in text and "my notes" not in text
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [CARD_FILE, "as2rank.json"]

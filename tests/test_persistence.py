@@ -30,6 +30,7 @@ from as2rank.lexical.baselines import (
 from as2rank.app.cli import main
 from as2rank.persistence import FORMAT_VERSION
 from tests.scale_helpers import asnq_rows, write_asnq
+from tests.utils import reseal
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "who wrote hamlet capital france paris tower built river city king queen year first largest".split()
@@ -176,6 +177,9 @@ def test_a_damaged_as2rank_json_gives_a_clear_error(edit, match, tmp_path):
     WordOverlapRanker().save_pretrained(tmp_path / "m")
     meta_file = tmp_path / "m" / "as2rank.json"
     meta_file.write_text(json.dumps(edit(json.loads(meta_file.read_text()))))
+    with pytest.raises(ValueError, match="was changed after the model was saved|lacks a 'class'"):
+        as2rank.load(tmp_path / "m")
+    reseal(tmp_path / "m")  # as someone who rewrote the digests too: the rules below the seal still hold
     with pytest.raises(ValueError, match=match):
         as2rank.load(tmp_path / "m")
 
@@ -184,6 +188,7 @@ def test_nested_paths_stay_inside_the_directory(lexical_pipeline, tmp_path):
     as2rank.save(lexical_pipeline, tmp_path / "m")
     meta_file = tmp_path / "m" / "as2rank.json"
     meta_file.write_text(meta_file.read_text().replace('"params.steps.0.1"', '"../elsewhere"'))
+    reseal(tmp_path / "m")
     with pytest.raises(ValueError, match="not a plain name"):
         as2rank.load(tmp_path / "m")
 
@@ -240,6 +245,9 @@ def test_cli_predict_does_not_resume_with_other_weights_in_the_same_directory(in
     capsys.readouterr()
     for weights in other_dir.rglob("*.safetensors"):
         shutil.copy(weights, model_dir / weights.relative_to(other_dir))
+    assert main(args) == 2
+    assert "is not the file that was saved" in capsys.readouterr().err  # the seal refuses the mix
+    reseal(model_dir)  # a model directory that really holds other weights now
     assert main(args) == 2
     assert "different model" in capsys.readouterr().err
 
@@ -370,8 +378,8 @@ def test_unversioned_transformer_directories_still_load(data, tokenizer, tmp_pat
     model.save_pretrained(tmp_path / "t")
     meta_file = tmp_path / "t" / "as2rank.json"
     meta = json.loads(meta_file.read_text())
-    del meta["format_version"], meta["as2rank_version"]
-    meta_file.write_text(json.dumps(meta))  # as written before format versions
+    del meta["format_version"], meta["as2rank_version"], meta["files"], meta["sha256"]
+    meta_file.write_text(json.dumps(meta))  # as written before format versions (and seals)
     np.testing.assert_array_equal(as2rank.load(tmp_path / "t").predict(X), model.predict(X))
 
 

@@ -17,6 +17,12 @@
 
 The table commands read CSV, TSV, Parquet or JSON Lines through :func:`as2rank.datasets.read_pairs`, with the
 column flags ``--question --candidate --label --qid --position``.
+
+Every error a user can cause (a bad table, a damaged or edited model, a path that cannot be written, an argument
+out of range) is one line, ``as2rank: error: ...``, and exit status 2; arguments are checked against the
+library's own constraint tables and output paths are checked before any work starts. Every file and model
+directory is written atomically (:mod:`as2rank.files`): an interrupted command leaves the previous complete
+result or the new one.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from .._version import __version__
 
@@ -72,6 +79,40 @@ def _selector(args, refit: bool):
                           time_budget=args.time_budget, refit=refit, random_state=args.seed, verbose=not args.quiet)
 
 
+def _check_args(args) -> None:
+    """Numeric flags against the constraint tables of the library functions they set, and the output paths,
+    before any work starts (a command that trains for minutes must not fail on its last line)."""
+    from ..base import RANK_CONSTRAINTS
+    from numbers import Integral
+
+    from ..files import check_output_file
+    from ..params import Interval, check_param
+    from .scale import PREDICT_FILE_CONSTRAINTS
+    from .selection import RankerSelector
+
+    tables = {"top_k": RANK_CONSTRAINTS, **{k: PREDICT_FILE_CONSTRAINTS for k in ("chunksize", "window")},
+              **{k: RankerSelector._parameter_constraints for k in ("cv", "max_latency_ms", "time_budget")},
+              "n_threads": {"n_threads": [Interval(Integral, 1, None), None]}}
+    for name, table in tables.items():
+        if getattr(args, name, None) is not None:
+            check_param(f"--{name.replace('_', '-')}", getattr(args, name), table[name])
+    for name in getattr(args, "output_files", ()):
+        if getattr(args, name, None):
+            check_output_file(getattr(args, name))
+    if getattr(args, "plot", None):
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ImportError("--plot needs matplotlib: pip install \"as2rank[bench]\" (or pip install matplotlib)")
+
+
+def _write_json(path, data) -> None:
+    from ..files import atomic_file
+
+    with atomic_file(path) as temporary:
+        temporary.write_text(json.dumps(data, indent=2))
+
+
 def _select(args) -> int:
     X, y = _read_table(args.data, args, labels=True)
     selector = _selector(args, refit=False).fit(X, y)
@@ -82,13 +123,16 @@ def _select(args) -> int:
     if args.plot:
         import matplotlib
 
+        from ..files import atomic_file
+
         matplotlib.use("Agg")
-        selector.plot().figure.savefig(args.plot, bbox_inches="tight", dpi=120)
+        with atomic_file(args.plot) as temporary:
+            selector.plot().figure.savefig(temporary, bbox_inches="tight", dpi=120,
+                                           format=Path(args.plot).suffix.lstrip(".") or "png")
     if args.output:
         table = selector.results_table()
-        with open(args.output, "w") as fh:
-            json.dump({"data": args.data, "chosen": selector.best_name_, "reason": selector.choice_reason_,
-                       "rows": json.loads(table.to_json(orient="records"))}, fh, indent=2)
+        _write_json(args.output, {"data": args.data, "chosen": selector.best_name_, "reason": selector.choice_reason_,
+                                  "rows": json.loads(table.to_json(orient="records"))})
     return 0
 
 
@@ -101,10 +145,12 @@ def _column_flags(args) -> str:
 
 
 def _fit(args) -> int:
+    from ..files import directory_target
+    from ..persistence import is_model_directory, save
     from ..persistence.card import ModelCardData
-    from ..persistence import save
     from .suite import show_fit_progress, select
 
+    directory_target(args.output, is_model=is_model_directory, overwrite=args.overwrite)  # before the fit
     X, y = _read_table(args.data, args, labels=True)
     card = ModelCardData.from_data(X, y, name=args.data_name)
     if args.model == "auto":
@@ -126,30 +172,51 @@ def _fit(args) -> int:
             show_fit_progress(model)
         model.fit(X, y)
         name = entry.name
-    save(model, args.output, card=card)
+    save(model, args.output, card=card, overwrite=args.overwrite)
     print(f"as2rank fit: {name} on {X['qid'].nunique():,} questions / {len(X):,} pairs -> {args.output}", file=sys.stderr)
     return 0
 
 
-def _rank(args) -> int:
-    from pathlib import Path
+#: ``rank --output`` writers by suffix.
+_RANKED_WRITERS = {
+    ".csv": lambda frame, f: frame.to_csv(f, index=False),
+    ".tsv": lambda frame, f: frame.to_csv(f, sep="\t", index=False),
+    ".parquet": lambda frame, f: frame.to_parquet(f, index=False),
+    ".jsonl": lambda frame, f: frame.to_json(f, orient="records", lines=True, force_ascii=False),
+}
 
+
+def _rank(args) -> int:
     from ..base import rank
+    from ..files import atomic_file
     from .scale import load_model
 
+    suffix = Path(args.output).suffix.lower()
+    if suffix not in _RANKED_WRITERS:
+        raise ValueError(f"--output {args.output!r}: use a .csv, .tsv, .parquet or .jsonl file name.")
     args.label = None  # labels are never read to rank (--label is ignored, as its help says)
     X, _ = _read_table(args.data, args, labels=False)
-    ranked = rank(load_model(args.model), X, top_k=args.top_k).rename(columns={"row": "input_row"})
-    writers = {".csv": lambda f: ranked.to_csv(f, index=False), ".tsv": lambda f: ranked.to_csv(f, sep="\t", index=False),
-               ".parquet": lambda f: ranked.to_parquet(f, index=False),
-               ".jsonl": lambda f: ranked.to_json(f, orient="records", lines=True, force_ascii=False)}
-    suffix = Path(args.output).suffix.lower()
-    if suffix not in writers:
-        raise ValueError(f"--output {args.output!r}: use a .csv, .tsv, .parquet or .jsonl file name.")
-    writers[suffix](args.output)
+    ranked = _scoring(args.model, lambda: rank(load_model(args.model), X, top_k=args.top_k))
+    ranked = ranked.rename(columns={"row": "input_row"})
+    with atomic_file(args.output) as temporary:  # the previous output stays whole until this one is
+        _RANKED_WRITERS[suffix](ranked, temporary)
     print(f"as2rank rank: {X['qid'].nunique():,} questions, {len(ranked):,} ranked candidates -> {args.output}",
           file=sys.stderr)
     return 0
+
+
+def _scoring(model, score):
+    """``score()`` of a saved model, with what an edited model's state raises deep inside prediction (a value of
+    the wrong type, a missing attribute) as one line naming the model."""
+    try:
+        return score()
+    except (ValueError, FileNotFoundError, ImportError, OSError):
+        raise
+    except Exception as exc:
+        from ..persistence import _one_line
+
+        raise ValueError(f"the model at {model} cannot score this table ({type(exc).__name__}: {_one_line(exc)}); "
+                         "its saved state is damaged or was edited.") from None
 
 
 def _bench(args) -> int:
@@ -166,8 +233,7 @@ def _bench(args) -> int:
     board = run_suite(entries, X_train, y_train, X_test, y_test, random_state=args.seed, progress=not args.quiet)
     print(format_leaderboard(board))
     if args.output:
-        with open(args.output, "w") as fh:
-            json.dump({"data": args.data, "seed": args.seed, "rows": board.to_dict(orient="records")}, fh, indent=2)
+        _write_json(args.output, {"data": args.data, "seed": args.seed, "rows": board.to_dict(orient="records")})
     return 0
 
 
@@ -202,8 +268,18 @@ def _evaluate(args) -> int:
     from .scale import load_model
     from .suite import select
 
+    if args.save and not args.save.endswith(_PICKLE_SUFFIXES) and not _is_model_path(args.model):
+        from ..files import directory_target
+        from ..persistence import is_model_directory
+
+        directory_target(args.save, is_model=is_model_directory)  # before the fit
+    elif args.save:
+        from ..files import check_output_file
+
+        check_output_file(args.save)
     X_train, y_train, X_test, y_test = _evaluation_data(args)
-    if _is_model_path(args.model):
+    saved = _is_model_path(args.model)
+    if saved:
         model = load_model(args.model)
     else:
         (entry,) = select(("all",), [args.model])
@@ -215,12 +291,18 @@ def _evaluate(args) -> int:
         if args.save and args.save.endswith(_PICKLE_SUFFIXES):
             import joblib
 
-            joblib.dump(model, args.save)
+            from ..files import atomic_file
+
+            with atomic_file(args.save) as temporary:
+                joblib.dump(model, temporary)
         elif args.save:
             from ..persistence import save
 
             save(model, args.save)
-    scores = model.predict(X_test)
+    from ..base import check_scores
+
+    scores = check_scores(_scoring(args.model, lambda: model.predict(X_test)) if saved else model.predict(X_test),
+                          len(X_test))
     print("| ties | questions | MAP | MRR | P@1 | P@3 | P@5 | nDCG@10 |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for ties in ("pessimistic", "stable", "optimistic") if args.ties == "all" else (args.ties,):
         r = ranking_report(y_test, scores, X_test["qid"], ties=ties, position=X_test.get("position"))
@@ -252,7 +334,7 @@ def _predict(args) -> int:
     table = Path(args.input).suffix.lower() in _TABLE_SUFFIXES or _column_flags(args)
     columns = {"question": args.question, "candidate": args.candidate, "qid": args.qid, "position": args.position}
     try:
-        summary = predict_file(
+        summary = _scoring(args.model, lambda: predict_file(
             model,
             args.input,
             args.output,
@@ -262,7 +344,7 @@ def _predict(args) -> int:
             progress=not args.quiet,
             overwrite=args.overwrite,
             columns=columns if table else None,
-        )
+        ))
     except KeyboardInterrupt:
         print("as2rank predict: interrupted; run the same command again to resume.", file=sys.stderr)
         return 130
@@ -285,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--models", help="comma-separated model names (overrides --suite)")
     bench.add_argument("--output", help="write the leaderboard as JSON to this file")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
-    bench.set_defaults(func=_bench)
+    bench.set_defaults(func=_bench, output_files=("output",))
 
     ev = sub.add_parser("evaluate", help="fit (or load) one model and print its metrics on the test split")
     _add_data_args(ev, tables=True)
@@ -340,14 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection_args(se)
     se.add_argument("--plot", help="save the MAP-against-latency plot to this image file (needs matplotlib)")
     se.add_argument("--output", help="write the results table and the choice as JSON to this file")
-    se.set_defaults(func=_select)
+    se.set_defaults(func=_select, output_files=("output", "plot"))
 
     fi = sub.add_parser("fit", help="fit a model on your table and save it (pickle-free, with a model card)")
     fi.add_argument("data", help="your table: .csv, .tsv, .parquet or .jsonl with a header")
     fi.add_argument("--model", required=True,
                     help="a suite model name (e.g. Lexical+LR, Transformer; see as2rank bench --suite all) or auto: "
                     "the choice of as2rank select")
-    fi.add_argument("--output", required=True, help="the model directory to write (read it with as2rank.load)")
+    fi.add_argument("--output", required=True, help="the model directory to write (read it with as2rank.load): new, "
+                    "empty, or a model directory, which the new model replaces whole")
+    fi.add_argument("--overwrite", action="store_true",
+                    help="also write into a non-empty directory that is not an as2rank model (its files of the same "
+                    "names, such as README.md, are replaced)")
     fi.add_argument("--data-name", help="a name for the training data in the model card")
     _add_column_args(fi)
     _add_selection_args(fi)
@@ -360,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(qid, question, rank, candidate, score, input_row)")
     ra.add_argument("--top-k", type=int, help="keep the best K candidates of each question")
     _add_column_args(ra, label_help="ignored (labels are not needed to rank)")
-    ra.set_defaults(func=_rank)
+    ra.set_defaults(func=_rank, output_files=("output",))
     return parser
 
 
@@ -379,9 +465,10 @@ def _add_selection_args(p):
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_args(args)
         return args.func(args)
-    except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"as2rank: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError, ImportError) as exc:  # OSError: FileNotFoundError, IsADirectoryError, a full disk
+        print(f"as2rank: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
 
 

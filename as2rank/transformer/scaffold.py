@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..early_stopping import check_early_stopping, check_eval_set, set_training_summary
-from ..params import Interval, check_param, validate_params
+from ..params import CHECKPOINT_ALIASES, Interval, check_param, validate_params
 from .parameters import TRAINING_CONSTRAINTS, with_training_params
 from .train import train_estimator
 
@@ -80,6 +80,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
     #: Fitted attributes that :meth:`save_pretrained` writes beside the weights (with ``activation_ranges_`` and
     #: the prior's, where fitted) and loading sets back.
     _saved_attrs = ("n_layers_",)
+    #: What the saved state names that prediction opens: the similarity prior's pretrained encoder, packaged
+    #: weights or a folder of the model directory (:func:`as2rank.persistence.trust.resolve_references`).
+    _references = {"similarity_source_": CHECKPOINT_ALIASES}
 
     def __init_subclass__(cls, **kwargs):
         """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
@@ -404,14 +407,15 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         tags.non_deterministic = self.random_state is None
         return tags
 
-    def save_pretrained(self, path, *, int8: bool = False, card=None) -> None:
+    def save_pretrained(self, path, *, int8: bool = False, card=None, overwrite: bool = False) -> None:
         """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
 
         Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
         ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
         "transfer" output), ``heads.safetensors`` (the score heads), ``as2rank.json`` (format version,
         class, parameters and fitted attributes) and ``README.md`` (a model card: :mod:`as2rank.persistence.card`).
-        Files of the same names are overwritten. Load with :meth:`from_pretrained` or
+        The directory is written whole and replaces a previous model at ``path`` in one step (see
+        :func:`as2rank.save <as2rank.persistence.save>`). Load with :meth:`from_pretrained` or
         :func:`as2rank.load <as2rank.persistence.load>`.
         Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
         others wait until the directory is complete.
@@ -427,10 +431,12 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
             a model calibrated for int8 at fit and ``pip install as2rank[onnx]``.
         card : as2rank.persistence.card.ModelCardData, optional
             Training data and metrics for the model card, ``README.md``.
+        overwrite : bool, default=False
+            Also write into a non-empty directory that is not an as2rank model (see :func:`as2rank.save`).
         """
-        from ..persistence.card import write_card
         from ..neural.distributed import is_main_process, wait_for_everyone
-        from ..persistence import INT8_FOLDER, write_transformer
+        from ..persistence import INT8_FOLDER, write_model
+        from ..persistence.transformers import write_transformer
 
         check_is_fitted(self, "model_")
         if int8:
@@ -440,13 +446,15 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
                 raise ValueError(f"This {type(self).__name__} has no int8 calibration: its model cannot run on ONNX Runtime.")
             if not onnx_available():
                 raise ImportError("int8=True exports to ONNX Runtime: pip install as2rank[onnx]")
-        if is_main_process():
-            write_transformer(self, path)
+        def write(folder):
+            write_transformer(self, folder)
             if int8:
                 from ..neural.onnx.runtime import write_int8_copy
 
-                write_int8_copy(self._int8_copy_to_save(), Path(path) / INT8_FOLDER)
-            write_card(self, path, card)
+                write_int8_copy(self._int8_copy_to_save(), folder / INT8_FOLDER)
+
+        if is_main_process():
+            write_model(self, path, write, card=card, overwrite=overwrite)
         wait_for_everyone()
 
     def _int8_copy_to_save(self):
@@ -480,16 +488,23 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
             Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
             continue from the adapted weights.
         """
-        from ..persistence import read_transformer
+        from ..persistence.transformers import read_transformer
 
         return read_transformer(cls, path, params)
 
     def _optional_attrs(self) -> tuple:
         return ("activation_ranges_", *(() if self._prior is None else self._prior.attrs))
 
-    def _export_attrs(self) -> dict:
-        """The fitted attributes :meth:`save_pretrained` writes: ``_saved_attrs``, and the optional ones fitted."""
+    def _export_attrs(self, path) -> dict:
+        """The fitted attributes :meth:`save_pretrained` writes into the model directory ``path``: ``_saved_attrs``,
+        and the optional ones fitted. A similarity prior's pretrained encoder that is not packaged weights is
+        copied into ``path/similarity`` and named so (:func:`~as2rank.transformer.similarity.export_source`)."""
         optional = {k: getattr(self, k) for k in self._optional_attrs() if getattr(self, k, None) is not None}
+        source = optional.get("similarity_source_")
+        if source is not None and not all(source.get(k) in (None, *CHECKPOINT_ALIASES) for k in ("model", "tokenizer")):
+            from .similarity import export_source
+
+            optional["similarity_source_"] = export_source(source, Path(path) / "similarity")
         return {**{k: getattr(self, k) for k in self._saved_attrs}, **optional}
 
     def _import_attrs(self, attrs: dict) -> None:

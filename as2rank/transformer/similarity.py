@@ -18,7 +18,7 @@ from ..neural.backbone import encoder_states, load_backbone, masked_mean, token_
 from ..neural.fitcache import source_digests
 from ..neural.predict import no_progress, predict_batches
 
-__all__ = ["pair_similarity", "similarity_source"]
+__all__ = ["export_source", "pair_similarity", "similarity_source"]
 
 #: Padded tokens per batch of sentences.
 BATCH_TOKENS = 4096
@@ -56,6 +56,20 @@ def similarity_source(model, tokenizer) -> dict:
     if digests is None:
         raise ValueError(f"similarity_prior=True: {model!r} resolves to no files on disk.")
     return {"model": model, "tokenizer": tokenizer, "digests": list(digests)}
+
+
+def export_source(source: dict, folder) -> dict:
+    """Copy the encoder of ``source`` (its verified files, loaded by :func:`_encoder`) into ``folder`` of a model
+    directory, and return the source that names it there: ``{"model": <folder's name>, "tokenizer": None,
+    "digests": ...}``. A saved model then reads its similarities from its own directory, wherever it is loaded
+    (:func:`as2rank.persistence.trust.resolve_references` resolves the name inside the directory)."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    encoder, tokenizer = _encoder(source)
+    encoder.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return {"model": folder.name, "tokenizer": None, "digests": list(source_digests(str(folder), None))}
 
 
 def _encoder(source: dict):

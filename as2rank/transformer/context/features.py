@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ...data import check_ranking_data, check_X, ragged_arange
-from ...params import InstanceOf, Interval, Options, validate_params
+from ...params import CHECKPOINT_ALIASES, InstanceOf, Interval, Options, validate_params
 from ...persistence import PersistenceMixin
 from ...text import bag_of_words, tokenize
 
@@ -155,6 +155,9 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
 
     # Accept ``groups`` when metadata routing sends it through a pipeline (it is only validated).
     __metadata_request__fit = {"groups": True}
+    #: ``encoder`` is loaded again to transform new rows (``"cosine"``): a saved extractor may name only packaged
+    #: weights or a folder of its directory (:func:`as2rank.persistence.trust.resolve_references`).
+    _references = {"encoder": CHECKPOINT_ALIASES}
     _parameter_constraints = {
         "local_window": [Interval(Integral, 0, None)],
         "global_method": [Options(GLOBAL_METHODS)],
