@@ -17,6 +17,8 @@ import platform
 import time
 from pathlib import Path
 
+from as2rank.files import atomic_file
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The shared data folder; ``AS2RANK_SHARED_DATA`` points elsewhere (a copy carried to another machine).
 SHARED_DATA = Path(os.environ.get("AS2RANK_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -41,6 +43,13 @@ TAG = os.environ.get("AS2RANK_BENCH_TAG", "")
 #: there); recorded in the result file and printed with its provenance.
 NOTE = os.environ.get("AS2RANK_BENCH_NOTE", "")
 
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a results file, page or cache record atomically (:func:`as2rank.files.atomic_file`): a run stopped
+    meanwhile leaves the previous complete file."""
+    with atomic_file(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
 
 def tagged(name: str) -> str:
     """``name`` (``"cascade.json"``) with the run's tag before the extension (``"cascade-h100.json"``)."""
@@ -176,7 +185,8 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
     est.fit(X, y, **fit_params)
     seconds = time.perf_counter() - start
     CACHE.mkdir(parents=True, exist_ok=True)
-    joblib.dump(est, path)
+    with atomic_file(path) as temporary:  # a run stopped meanwhile leaves no truncated model to load
+        joblib.dump(est, temporary)
     history = getattr(est, "history_", None)
     entry = {
         "model": type(est).__name__,
@@ -196,7 +206,7 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
     }
-    path.with_suffix(".json").write_text(json.dumps(entry, indent=2))
+    write_text(path.with_suffix(".json"), json.dumps(entry, indent=2))
     pps = entry["pairs_per_second"]
     log(f"  fitted in {seconds:.0f}s" + (f" ({pps:.1f} pairs/s)" if pps else "") + f", load {entry['load_average']}")
     if fit_log is not None:
@@ -241,12 +251,11 @@ def save_stored(path: Path, record: dict, arrays: dict) -> None:
     import numpy as np
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial.npz")
     if "record" in arrays:
         raise ValueError("'record' names the record, not an array")
-    np.savez_compressed(partial, **{k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()},
-                        record=json.dumps(jsonable(record)))
-    partial.replace(path)
+    with atomic_file(path) as temporary, open(temporary, "wb") as fh:  # a file object: savez adds no suffix
+        np.savez_compressed(fh, **{k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()},
+                            record=json.dumps(jsonable(record)))
 
 
 def load_stored(path: Path) -> tuple[dict, dict]:
@@ -505,9 +514,9 @@ def publish(res: dict, name: str, template: str | None = None) -> Path:
     stem = tagged(name + ".json")[: -len(".json")]
     results, docs = folders(res["template"])
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
+    write_text(results / f"{stem}.json", json.dumps(res, indent=2) + "\n")
     docs.mkdir(parents=True, exist_ok=True)
     page = docs / f"{stem}.md"
-    page.write_text(render_page(res))
+    write_text(page, render_page(res))
     log(f"wrote {page.relative_to(ROOT)}")
     return page

@@ -59,7 +59,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import (COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log, machine,
+from _common import (write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log, machine,
                      render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
@@ -556,7 +556,7 @@ def main(argv=None):
     name = ("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
     if args.render:
         res = json.loads((RESULTS / tagged(f"{name}.json")).read_text())
-        (DOCS / tagged(f"{name}.md")).write_text(render_page(res))
+        write_text(DOCS / tagged(f"{name}.md"), render_page(res))
         log(f"re-rendered {DOCS / tagged(f'{name}.md')}")
         return
     if args.quick:

@@ -68,6 +68,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
+from as2rank.files import atomic_file
 from _common import (CACHE, conclude, fitted, fitted_scores, library_digest, log, run_header, subset_questions,
                      wikiqa_splits)
 
@@ -227,7 +228,8 @@ def with_context(X, method: str):
     Xc, report = extractor.fit(X).transform(X, return_report=True)
     report["seconds"] = time.perf_counter() - start
     CACHE.mkdir(parents=True, exist_ok=True)
-    joblib.dump((Xc, report), path)
+    with atomic_file(path) as temporary:
+        joblib.dump((Xc, report), temporary)
     log(f"  {method} contexts of {len(X)} rows in {report['seconds']:.0f}s: {report['mean_global_sentences']:.2f} global sentences")
     # The frame as read back: its hash (part of the fitted-model cache keys) is then the same in later runs.
     return joblib.load(path)

@@ -54,7 +54,7 @@ def main(argv=None) -> int:
             if not page.exists() or page.read_text() != text:
                 stale.append(name)
         else:
-            page.write_text(text)
+            _common.write_text(page, text)
             print(f"rendered {page}")
     if stale:
         print(f"pages that differ from their results: {', '.join(stale)}", file=sys.stderr)

@@ -115,3 +115,67 @@ def test_sample_refuses_a_path(capsys):
     assert main(["bench", "--models", "RR", "--quiet", "--path", "my_squad.json"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--data sample" in err and "my_squad.json" in err
+
+
+# ----------------------------------------------------------------------------------------------- path cases
+@pytest.fixture
+def saved_model(tmp_path):
+    """A saved WO+RR model and a small table."""
+    import pandas as pd
+
+    from as2rank import OverlapRankRanker, save
+
+    save(OverlapRankRanker(), tmp_path / "model")
+    table = tmp_path / "pairs.csv"
+    pd.DataFrame({"question": ["who?"] * 3, "candidate": ["a", "b", "c"], "label": [1, 0, 0]}).to_csv(table, index=False)
+    return tmp_path / "model", table
+
+
+def _one_line_error(capsys, *expected):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("as2rank: error:"), err
+    assert all(e in err for e in expected), err
+    return err
+
+
+def test_a_directory_given_as_a_table_is_one_line(saved_model, tmp_path, capsys):
+    """The reported case: a directory named x.csv as data was an IsADirectoryError traceback."""
+    model, _ = saved_model
+    folder = tmp_path / "x.csv"
+    folder.mkdir()
+    for command in (["rank", str(model), str(folder), "--output", str(tmp_path / "r.csv")],
+                    ["fit", str(folder), "--model", "WO+RR", "--output", str(tmp_path / "m2")],
+                    ["evaluate", "--model", str(model), "--data", str(folder)],
+                    ["predict", "--model", str(model), "--input", str(folder), "--output", str(tmp_path / "o"), "--quiet"]):
+        assert main(command) == 2, command[0]
+        _one_line_error(capsys, "is a directory")
+
+
+@pytest.mark.parametrize("flag, value", [("--chunksize", "0"), ("--chunksize", "-5"), ("--window", "-1")])
+def test_predict_sizes_out_of_range_are_refused(flag, value, saved_model, tmp_path, capsys):
+    """The reported case: --chunksize 0 or -5 was accepted (a divide-by-zero warning, 31 parts)."""
+    model, table = saved_model
+    assert main(["predict", "--model", str(model), "--input", str(table), "--output", str(tmp_path / "o"),
+                 "--quiet", flag, value]) == 2
+    _one_line_error(capsys, f"{flag} must be", f"got {value}")
+    assert not (tmp_path / "o").exists()
+
+
+def test_rank_top_k_out_of_range_is_refused(saved_model, tmp_path, capsys):
+    model, table = saved_model
+    assert main(["rank", str(model), str(table), "--output", str(tmp_path / "r.csv"), "--top-k", "0"]) == 2
+    _one_line_error(capsys, "--top-k must be")
+
+
+def test_select_plot_without_matplotlib_fails_before_the_selection(saved_model, monkeypatch, tmp_path, capsys):
+    """The reported case: --plot failed with "No module named 'matplotlib'" after the whole selection."""
+    import importlib.util
+
+    from as2rank.app import selection
+
+    _, table = saved_model
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(selection.RankerSelector, "fit", lambda *a, **k: pytest.fail("selected before failing"))
+    assert main(["select", str(table), "--plot", str(tmp_path / "sel.png")]) == 2
+    _one_line_error(capsys, "--plot needs matplotlib", "as2rank[bench]")

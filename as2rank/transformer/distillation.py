@@ -16,19 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..neural.backbone import LayerStack, encoder_states, layer_list, pool, truncate_layers
+from ..neural.backbone import LayerStack, encoder_states, layer_list, pool, position_bias, truncate_layers
 from .heads import SegmentSimilarity, feed_forward, head_logits, segment_cosine, with_prior
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers"]
 
 
-# Parameters of a BERT-style block (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA) by stacked name. The query, key
-# and value projections are concatenated (one product for the three).
-_BLOCK_PARAMS = {
-    "attn_out_weight": "attention.output.dense.weight",
-    "attn_out_bias": "attention.output.dense.bias",
-    "attn_norm_weight": "attention.output.LayerNorm.weight",
-    "attn_norm_bias": "attention.output.LayerNorm.bias",
+# Parameters of a block by stacked name: of a BERT-style block (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA), and of
+# MPNet's, the same computation under other names (its attention ``attention.attn``, projections ``q``, ``k``, ``v``,
+# ``o``). The query, key and value projections are concatenated (one product for the three).
+_FFN_PARAMS = {
     "ffn_in_weight": "intermediate.dense.weight",
     "ffn_in_bias": "intermediate.dense.bias",
     "ffn_out_weight": "output.dense.weight",
@@ -36,7 +33,16 @@ _BLOCK_PARAMS = {
     "ffn_norm_weight": "output.LayerNorm.weight",
     "ffn_norm_bias": "output.LayerNorm.bias",
 }
-_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
+_BLOCK_PARAMS = {
+    "bert": {"attn_out_weight": "attention.output.dense.weight", "attn_out_bias": "attention.output.dense.bias",
+             "attn_norm_weight": "attention.output.LayerNorm.weight", "attn_norm_bias": "attention.output.LayerNorm.bias",
+             **_FFN_PARAMS},
+    "mpnet": {"attn_out_weight": "attention.attn.o.weight", "attn_out_bias": "attention.attn.o.bias",
+              "attn_norm_weight": "attention.LayerNorm.weight", "attn_norm_bias": "attention.LayerNorm.bias",
+              **_FFN_PARAMS},
+}
+_QKV = {"bert": ("attention.self.query", "attention.self.key", "attention.self.value"),
+        "mpnet": ("attention.attn.q", "attention.attn.k", "attention.attn.v")}
 
 
 # glibc's largest mmap threshold: larger allocations come as fresh pages (see CerberusEncoder.head_rows).
@@ -55,13 +61,16 @@ class StackedBlocks(nn.Module):
     ----------
     blocks : list of transformers blocks
         The k blocks (BERT-style: ``attention.self.{query,key,value}``, ``attention.output.{dense,LayerNorm}``,
-        ``intermediate.dense``, ``output.{dense,LayerNorm}``); their weights are copied and stacked.
+        ``intermediate.dense``, ``output.{dense,LayerNorm}``; or MPNet's, see ``_BLOCK_PARAMS``); their weights
+        are copied and stacked.
     """
 
     def __init__(self, blocks):
         super().__init__()
         first = blocks[0]
-        attention = first.attention.self
+        # Whose names the weights have (block_state gives them back): MPNet's blocks hold ``attention.attn``.
+        self.kind = "mpnet" if hasattr(first.attention, "attn") else "bert"
+        attention = first.attention.attn if self.kind == "mpnet" else first.attention.self
         self.n_attention_heads = attention.num_attention_heads
         self.attention_dropout = attention.dropout.p
         self.hidden_dropout = first.output.dropout.p
@@ -72,19 +81,19 @@ class StackedBlocks(nn.Module):
         def stack(names):
             return nn.Parameter(torch.stack([torch.cat([b.get_parameter(n).detach() for n in names]) for b in blocks]))
 
-        self.qkv_weight = stack([f"{p}.weight" for p in _QKV])
-        self.qkv_bias = stack([f"{p}.bias" for p in _QKV])
-        for name, hf_name in _BLOCK_PARAMS.items():
+        self.qkv_weight = stack([f"{p}.weight" for p in _QKV[self.kind]])
+        self.qkv_bias = stack([f"{p}.bias" for p in _QKV[self.kind]])
+        for name, hf_name in _BLOCK_PARAMS[self.kind].items():
             setattr(self, name, stack([hf_name]))
 
     def block_state(self, i: int) -> dict:
         """Head ``i``'s weights under the names of the transformers block they came from."""
         hidden = self.qkv_weight.shape[-1]
         state = {}
-        for j, prefix in enumerate(_QKV):
+        for j, prefix in enumerate(_QKV[self.kind]):
             state[f"{prefix}.weight"] = self.qkv_weight[i, j * hidden : (j + 1) * hidden]
             state[f"{prefix}.bias"] = self.qkv_bias[i, j * hidden : (j + 1) * hidden]
-        state.update({hf_name: getattr(self, name)[i] for name, hf_name in _BLOCK_PARAMS.items()})
+        state.update({hf_name: getattr(self, name)[i] for name, hf_name in _BLOCK_PARAMS[self.kind].items()})
         return {k: v.detach().clone() for k, v in state.items()}
 
     def _norm(self, x, weight, bias):
@@ -98,8 +107,9 @@ class StackedBlocks(nn.Module):
         ----------
         hidden : Tensor of shape (k, batch × length, hidden)
             May be a stride-0 expansion of one input shared by all heads (the body's output).
-        mask : Tensor of bool, shape (k × batch, 1, 1, length)
-            True for real tokens.
+        mask : Tensor of shape (k × batch, 1, 1, length) or (k × batch, heads, length, length)
+            Boolean, True for real tokens; or float, added to the attention scores (MPNet's relative position
+            bias, the dtype's minimum on padding).
         batch_shape : tuple (batch, length)
 
         Returns
@@ -113,6 +123,7 @@ class StackedBlocks(nn.Module):
         # (k, batch) merge into one batch axis without a copy: attention runs once for every head.
         q, key, value = (qkv.select(3, j).transpose(2, 3).reshape(k * batch, heads, length, -1) for j in range(3))
         dropout = self.attention_dropout if self.training else 0.0
+        mask = mask if mask.dtype == torch.bool else mask.to(q.dtype)
         context = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout)
         context = context.transpose(1, 2).reshape(k, batch * length, width)
         attended = F.dropout(_baddbmm(context, self.attn_out_weight, self.attn_out_bias), self.hidden_dropout, self.training)
@@ -239,6 +250,9 @@ class CerberusEncoder(nn.Module):
         batch_size, length, width = body.shape
         k = self.n_heads
         mask = masks["attention_mask"].bool()[:, None, None, :].repeat(k, 1, 1, 1)
+        bias = position_bias(self.encoder, body)
+        if bias is not None:  # MPNet: the blocks add the body's relative position bias to their scores
+            mask = torch.where(mask, bias, torch.finfo(bias.dtype).min)
         # Every head reads the same body output: an expanded view, not k copies.
         hidden = body.reshape(1, batch_size * length, width).expand(k, -1, -1)
         for block in self.heads:

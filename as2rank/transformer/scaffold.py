@@ -432,7 +432,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         card : as2rank.persistence.card.ModelCardData, optional
             Training data and metrics for the model card, ``README.md``.
         overwrite : bool, default=False
-            Also write into a non-empty directory that is not an as2rank model (see :func:`as2rank.save`).
+            Also write into a non-empty directory that is not an as2rank model (see
+            :func:`as2rank.save <as2rank.persistence.save>`).
         """
         from ..neural.distributed import is_main_process, wait_for_everyone
         from ..persistence import INT8_FOLDER, write_model

@@ -59,7 +59,7 @@ def similarity_source(model, tokenizer) -> dict:
 
 
 def export_source(source: dict, folder) -> dict:
-    """Copy the encoder of ``source`` (its verified files, loaded by :func:`_encoder`) into ``folder`` of a model
+    """Copy the encoder of ``source`` (its verified files, loaded as prediction loads them) into ``folder`` of a model
     directory, and return the source that names it there: ``{"model": <folder's name>, "tokenizer": None,
     "digests": ...}``. A saved model then reads its similarities from its own directory, wherever it is loaded
     (:func:`as2rank.persistence.trust.resolve_references` resolves the name inside the directory)."""

@@ -287,7 +287,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         from ..neural.backbone import is_sequence_classifier
 
         auto = AutoModelForSequenceClassification if is_sequence_classifier(self._config) else AutoModel
-        module = self._scoring_module(self.mode_, auto.from_config(self._config))
+        module = self._scoring_module(self.mode_, auto.from_config(self._config, trust_remote_code=False))
         module.load_state_dict(state_dict)
         return module.eval()
 

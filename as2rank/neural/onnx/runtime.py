@@ -496,14 +496,20 @@ def _stamped(graph: bytes, digest: str, part: tuple) -> bytes:
 
 
 def _metadata(graph: bytes) -> dict:
-    """The metadata of a graph file's bytes; empty if they are not an ONNX model (a truncated file)."""
+    """The metadata of a graph file's bytes; empty if they are not an ONNX model (a truncated file) or if the
+    graph reads tensors from other files (external data, which a saved graph of as2rank never has: such a
+    graph could make ONNX Runtime read a file outside the model directory)."""
     import onnx
     from google.protobuf.message import DecodeError
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     try:
-        return {p.key: p.value for p in onnx.load_from_string(graph).metadata_props}
+        model = onnx.load_from_string(graph)
     except DecodeError:
         return {}
+    if any(uses_external_data(tensor) for tensor in _get_all_tensors(model)):
+        return {}
+    return {p.key: p.value for p in model.metadata_props}
 
 
 class OnnxCascade:

@@ -109,6 +109,12 @@ def _pack_groups(hidden, keeps, counts, width: int) -> tuple[torch.Tensor, torch
     return tokens, mask
 
 
+class _Projection(nn.Linear):
+    """A weight of :class:`MultiwayAttention`, which :func:`multiway_weights` reads as a tensor (stacked with the
+    others) rather than calling the layer. A class of its own, so that torch's dynamic int8 quantization of a
+    fitted model (``precision="int8"``), which replaces the layers of class ``nn.Linear`` itself, keeps it float."""
+
+
 class MultiwayAttention(nn.Module):
     """Multi-way attention (Tan et al., IJCAI 2018): each query token attends to the key tokens with four
     scoring functions, and the four attended views are mixed by an attention over the ways.
@@ -142,16 +148,16 @@ class MultiwayAttention(nn.Module):
 
     def __init__(self, hidden: int, attention_dim: int):
         super().__init__()
-        a = attention_dim
-        self.concat_query, self.concat_key = nn.Linear(hidden, a, bias=False), nn.Linear(hidden, a, bias=False)
-        self.bilinear = nn.Linear(hidden, hidden, bias=False)
-        self.dot_query, self.dot_key = nn.Linear(hidden, a, bias=False), nn.Linear(hidden, a, bias=False)
-        self.dot = nn.Linear(a, a, bias=False)
+        a, linear = attention_dim, _Projection
+        self.concat_query, self.concat_key = linear(hidden, a, bias=False), linear(hidden, a, bias=False)
+        self.bilinear = linear(hidden, hidden, bias=False)
+        self.dot_query, self.dot_key = linear(hidden, a, bias=False), linear(hidden, a, bias=False)
+        self.dot = linear(a, a, bias=False)
         # W_m (q − k) = W_m q − W_m k: one projection of each side, not one per (query, key) pair.
-        self.minus = nn.Linear(hidden, a, bias=False)
-        self.score = nn.ModuleDict({w: nn.Linear(a, 1, bias=False) for w in ("concat", "dot", "minus")})
-        self.mix_view, self.mix_query = nn.Linear(hidden, a, bias=False), nn.Linear(hidden, a)
-        self.mix_score = nn.Linear(a, 1, bias=False)
+        self.minus = linear(hidden, a, bias=False)
+        self.score = nn.ModuleDict({w: linear(a, 1, bias=False) for w in ("concat", "dot", "minus")})
+        self.mix_view, self.mix_query = linear(hidden, a, bias=False), linear(hidden, a)
+        self.mix_score = linear(a, 1, bias=False)
 
     def weights(self, query, keys, key_mask) -> torch.Tensor:
         """Attention weights of every way, shape (batch, 4, queries, keys); zero on padded keys, and all

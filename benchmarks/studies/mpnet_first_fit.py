@@ -1,0 +1,82 @@
+"""First fit of the packaged BASE encoder (``model="mpnet-base"``, all-mpnet-base-v2: 12 layers, 768 wide) against
+the default (``"minilm-l6"``, all-MiniLM-L6-v2: 6 layers, 384 wide) as ``TransformerRanker``'s backbone: what one
+fit costs on the CPU, and a first MAP.
+
+    nice -n 10 python benchmarks/studies/mpnet_first_fit.py [--questions 100] [--epochs N] [--threads 1]
+
+Each model is fitted at the library's defaults (``random_state=0``, ``n_threads`` = ``--threads``; ``--epochs``
+overrides the default epochs, to time one epoch of a fit too long to run whole) on ``--questions`` answered
+WikiQA-train questions, the first of a ``np.random.default_rng(0)`` permutation of the answered question ids,
+and scored on WikiQA-test, clean protocol (``est.score``: MAP over the 243 answered questions, pessimistic ties).
+Prints one JSON line per model: MAP, the wall times of ``fit`` and ``predict`` and their pairs per second
+(training pairs × epochs run, over the fit's time: the prior's pretrained-encoder pass and the int8
+calibration included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+
+from _common import SHARED_DATA, machine
+
+
+def training_questions(X, y, n: int):
+    """The rows of the first ``n`` answered questions of a ``default_rng(0)`` permutation of the answered ids."""
+    import numpy as np
+
+    from as2rank.data import keep_answered
+
+    X, y = keep_answered(X, y)
+    chosen = np.random.default_rng(0).permutation(X["qid"].unique())[:n]
+    keep = X["qid"].isin(chosen).to_numpy()
+    return X[keep].reset_index(drop=True), np.asarray(y)[keep]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--questions", type=int, default=100, help="answered training questions (default 100)")
+    parser.add_argument("--epochs", type=int, default=None, help="override the default epochs (default: none)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--models", nargs="+", default=["mpnet-base", "minilm-l6"])
+    args = parser.parse_args(argv)
+    folder = SHARED_DATA / "wikiqa"
+    if not (folder / "WikiQA-train.tsv").is_file():
+        print(f"skipped: {folder} has no WikiQA (set AS2RANK_SHARED_DATA)")
+        return 0
+    import torch
+
+    from as2rank import TransformerRanker
+    from as2rank.data import keep_answered
+    from as2rank.datasets import load_wikiqa
+
+    X, y = training_questions(*load_wikiqa(folder / "WikiQA-train.tsv"), args.questions)
+    X_test, y_test = keep_answered(*load_wikiqa(folder / "WikiQA-test.tsv"))
+    extra = {} if args.epochs is None else {"epochs": args.epochs}
+    for model in args.models:
+        est = TransformerRanker(model=model, random_state=0, n_threads=args.threads, **extra)
+        start = time.perf_counter()
+        est.fit(X, y)
+        fit_s = time.perf_counter() - start
+        start = time.perf_counter()
+        map_ = est.score(X_test, y_test)
+        predict_s = time.perf_counter() - start
+        epochs = len(est.history_.epoch_loss)
+        print(json.dumps({
+            "model": model, "map": round(100 * map_, 2), "train_questions": int(X["qid"].nunique()),
+            "train_pairs": len(X), "epochs": epochs, "fit_s": round(fit_s, 1),
+            "fit_pairs_per_s": round(len(X) * epochs / fit_s, 2), "test_questions": int(X_test["qid"].nunique()),
+            "test_pairs": len(X_test), "predict_s": round(predict_s, 1),
+            "predict_pairs_per_s": round(len(X_test) / predict_s, 2), "n_layers": est.n_layers_,
+            "threads": args.threads, "torch": torch.__version__, "machine": machine(),
+        }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
