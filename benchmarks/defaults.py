@@ -47,7 +47,10 @@ VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": 
             "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
             "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"},
             "segment similarity": {"segment_similarity": True}, "4 epochs, lr 5e-5": {"epochs": 4, "learning_rate": 5e-5},
-            "4 epochs, lr 5e-5, segment similarity": {"epochs": 4, "learning_rate": 5e-5, "segment_similarity": True}}
+            "4 epochs, lr 5e-5, segment similarity": {"epochs": 4, "learning_rate": 5e-5, "segment_similarity": True},
+            # The BASE encoder (all-mpnet-base-v2, the five packaged wheels), at the library's schedule and at the
+            # learning rate BASE encoders are usually fine-tuned with.
+            "MPNet": {"model": "mpnet-base"}, "MPNet, lr 2e-5": {"model": "mpnet-base", "learning_rate": 2e-5}}
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``

@@ -51,31 +51,32 @@ class Steps:
         for module in (safetensors.numpy, safetensors.torch):
             monkeypatch.setattr(module, "save_file", self._wrap(module.save_file, "save_file"))
 
+    def step(self, before_death=None) -> None:
+        """Count one step; at ``kill_at``, run ``before_death`` (what reached the disk) and end the writer."""
+        if self.dead:
+            raise Killed
+        self.count += 1
+        if self.count == self.kill_at:
+            if before_death is not None:
+                before_death()
+            self.dead = True
+            raise Killed
+
     def _wrap(self, function, name):
-        def step(*args, **kwargs):
+        def wrapped(*args, **kwargs):
             if name == "open" and function in (builtins.open, io.open):
                 mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
                 if not any(c in mode for c in "wax+"):
                     return function(*args, **kwargs)  # reading is no step
-                if self.dead:
-                    raise Killed
-                self.count += 1
-                if self.count == self.kill_at:
-                    self.dead = True
-                    raise Killed
+                self.step()
                 return _Writes(function(*args, **kwargs), self)
             if name == "open" and function is os.open and not (args[1] if len(args) > 1 else kwargs["flags"]) & (
                     os.O_WRONLY | os.O_RDWR | os.O_CREAT):
                 return function(*args, **kwargs)
-            if self.dead:
-                raise Killed
-            self.count += 1
-            if self.count == self.kill_at:
-                self.dead = True
-                raise Killed
+            self.step()
             return function(*args, **kwargs)
 
-        return step
+        return wrapped
 
 
 class _Writes:
@@ -85,15 +86,11 @@ class _Writes:
         self._file, self._steps = file, steps
 
     def write(self, data):
-        steps = self._steps
-        if steps.dead:
-            raise Killed
-        steps.count += 1
-        if steps.count == steps.kill_at:
-            self._file.write(data[: len(data) // 2])  # half of it reached the file
+        def half():  # half of it reached the file
+            self._file.write(data[: len(data) // 2])
             self._file.flush()
-            steps.dead = True
-            raise Killed
+
+        self._steps.step(half)
         return self._file.write(data)
 
     def __getattr__(self, name):
@@ -159,13 +156,13 @@ def test_fit_output_killed_at_any_step(tmp_path, monkeypatch, capsys):
     from as2rank.datasets import load_sample
 
     X, y = load_sample()
-    X.iloc[:300].assign(label=y[:300])[["qid", "question", "candidate", "label"]].to_csv(table, index=False)
+    X.iloc[:40].assign(label=y[:40])[["qid", "question", "candidate", "label"]].to_csv(table, index=False)
     out = tmp_path / "model"
     args = ["fit", str(table), "--model", "Lexical+LR", "--qid", "qid", "--output", str(out), "--quiet"]
     assert main(args) == 0 and data.is_dir()
-    before = as2rank.load(out).predict(X.iloc[:300])
+    before = as2rank.load(out).predict(X.iloc[:40])
     for _ in interrupted(monkeypatch, lambda: main(args)):
-        np.testing.assert_array_equal(as2rank.load(out).predict(X.iloc[:300]), before)
+        np.testing.assert_array_equal(as2rank.load(out).predict(X.iloc[:40]), before)
     capsys.readouterr()
 
 

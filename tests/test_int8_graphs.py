@@ -12,6 +12,8 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.utils import reseal
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -119,12 +121,16 @@ def test_graphs_of_another_model_are_not_used(fitted, data, tmp_path):
     assert not (tmp_path / "b" / "onnx").exists()
     own = copy.deepcopy(other).set_params(precision="int8").predict(X)
     shutil.copytree(tmp_path / "a" / "onnx", tmp_path / "b" / "onnx")
+    with pytest.raises(ValueError, match="onnx/int8-0.onnx was not saved with the model"):
+        TransformerRanker.from_pretrained(tmp_path / "b")  # the seal refuses graphs copied in
+    reseal(tmp_path / "b")  # sealed again: the graphs are read, and refused for their digest
     loaded = TransformerRanker.from_pretrained(tmp_path / "b", precision="int8")
     with pytest.warns(UserWarning, match="not exported from this model"):
         scores = loaded.predict(X)
     np.testing.assert_array_equal(scores, own)
     graph = tmp_path / "a" / "onnx" / "int8-0.onnx"
     graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])  # a truncated copy: exported again
+    reseal(tmp_path / "a")
     loaded = TransformerRanker.from_pretrained(tmp_path / "a", precision="int8")
     with pytest.warns(UserWarning, match="not exported from this model"):
         np.testing.assert_array_equal(loaded.predict(X), copy.deepcopy(fitted).set_params(precision="int8").predict(X))

