@@ -277,7 +277,7 @@ class LayerStack:
         model_type = getattr(encoder.config, "model_type", None)
         if model_type not in LAYERED_MODEL_TYPES:
             raise ValueError(
-                f"The cascade runs BERT-style encoders layer by layer ({', '.join(LAYERED_MODEL_TYPES)}); "
+                f"The cascade runs BERT-style and MPNet encoders layer by layer ({', '.join(LAYERED_MODEL_TYPES)}); "
                 f"got model_type={model_type!r}. Use TransformerRanker for other encoders."
             )
         self.encoder = encoder
@@ -355,16 +355,18 @@ def encoder_states(encoder, batch: dict) -> torch.Tensor:
     """The encoder's last hidden states on a batch's ``input_ids``, ``attention_mask`` (and ``token_type_ids``).
 
     A sequence classifier's are those of its encoder (``base_model``): its head does not run. For the model
-    types of :data:`LAYERED_MODEL_TYPES` with SDPA attention (transformers' default), whose implementations take
-    a ready 4-D mask as it is, the mask is :func:`padding_mask_4d`'s: transformers would read the 2-D mask on
-    the host first. Other models build their own.
+    types of :data:`LAYERED_MODEL_TYPES` with SDPA attention (transformers' default) or eager attention (MPNet's
+    only one), whose implementations take a ready 4-D mask as it is, the mask is :func:`padding_mask_4d`'s
+    (additive in float32, the dtype of the embeddings, for eager attention): transformers would read the 2-D
+    mask on the host first. Other models build their own.
     """
     if is_sequence_classifier(encoder):
         encoder = encoder.base_model
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
     config = encoder.config
-    if getattr(config, "model_type", None) in LAYERED_MODEL_TYPES and getattr(config, "_attn_implementation", None) == "sdpa":
-        inputs["attention_mask"] = padding_mask_4d(config, inputs["attention_mask"], torch.bool)
+    implementation = getattr(config, "_attn_implementation", None)
+    if getattr(config, "model_type", None) in LAYERED_MODEL_TYPES and implementation in ("sdpa", "eager"):
+        inputs["attention_mask"] = padding_mask_4d(config, inputs["attention_mask"], torch.float32)
     return encoder(**inputs).last_hidden_state
 
 

@@ -78,8 +78,8 @@ class CascadeTransformer(_TransformerEstimator):
     Parameters
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
-        A BERT-style encoder (BERT, MiniLM, RoBERTa, XLM-R, ELECTRA): an alias, local path, Hugging Face id
-        or a config for a random encoder.
+        A BERT-style encoder (BERT, MiniLM, RoBERTa, XLM-R, ELECTRA) or MPNet (``"mpnet-base"``): an alias,
+        local path, Hugging Face id or a config for a random encoder.
     tokenizer : None, str or tokenizer, default=None
         Required when ``model`` is a config.
     exits : sequence of int, default=None

@@ -128,8 +128,8 @@ class Cerberus(_Student):
     Parameters
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
-        A BERT-style encoder (BERT, MiniLM, RoBERTa, XLM-R, CamemBERT, ELECTRA): an alias, a local path, a
-        Hugging Face id, or a config for a randomly initialised encoder.
+        A BERT-style encoder (BERT, MiniLM, RoBERTa, XLM-R, CamemBERT, ELECTRA) or MPNet (``"mpnet-base"``): an
+        alias, a local path, a Hugging Face id, or a config for a randomly initialised encoder.
     teachers : list, default=None
         Required: one entry per head, each a fitted as2rank ranker of any family, the name of a column of
         ``X`` with precomputed scores, or an array of one precomputed score per training row (see
