@@ -27,6 +27,7 @@ _LAZY = {
     "ContextEnsemble": "transformer.context.rankers",
     "ContextMWA": "transformer.context.rankers",
     "ZeroShotRanker": "transformer.zeroshot",
+    "CalibratedRanker": "answer.ranker",
     "RankerMixin": "base",
     "predict_rank": "base",
     "rank": "base",

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
 
 from .data import GroupIndex, check_X, make_frame, ragged_arange
 from .metrics import mean_average_precision
-from .params import Interval, check_param
+from .params import Boolean, Interval, check_param
 
 __all__ = ["RANK_CONSTRAINTS", "RankerMixin", "check_scores", "predict_rank", "rank", "rank_tiebreak"]
 
 #: Accepted values of :func:`rank`'s arguments (the command line checks ``--top-k`` against the same table).
-RANK_CONSTRAINTS = {"top_k": [Interval(Integral, 1, None), None]}
+RANK_CONSTRAINTS = {"top_k": [Interval(Integral, 1, None), None], "abstain": [Boolean(), Interval(Real, 0, 1)]}
 
 
 def rank_tiebreak(X):
@@ -61,7 +61,7 @@ def predict_rank(estimator, X) -> np.ndarray:
     return GroupIndex.from_frame(X).rank(scores, rank_tiebreak(X))
 
 
-def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
+def rank(estimator, X, *, top_k: int | None = None, abstain=False) -> pd.DataFrame:
     """Every question's candidates in rank order, with their scores, from any fitted estimator.
 
     Works with as2rank rankers, scikit-learn pipelines ending in one and fitted searches
@@ -74,6 +74,10 @@ def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
         Grouped-candidate frame (e.g. from :func:`as2rank.datasets.read_pairs`).
     top_k : int, default=None
         Keep only the best ``top_k`` candidates of each question.
+    abstain : bool or float in [0, 1], default=False
+        Say which questions the model answers: True with the model's own threshold, a number with that
+        threshold on the question-level probability. Needs a model that can abstain
+        (:class:`~as2rank.answer.ranker.CalibratedRanker`, its ``predict_answer``).
 
     Returns
     -------
@@ -81,22 +85,35 @@ def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
         Columns ``qid``, ``question``, ``rank`` (1 = best), ``candidate``, ``score`` and ``row`` (the index
         label of the row in ``X``); questions in order of first appearance, best candidate first. Equal
         scores are ordered by ``position`` when ``X`` has one, else by candidate text, so that shuffling the
-        rows of a table without positions never changes the ranking.
+        rows of a table without positions never changes the ranking. With ``abstain``, also
+        ``answer_probability`` (the question's probability that its top candidate answers it, on each of its
+        rows) and ``answer`` (True on the top candidate of each answered question, False everywhere else).
 
     Raises
     ------
     ValueError
-        If the estimator returns a score that is not finite (a damaged model), or not one per row.
+        If the estimator returns a score that is not finite (a damaged model), or not one per row, or
+        ``abstain`` is asked of a model that cannot abstain.
     """
     check_param("top_k", top_k, RANK_CONSTRAINTS["top_k"])
+    check_param("abstain", abstain, RANK_CONSTRAINTS["abstain"])
     X = check_X(X)
     index = GroupIndex.from_frame(X)
-    scores = check_scores(estimator.predict(X), len(X))
+    answers = None
+    if isinstance(abstain, (bool, np.bool_)) and not abstain:
+        scores = estimator.predict(X)
+    elif not hasattr(estimator, "predict_answer"):
+        raise ValueError(f"abstain needs a model that can abstain; a {type(estimator).__name__} cannot: wrap it in "
+                         "as2rank.answer.CalibratedRanker (as2rank fit --calibrate).")
+    else:
+        threshold = None if isinstance(abstain, (bool, np.bool_)) else abstain
+        answers, scores = estimator.predict_answer(X, threshold=threshold, return_scores=True)
+    scores = check_scores(scores, len(X))
     order = index.sort(scores, rank_tiebreak(X))
     ranks = ragged_arange(index.sizes) + 1
     keep = slice(None) if top_k is None else ranks <= top_k
     order, ranks = order[keep], ranks[keep]
-    return pd.DataFrame(
+    ranked = pd.DataFrame(
         {
             "qid": X["qid"].to_numpy()[order],
             "question": X["question"].to_numpy()[order],
@@ -106,6 +123,11 @@ def rank(estimator, X, *, top_k: int | None = None) -> pd.DataFrame:
             "row": X.index.to_numpy()[order],
         }
     )
+    if answers is not None:  # one row per question, in the index's group order
+        question = index.codes[order]
+        ranked["answer_probability"] = answers["probability"].to_numpy()[question]
+        ranked["answer"] = (ranks == 1) & answers["answered"].to_numpy()[question]
+    return ranked
 
 
 class RankerMixin:

@@ -15,7 +15,9 @@ Tie policies (``ties=``), for candidates of one question with equal scores:
   for these measures). Candidate ids must be unique within a question, as trec_eval requires.
 
 Questions with no positive candidate (``no_positive=``): ``"skip"`` (default) leaves them out of the mean
-(the "clean" protocol of the AS2 literature); ``"zero"`` counts them as 0.
+(the "clean" protocol of the AS2 literature); ``"zero"`` counts them as 0. ``ranking_report(...,
+unanswered="include")`` adds answer triggering over all questions; the other measures of answering or
+abstaining are in :mod:`as2rank.triggering`.
 """
 
 from __future__ import annotations
@@ -97,6 +99,10 @@ class _RankedRun:
     def precision(self, k):
         return self._sum(self.rel * (self.rank <= k)) / k
 
+    def top_relevant(self):
+        """Whether each question's top-ranked candidate is relevant (bool, one per group)."""
+        return self.rel[self.index.starts] > 0
+
     def ndcg(self, k, gain):
         g = self.gain if gain == "linear" else np.exp2(self.gain) - 1.0
         disc = np.where(self.rank <= k, 1.0 / np.log2(self.rank + 1.0), 0.0)
@@ -158,6 +164,45 @@ def _docno_tiebreak(docno, index: GroupIndex) -> np.ndarray:
             "candidate of a question needs its own id."
         )
     return -codes
+
+
+def _per_question(values, index: GroupIndex, name: str, kind: str) -> np.ndarray:
+    """One value per question of ``index`` (in its group order): a :class:`pandas.Series` indexed by question id,
+    aligned on the ids, or an array already in the order of the questions' first appearance. ``kind``:
+    ``"bool"`` (answer decisions) or ``"float"`` (finite confidences)."""
+    if isinstance(values, pd.Series):
+        if values.index.has_duplicates:
+            raise ValueError(f"{name} names a question more than once; give one value per question.")
+        missing = ~pd.Index(index.keys).isin(values.index)
+        if missing.any():
+            raise ValueError(f"{name} has no value for question {_plain(index.keys[np.flatnonzero(missing)[0]])!r} "
+                             f"(and {int(missing.sum()) - 1} more); give one value per question of groups.")
+        values = values.reindex(pd.Index(index.keys))
+    arr = np.asarray(values)
+    if arr.shape != (index.n_groups,):
+        raise ValueError(
+            f"{name} has shape {arr.shape} for {index.n_groups} questions; give one value per question: a Series "
+            "indexed by question id, or an array in the order of the questions' first appearance in groups."
+        )
+    if kind == "bool":
+        if arr.dtype.kind != "b":
+            raise TypeError(f"{name} must hold booleans (True: the question is answered), got dtype {arr.dtype}.")
+        return arr
+    if arr.dtype.kind not in "biuf" or not np.isfinite(arr.astype(np.float64)).all():
+        raise ValueError(f"{name} must hold one finite number per question.")
+    return arr.astype(np.float64)
+
+
+def _triggering(correct, answerable, answered) -> dict:
+    """Answer triggering (Yang, Yih & Meek 2015) from per-question arrays: ``correct`` (the top candidate is
+    relevant), ``answerable`` (the question has a relevant candidate) and ``answered`` (the system answers)."""
+    n_correct = int(np.sum(answered & correct))
+    n_answered, n_answerable = int(np.sum(answered)), int(np.sum(answerable))
+    precision = n_correct / n_answered if n_answered else 0.0
+    recall = n_correct / n_answerable if n_answerable else 0.0
+    f1 = 2 * n_correct / (n_answered + n_answerable) if n_answered + n_answerable else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "n_questions": len(correct),
+            "n_answerable": n_answerable, "n_answered": n_answered, "n_correct": n_correct}
 
 
 def _check_k(k):
@@ -282,6 +327,8 @@ def ranking_report(
     k=(1, 3, 5),
     ndcg_k=(10,),
     docno=None,
+    unanswered="skip",
+    answered=None,
 ) -> dict:
     """All the ranking metrics of one run, sharing one sort.
 
@@ -293,13 +340,26 @@ def ranking_report(
         Cut-offs for P@k.
     ndcg_k : tuple of int, default=(10,)
         Cut-offs for nDCG@k.
+    unanswered : {"skip", "include"}, default="skip"
+        ``"include"`` also scores every question, those without a correct candidate included, by answer
+        triggering (:func:`as2rank.triggering.answer_triggering`): the only measures here that are defined
+        for such questions (answering one is a wrong answer). The ranking metrics keep ``no_positive``.
+    answered : array-like of bool, default=None
+        With ``unanswered="include"``: whether the system answers each question (a Series indexed by question
+        id, or an array in the order of the questions' first appearance in ``groups``); default every
+        question, a system that never abstains.
 
     Returns
     -------
     dict
         ``map``, ``mrr``, ``p@k`` for each k, ``ndcg@k`` for each cut-off, ``n_questions`` (all groups)
-        and ``n_evaluated`` (groups that entered the means).
+        and ``n_evaluated`` (groups that entered the means). With ``unanswered="include"`` also
+        ``answer_precision``, ``answer_recall``, ``answer_f1``, ``n_answerable`` and ``n_answered``.
     """
+    if unanswered not in ("skip", "include"):
+        raise ValueError(f"unanswered must be 'skip' or 'include', got {unanswered!r}.")
+    if answered is not None and unanswered != "include":
+        raise ValueError("answered is only used with unanswered='include' (answer triggering over all questions).")
     run = _RankedRun(y_true, y_score, groups, ties, position, docno)
     report = {
         "map": run.aggregate(run.average_precision(), no_positive, False),
@@ -311,6 +371,12 @@ def ranking_report(
         report[f"ndcg@{kk}"] = run.aggregate(run.ndcg(_check_k(kk), "linear"), no_positive, False)
     report["n_questions"] = int(run.index.n_groups)
     report["n_evaluated"] = int(run.index.n_groups if no_positive == "zero" else (run.n_rel > 0).sum())
+    if unanswered == "include":
+        decisions = (np.ones(run.index.n_groups, dtype=bool) if answered is None
+                     else _per_question(answered, run.index, "answered", "bool"))
+        trig = _triggering(run.top_relevant(), run.n_rel > 0, decisions)
+        report.update({f"answer_{m}": trig[m] for m in ("precision", "recall", "f1")},
+                      n_answerable=trig["n_answerable"], n_answered=trig["n_answered"])
     return report
 
 

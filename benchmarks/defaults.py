@@ -500,7 +500,8 @@ def plot(res, path):
                 ax.plot(range(first, first + len(m)), 100 * m, marker="o", ms=3, ls="-" if "prior" in label else ":",
                         label=label + (f" ({epochs}-epoch schedule)" if len(schedules) > 1 else ""))
         for (name, ls) in zip(REFS, (":", "--", "-.", (0, (1, 1)), "-", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 3)), (0, (5, 2, 1, 2)),
-                                     (0, (2, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (6, 2)), (0, (1, 1, 3, 1))), strict=True):
+                                     (0, (2, 2)), (0, (4, 1, 1, 1, 1, 1)), (0, (6, 2)), (0, (1, 1, 3, 1)), (0, (8, 2)),
+                                     (0, (2, 1, 2, 3))), strict=True):
             refs = [r["test"]["map"] for r in res["refs"].values() if (r["data"], r["size"], r["name"]) == (data, size, name)]
             if refs:
                 # The library's default row stands out in black.

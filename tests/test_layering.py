@@ -11,11 +11,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "as2rank"
 #: Floors, lowest first: a module may import its own floor and those below. A prefix names a package's modules.
 FLOORS = [
     ("core", ["_version", "data", "params", "text", "digest", "files"]),
-    ("measures", ["metrics", "early_stopping", "datasets"]),
+    ("measures", ["metrics", "triggering", "early_stopping", "datasets"]),
     ("contract", ["base", "evaluation"]),
     ("neural machinery", ["neural"]),
     ("persistence", ["persistence"]),
-    ("rankers without torch", ["lexical", "pruning", "ensemble"]),
+    ("rankers without torch", ["lexical", "pruning", "ensemble", "answer"]),
     ("model families", ["cosinet", "transformer"]),
     ("application", ["app"]),
 ]

@@ -14,6 +14,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 import as2rank
+from as2rank.answer import CalibratedRanker
 from as2rank.app.cli import main
 from as2rank.lexical.baselines import (
     LexicalFeatures,
@@ -103,6 +104,7 @@ def saved(tmp_path_factory, kv, tokenizer):
         "ContextEnsemble": test_context.small(ContextEnsemble, tokenizer).fit(ctx, cy),
         "ContextMWA": test_context.small(ContextMWA, tokenizer).fit(ctx, cy),
         "ZeroShotRanker": ZeroShotRanker(model=str(encoder), max_length=16, device="cpu", precision="fp32").fit(X),
+        "CalibratedRanker": CalibratedRanker(OverlapRankRanker(), cv=3).fit(*synthetic(n_questions=12, seed=1)),
     }
     out = {}
     for name, model in models.items():
@@ -139,7 +141,8 @@ def refused_everywhere(model_dir, table, tmp_path, capsys, match):
 
 CLASSES = ["WordOverlapRanker", "ReciprocalRankRanker", "OverlapRankRanker", "LexicalFeatures", "PointwiseRanker",
            "Cosinet", "TransformerRanker", "CascadeTransformer", "DistilledRanker", "Cerberus", "SequentialRanker",
-           "LinearEnsemble", "ContextExtractor", "ContextConcat", "ContextEnsemble", "ContextMWA", "ZeroShotRanker"]
+           "LinearEnsemble", "ContextExtractor", "ContextConcat", "ContextEnsemble", "ContextMWA", "ZeroShotRanker",
+           "CalibratedRanker"]
 
 
 def test_every_class_that_saves_is_covered(saved):

@@ -13,7 +13,8 @@
 ``as2rank fit DATA --model NAME|auto --output DIR``
     Fits a model (``auto``: the selector's choice) on the table and saves it with a model card.
 ``as2rank rank DIR DATA --output ranked.csv``
-    Writes every question's candidates in rank order with their scores.
+    Writes every question's candidates in rank order with their scores; with a model fitted with
+    ``--calibrate``, also which questions it answers (``--target-precision`` chooses another threshold).
 
 The table commands read CSV, TSV, Parquet or JSON Lines through :func:`as2rank.datasets.read_pairs`, with the
 column flags ``--question --candidate --label --qid --position``.
@@ -85,6 +86,7 @@ def _check_args(args) -> None:
     from ..base import RANK_CONSTRAINTS
     from numbers import Integral
 
+    from ..answer.ranker import CalibratedRanker
     from ..files import check_output_file
     from ..params import Interval, check_param
     from .scale import PREDICT_FILE_CONSTRAINTS
@@ -92,10 +94,15 @@ def _check_args(args) -> None:
 
     tables = {"top_k": RANK_CONSTRAINTS, **{k: PREDICT_FILE_CONSTRAINTS for k in ("chunksize", "window")},
               **{k: RankerSelector._parameter_constraints for k in ("cv", "max_latency_ms", "time_budget")},
-              "n_threads": {"n_threads": [Interval(Integral, 1, None), None]}}
+              "n_threads": {"n_threads": [Interval(Integral, 1, None), None]},
+              "target_precision": CalibratedRanker._parameter_constraints}
     for name, table in tables.items():
         if getattr(args, name, None) is not None:
             check_param(f"--{name.replace('_', '-')}", getattr(args, name), table[name])
+    if args.command == "fit" and args.calibrate:
+        check_param("--cv", args.cv, CalibratedRanker._parameter_constraints["cv"])
+    elif args.command == "fit" and args.target_precision is not None:
+        raise ValueError("--target-precision sets the threshold of a calibrated model: add --calibrate.")
     for name in getattr(args, "output_files", ()):
         if getattr(args, name, None):
             check_output_file(getattr(args, name))
@@ -154,8 +161,9 @@ def _fit(args) -> int:
     X, y = _read_table(args.data, args, labels=True)
     card = ModelCardData.from_data(X, y, name=args.data_name)
     if args.model == "auto":
-        selector = _selector(args, refit=True).fit(X, y)
-        model = selector.best_estimator_
+        selector = _selector(args, refit=not args.calibrate).fit(X, y)
+        # Calibrating refits the choice on folds: an unfitted one, rather than the selector's refit.
+        model = select(("all",), [selector.best_name_])[0].make(args.seed) if args.calibrate else selector.best_estimator_
         row = selector.results_table().set_index("model").loc[selector.best_name_]
         card.metrics = {"map": float(row["map"])}
         card.metrics_on = (f"out-of-fold on {int(row['n_questions'])} questions ({int(row['n_folds'])} of "
@@ -170,11 +178,32 @@ def _fit(args) -> int:
         model = entry.make(args.seed)
         if not args.quiet:
             show_fit_progress(model)
-        model.fit(X, y)
+        if not args.calibrate:
+            model.fit(X, y)
         name = entry.name
+    if args.calibrate:
+        model, name = _calibrated(model, X, y, args, card), f"{name}, calibrated"
     save(model, args.output, card=card, overwrite=args.overwrite)
     print(f"as2rank fit: {name} on {X['qid'].nunique():,} questions / {len(X):,} pairs -> {args.output}", file=sys.stderr)
     return 0
+
+
+def _calibrated(model, X, y, args, card):
+    """``model`` (unfitted) wrapped in a CalibratedRanker fitted on ``(X, y)`` with ``--cv`` question folds; what its
+    threshold gave on the held-out questions goes to the card."""
+    from ..answer.ranker import CalibratedRanker
+
+    calibrated = CalibratedRanker(model, cv=args.cv, target_precision=args.target_precision).fit(X, y)
+    r = calibrated.threshold_report_
+    precision = "none answered" if r["precision"] is None else (
+        f"precision {r['precision']:.3f} (95% Wilson interval {r['precision_low']:.3f}-{r['precision_high']:.3f})")
+    card.notes = ((card.notes + "\n\n") if card.notes else "") + (
+        f"Calibrated (as2rank.answer.CalibratedRanker, {args.cv} question folds): it answers a question when the "
+        f"probability that its top candidate answers it exceeds {r['threshold']:.4f}, chosen for "
+        + (f"precision {args.target_precision:g}" if args.target_precision is not None
+           else "the best answer-triggering F1")
+        + f"; on the {r['n_questions']:,} held-out training questions: coverage {r['coverage']:.3f}, {precision}.")
+    return calibrated
 
 
 #: ``rank --output`` writers by suffix.
@@ -196,12 +225,20 @@ def _rank(args) -> int:
         raise ValueError(f"--output {args.output!r}: use a .csv, .tsv, .parquet or .jsonl file name.")
     args.label = None  # labels are never read to rank (--label is ignored, as its help says)
     X, _ = _read_table(args.data, args, labels=False)
-    ranked = _scoring(args.model, lambda: rank(load_model(args.model), X, top_k=args.top_k))
+    model = _scoring(args.model, lambda: load_model(args.model))
+    abstain = hasattr(model, "predict_answer")
+    if args.target_precision is not None:
+        if not abstain:
+            raise ValueError(f"--target-precision needs a model that can abstain; {args.model} holds a "
+                             f"{type(model).__name__}: fit it with as2rank fit --calibrate.")
+        abstain = model.threshold_for(target_precision=args.target_precision)["threshold"]
+    ranked = _scoring(args.model, lambda: rank(model, X, top_k=args.top_k, abstain=abstain))
     ranked = ranked.rename(columns={"row": "input_row"})
     with atomic_file(args.output) as temporary:  # the previous output stays whole until this one is
         _RANKED_WRITERS[suffix](ranked, temporary)
-    print(f"as2rank rank: {X['qid'].nunique():,} questions, {len(ranked):,} ranked candidates -> {args.output}",
-          file=sys.stderr)
+    answered = f", {int(ranked['answer'].sum()):,} answered" if "answer" in ranked else ""
+    print(f"as2rank rank: {X['qid'].nunique():,} questions{answered}, {len(ranked):,} ranked candidates -> "
+          f"{args.output}", file=sys.stderr)
     return 0
 
 
@@ -435,6 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also write into a non-empty directory that is not an as2rank model (its files of the same "
                     "names, such as README.md, are replaced)")
     fi.add_argument("--data-name", help="a name for the training data in the model card")
+    fi.add_argument("--calibrate", action="store_true",
+                    help="wrap the model in as2rank.answer.CalibratedRanker: candidate probabilities and when to "
+                    "abstain, learned on --cv question folds (the model is fitted cv + 1 times)")
+    fi.add_argument("--target-precision", type=float,
+                    help="with --calibrate: answer only when held-out answers are right this often (default: the "
+                    "best answer-triggering F1)")
     _add_column_args(fi)
     _add_selection_args(fi)
     fi.set_defaults(func=_fit)
@@ -443,8 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
     ra.add_argument("model", help="a saved model directory (as2rank fit --output) or a .joblib/.pkl file")
     ra.add_argument("data", help="the table to rank: .csv, .tsv, .parquet or .jsonl with a header; labels not needed")
     ra.add_argument("--output", required=True, help="ranked candidates: .csv, .tsv, .parquet or .jsonl "
-                    "(qid, question, rank, candidate, score, input_row)")
+                    "(qid, question, rank, candidate, score, input_row; a calibrated model adds "
+                    "answer_probability and answer, True on the top candidate of each answered question)")
     ra.add_argument("--top-k", type=int, help="keep the best K candidates of each question")
+    ra.add_argument("--target-precision", type=float,
+                    help="a calibrated model: answer only when its held-out answers were right this often "
+                    "(default: the threshold it was fitted with)")
     _add_column_args(ra, label_help="ignored (labels are not needed to rank)")
     ra.set_defaults(func=_rank, output_files=("output",))
     return parser

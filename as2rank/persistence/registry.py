@@ -21,6 +21,7 @@ AS2RANK_CLASSES = {
         "ensemble.linear": ("LinearEnsemble",),
         "transformer.context.features": ("ContextExtractor",),
         "transformer.context.rankers": ("ContextConcat", "ContextEnsemble", "ContextMWA"), "transformer.zeroshot": ("ZeroShotRanker",),
+        "answer.ranker": ("CalibratedRanker",),
     }.items()
     for name in names
 }

@@ -183,6 +183,28 @@ def _zeroshot(a):
     _optional(_array, a, "lexical_coef_", (None,))
 
 
+def _calibrated(a):
+    if not hasattr(_get(a, "estimator_"), "predict"):
+        _fail("estimator_", "must be a fitted ranker")
+    calibration = _array(a, "calibration_", None)
+    if calibration.ndim == 2 and calibration.shape[0] == 2 and calibration.shape[1] >= 1:
+        if (np.diff(calibration[0]) < 0).any() or (calibration[1] < 0).any() or (calibration[1] > 1).any():
+            _fail("calibration_", "must hold isotonic knots: increasing scores, probabilities in [0, 1]")
+    elif calibration.shape != (2,):
+        _fail("calibration_", f"must have shape (2,) or (2, n_knots), got {calibration.shape}")
+    _array(a, "trigger_coef_", (4,))
+    for name in ("trigger_intercept_", "threshold_"):
+        if isinstance(_get(a, name), (bool, np.bool_)) or not isinstance(a[name], (float, int, np.number)):
+            _fail(name, "must be a number")
+    if not 0 <= a["threshold_"] <= 1:
+        _fail("threshold_", f"must lie in [0, 1], got {a['threshold_']!r}")
+    n = len(_array(a, "holdout_confidence_", (None,)))
+    _array(a, "holdout_correct_", (n,), "b")
+    _array(a, "holdout_answerable_", (n,), "b")
+    if not isinstance(_get(a, "threshold_report_"), dict):
+        _fail("threshold_report_", "must be an object")
+
+
 #: Class name (as in ``as2rank.json``) -> the rule its fitted state must pass.
 RULES = {
     **{f"sklearn.linear_model.{n}": _classifier for n in ("LogisticRegression", "SGDClassifier", "RidgeClassifier")},
@@ -199,6 +221,7 @@ RULES = {
     "SequentialRanker": _sequential,
     "ContextExtractor": lambda a: None,
     "ZeroShotRanker": _zeroshot,
+    "CalibratedRanker": _calibrated,
     **{n: _transformer("pooling_") for n in ("TransformerRanker", "DistilledRanker", "ContextConcat", "ContextEnsemble",
                                               "ContextMWA")},
     "CascadeTransformer": _transformer("exits_"),
