@@ -47,11 +47,13 @@ VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": 
             "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
             "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"},
             "segment similarity": {"segment_similarity": True}, "4 epochs, lr 5e-5": {"epochs": 4, "learning_rate": 5e-5},
-            "4 epochs, lr 5e-5, segment similarity": {"epochs": 4, "learning_rate": 5e-5, "segment_similarity": True},
-            # The BASE encoder (all-mpnet-base-v2, the five packaged wheels), at the library's schedule and at the
-            # learning rate BASE encoders are usually fine-tuned with.
-            "MPNet": {"model": "mpnet-base"}, "MPNet, lr 2e-5": {"model": "mpnet-base", "learning_rate": 2e-5}}
-REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS)
+            "4 epochs, lr 5e-5, segment similarity": {"epochs": 4, "learning_rate": 5e-5, "segment_similarity": True}}
+#: Other encoders, measured as the variants are but compared with the library default in a section of their own
+#: (they are not candidate defaults of the estimator: another ``model`` costs another order of CPU time). The
+#: BASE encoder (all-mpnet-base-v2, the five packaged wheels) at the library's schedule, and at the learning rate
+#: BASE encoders are usually fine-tuned with.
+ENCODERS = {"MPNet": {"model": "mpnet-base"}, "MPNet, lr 2e-5": {"model": "mpnet-base", "learning_rate": 2e-5}}
+REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS, *ENCODERS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
 #: holds out questions by itself (``_auto_holdout``) it is the page's default row.
@@ -260,7 +262,7 @@ def reference(estimator, name, seed):
                                                                   **extra_params(estimator, seed)),
             **{variant: (lambda params=params: estimator_class(estimator)(random_state=seed, verbose=False, **params,
                                                                           **extra_params(estimator, seed)))
-               for variant, params in VARIANTS.items()}}[name]()
+               for variant, params in {**VARIANTS, **ENCODERS}.items()}}[name]()
 
 
 def run(args, res, save):
@@ -295,7 +297,7 @@ def run(args, res, save):
                         swept = {"batch_size": est.batch_size} if cosinet else {"prior": bool(est.lexical_prior)}
                         entry = {**info, "lr": lr, **swept, "epochs": epochs, **curve(est, train, val, test, epochs)}
                     else:
-                        if name == "library default" or name in VARIANTS:
+                        if name == "library default" or name in VARIANTS or name in ENCODERS:
                             est.fit(pd.concat([train[0], val[0]]), np.concatenate([train[1], val[1]]))
                         else:
                             est.fit(*train, **({"eval_set": val} if name == "Cosinet ES" else {}))
@@ -305,8 +307,9 @@ def run(args, res, save):
                     save(res)
 
 
-def cells(res, data, estimator):
-    """{(row label, size): [per-question AP arrays, one per seed]}, rows in table order."""
+def cells(res, data, estimator, names=None):
+    """{(row label, size): [per-question AP arrays, one per seed]}, rows in table order; reference rows of
+    ``names`` (default: every reference row but the other encoders')."""
     table, picks = {}, {}
     curves = [c for c in res["curves"].values() if c["data"] == data]
     for c in sorted(curves, key=lambda c: (c["epochs"], c.get("prior") or False, c["lr"] or 0, c.get("batch_size") or 0)):
@@ -324,7 +327,7 @@ def cells(res, data, estimator):
     code = {}
     for r in sorted(runs, key=lambda r: r["date"]):
         code[(r["name"], r["size"])] = r.get("library")
-    for name in REFS:
+    for name in [n for n in REFS if n not in ENCODERS] if names is None else names:
         for r in runs:
             if r["name"] == name and r.get("library") == code[(name, r["size"])]:
                 table.setdefault((previous_label(estimator) if name == "today's default" else name, r["size"]), []).append(np.asarray(r["test"]["ap"]))
@@ -388,15 +391,15 @@ def summary(sizes, rows, mean, best, p, default_row) -> list:
     return out
 
 
-def variants_vs_default(res, estimator, default_row) -> list:
+def variants_vs_default(res, estimator, default_row, variants=VARIANTS) -> list:
     """Each variant row against the library default over every column (data set × size) that measured both:
     the columns where the variant is ahead, its mean test-MAP difference over them, and a paired randomisation
     test over test questions, each question's AP difference averaged over its data set's columns (a question
     counts once however many sizes scored it; the data sets' questions side by side). One column's test cannot
     tell small gains apart; this one pools them, so a candidate default is judged across sizes and data sets."""
     out, library = [], estimator_class(estimator)()
-    tables = {data: cells(res, data, estimator)[0] for data in TITLES}
-    for name, params in VARIANTS.items():
+    tables = {data: cells(res, data, estimator, names=[default_row, *variants])[0] for data in TITLES}
+    for name, params in variants.items():
         if all(getattr(library, k, None) == v for k, v in params.items()):
             continue  # the default itself today (a row of runs made before it became the default)
         gains, variant, default = [], [], []
@@ -412,6 +415,33 @@ def variants_vs_default(res, estimator, default_row) -> list:
             per_q = {default_row: np.concatenate(default), name: np.concatenate(variant)}
             out.append({"name": name, "columns": len(gains), "ahead": sum(g > 0 for g in gains),
                         "delta": float(np.mean(gains)), "p": compare(per_q, default_row)[name]["p"]})
+    return out
+
+
+def encoders_vs_default(res, estimator, default_row) -> list:
+    """Per column (data set × size) that measured an encoder row and the library default: each one's test MAP
+    (mean over seeds), the encoder row's p-value against the library default (paired randomisation over test
+    questions) and both fit times (mean seconds of the runs in the cell), so that a page says what the other
+    encoder buys and what it costs."""
+    out = []
+    for data in TITLES:
+        table = cells(res, data, estimator, names=[default_row, *ENCODERS])[0]
+        runs = sorted((r for r in res["refs"].values() if r["data"] == data and r["name"] in (default_row, *ENCODERS)),
+                      key=lambda r: r["date"])
+        latest = {(r["name"], r["size"]): r.get("library") for r in runs}  # a cell holds its latest code's runs
+        seconds = {}
+        for r in runs:
+            if r.get("library") == latest[(r["name"], r["size"])]:
+                seconds.setdefault((r["name"], r["size"]), []).append(r["fit_seconds"])
+        for size in [s for s in SIZES if any(k == (n, s) for k in table for n in ENCODERS)]:
+            if (default_row, size) not in table:
+                continue
+            ap = {n: np.nanmean(np.vstack(table[(n, size)]), axis=0) for n in (default_row, *ENCODERS) if (n, size) in table}
+            tests = compare(ap, default_row)
+            out.append({"data": data, "title": TITLES[data], "size": size,
+                        "rows": [{"name": n, "map": float(np.nanmean(v)), "seeds": len(table[(n, size)]),
+                                  "p": None if n == default_row else tests[n]["p"],
+                                  "fit_seconds": float(np.mean(seconds[(n, size)]))} for n, v in ap.items()]})
     return out
 
 
@@ -459,7 +489,8 @@ def describe(res, estimator) -> dict:
         "estimator": estimator, "class": name, "stem": stem, "alpha": ALPHA, "protocol": PROTOCOL,
         "sample_articles": int(load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
         "suite_global_method": suite_global_method(estimator),
-        "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "cosinet_ref_params": cosinet_ref_params(res),
+        "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "encoders": ENCODERS,
+        "cosinet_ref_params": cosinet_ref_params(res),
         "streamed": hasattr(default, "partial_fit"),
         "auto_holdout": bool(getattr(type(default), "_auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
         "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "segment_similarity",
@@ -472,6 +503,8 @@ def describe(res, estimator) -> dict:
         and any("'segment similarity'" in r.get("command", "") for r in res["runs"]),
         "tables": tables,
         "variants_vs_default": [] if cosinet else variants_vs_default(res, estimator, default_row),
+        "encoders_vs_default": [] if cosinet else encoders_vs_default(res, estimator, default_row),
+        "encoders_pooled": [] if cosinet else variants_vs_default(res, estimator, default_row, ENCODERS),
         "verdict": {"columns": len(chosen), "planned_columns": len(SIZES) * len(TITLES), "planned_sizes": SIZES,
                     "measured": len(done), "default_ok": sum(c[1] for c in done),
                     "previous_measured": sum(c[2] is not None for c in done),

