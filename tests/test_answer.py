@@ -357,3 +357,26 @@ def test_fit_calibrate_and_rank_with_a_target_precision(data, tmp_path, capsys):
     assert main(["rank", str(plain), str(path), "--output", str(tmp_path / "q.csv"), "--target-precision", "0.5",
                  *columns]) == 2
     assert "fit it with as2rank fit --calibrate" in capsys.readouterr().err
+
+
+def test_held_out_answering_of_scores_that_separate_perfectly():
+    """Scores that put every correct candidate far above every wrong one, and leave the questions without a
+    correct candidate low: each fold's threshold, learned on the others, answers exactly the answerable
+    questions (F1 1) and the probabilities are sharp (small ECE); reversed scores answer badly."""
+    from as2rank.answer.heldout import held_out_answering
+    from as2rank.data import GroupIndex
+
+    rng = np.random.default_rng(0)
+    n_questions, per = 60, 5
+    qid = np.repeat(np.arange(n_questions), per)
+    answerable = np.arange(n_questions) % 3 != 0
+    y = np.zeros(len(qid), dtype=int)
+    y[::per] = answerable  # the first candidate of an answerable question is correct
+    scores = np.where(y > 0, 5.0, -5.0) + rng.normal(0, 0.1, len(qid))
+    fold_of = qid % 4
+    index = GroupIndex(qid)
+    good = held_out_answering(index, scores, y, fold_of)
+    assert good["f1"] == 1.0 and good["n_answered"] == answerable.sum() == good["n_answerable"]
+    assert good["ece"] < 0.05 and good["n_questions"] == n_questions
+    bad = held_out_answering(index, -scores, y, fold_of)
+    assert bad["f1"] < 0.5

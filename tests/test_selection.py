@@ -106,6 +106,7 @@ def test_time_budget_skips_what_cannot_fit(data, capsys):
     table = sel.results_table().set_index("model")
     assert table.loc["WO", "n_folds"] == 1 and table.loc["slow fit", "n_folds"] == 0
     assert table.loc["slow fit", "status"].startswith("skipped") and sel.best_name_ == "WO"
+    assert "stopped" not in table.loc["slow fit", "status"]  # skipped, never "skipped; stopped" at once
     err = capsys.readouterr().err
     # The plan comes first, before any fold, and names the budget.
     assert err.index("Plan") < err.index("fold 1/3") and "time budget" in err
@@ -165,11 +166,15 @@ def test_three_commands_from_a_csv(data, tmp_path, capsys):
     cols = ["--question", "Query", "--candidate", "Sentence", "--label", "IsAnswer", "--qid", "QID"]
     assert main(["select", str(train), *cols, "--candidates", "WO+RR,Lexical+LR", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "Recommended:" in out and "| Lexical+LR |" in out and "as2rank fit" in out
+    assert out.count("Chosen: ") == 1 and "| Lexical+LR |" in out and "as2rank fit" in out
     model = tmp_path / "model"
     assert main(["fit", str(train), *cols, "--model", "auto", "--candidates", "WO+RR,Lexical+LR", "--output",
                  str(model), "--quiet"]) == 0
-    assert (model / "README.md").read_text().count("library_name: as2rank") == 1
+    card = (model / "README.md").read_text()
+    assert card.count("library_name: as2rank") == 1
+    # The card names the suite model (not its class), the user's columns, and the cross-validated figures.
+    assert any(f"\n# {name}\n" in card for name in ("WO+RR", "Lexical+LR")) and "# Pipeline" not in card
+    assert "| `question` | `Query` |" in card and "| `qid` | `QID` |" in card and "| `answer_f1` |" in card
     ranked = tmp_path / "ranked.csv"
     assert main(["rank", str(model), str(test), *cols[:4], "--qid", "QID", "--output", str(ranked), "--top-k", "1"]) == 0
     out = pd.read_csv(ranked)
@@ -183,7 +188,7 @@ def test_three_commands_from_a_csv(data, tmp_path, capsys):
     parts = pd.read_parquet(scores).sort_values("row")
     assert list(parts["row"]) == list(range(int((~first).sum())))
     top = parts[parts["rank"] == 1].set_index("qid")["row"]
-    assert (top.loc[out["qid"]].to_numpy() == out["input_row"].to_numpy()).all()
+    assert (top.loc[out["qid"]].to_numpy() == out["row"].to_numpy()).all()
 
 
 def test_table_commands_fail_in_one_line(tmp_path, capsys):
@@ -207,3 +212,47 @@ def test_plot_marks_the_choice(data):
     labels = {t.get_text() for t in ax.texts}
     assert labels == {"WO", "Lexical+LR"} and ax.get_xscale() == "log"
     assert "| Lexical+LR |" in sel.format_table() and "**yes**" in sel.format_table()
+
+
+def test_calibration_error_and_answer_f1_are_those_of_the_out_of_fold_scores(data):
+    """The table's ECE and answer F1 are held_out_answering's on the candidate's out-of-fold scores, every
+    question included (those without a correct candidate too); with fewer than 3 folds there are none."""
+    from as2rank.answer.heldout import held_out_answering
+    from as2rank.base import rank_tiebreak
+    from as2rank.data import GroupIndex
+
+    X, y = data
+    sel = RankerSelector(candidates=[("Lexical+LR", _lexical_lr())], cv=3, refit=False, verbose=False).fit(X, y)
+    splitter = GroupKFold(n_splits=3, shuffle=True, random_state=0)
+    scores, fold_of = np.empty(len(X)), np.empty(len(X), dtype=np.intp)
+    for k, (train, test) in enumerate(splitter.split(X, y, X["qid"])):
+        scores[test] = clone(_lexical_lr()).fit(X.iloc[train], y[train]).predict(X.iloc[test])
+        fold_of[test] = k
+    order = np.argsort(fold_of, kind="stable")  # the selector's rows: fold by fold
+    Xo = X.iloc[order]
+    expected = held_out_answering(GroupIndex.from_frame(Xo), scores[order], y[order], fold_of[order],
+                                  tiebreak=rank_tiebreak(Xo))
+    assert sel.cv_results_["ece"][0] == pytest.approx(expected["ece"])
+    assert sel.cv_results_["answer_f1"][0] == pytest.approx(expected["f1"])
+    assert expected["n_questions"] == X["qid"].nunique() > expected["n_answerable"]
+    assert "| Lexical+LR |" in sel.format_table() and "ECE" in sel.format_table()
+    two = RankerSelector(candidates=[("Lexical+LR", _lexical_lr())], cv=2, refit=False, verbose=False).fit(X, y)
+    assert np.isnan(two.cv_results_["ece"][0]) and np.isnan(two.cv_results_["answer_f1"][0])
+    assert "| – | – |" in two.format_table()
+
+
+def test_few_shared_questions_after_a_budget_stop_are_warned_about():
+    """A candidate stopped by the time budget after one fold leaves the others compared on its questions only: a
+    warning says so. A candidate stopped for being significantly below the best is no reason to warn."""
+    import warnings
+
+    def table(status):
+        return pd.DataFrame({"model": ["fast", "slow"], "n_folds": [3, 1], "n_questions": [300, 100],
+                             "status": ["ok", status]})
+
+    with pytest.warns(UserWarning, match="compared on 100 shared questions \\(slow ran 1 fold"):
+        RankerSelector()._warn_if_few_shared(table("ok; stopped: time budget, after 1 of 3 folds"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RankerSelector()._warn_if_few_shared(table("ok; stopped: significantly below the best after 1 of 3 folds"))
+        RankerSelector()._warn_if_few_shared(table("ok").assign(n_folds=3, n_questions=300))

@@ -21,6 +21,7 @@ from ..ensemble.teachers import _clone_sharing
 from ..params import HasMethods, Interval, Options, check_param, validate_params
 from ..persistence import PersistenceMixin
 from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
+from .heldout import cross_fit
 from .threshold import choose_threshold
 
 __all__ = ["PREFIT_FOLDS", "CalibratedRanker"]
@@ -171,7 +172,7 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         fold_of = np.empty(index.n_rows, dtype=np.intp)
         for j, (_, test) in enumerate(folds):
             fold_of[test] = j
-        features, top, confidence = _cross_fit(index, scores, y, fold_of, self.method, rank_tiebreak(X))
+        features, top, confidence, _ = cross_fit(index, scores, y, fold_of, self.method, rank_tiebreak(X))
         correct, answerable = y[top] > 0, index.max(y) > 0
         report = choose_threshold(confidence, correct, answerable, target_precision=self.target_precision,
                                   target_coverage=self.target_coverage)
@@ -285,35 +286,6 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         if self.cv == "prefit":
             return _clone_sharing(self, "estimator")
         return super().__sklearn_clone__()
-
-
-def _cross_fit(index: GroupIndex, scores, y, fold_of, method, tiebreak):
-    """The question features of the training questions and their held-out question probabilities.
-
-    ``features`` (what the final regression learns from) come from out-of-fold candidate probabilities: fold
-    ``g``'s rows calibrated by a map fitted on the other folds. The held-out probability of a question of fold
-    ``f`` comes from a regression fitted on the other folds' questions, whose features were calibrated without
-    fold ``f`` too (fold ``g`` by a map fitted outside ``f`` and ``g``): no fold's labels reach its own held-out
-    probabilities. ``fold_of`` is the test fold of every row; ``top`` the row of each question's top candidate.
-    """
-    n_folds = fold_of.max() + 1
-
-    def calibrated(left_out):
-        proba = np.empty(len(scores))
-        for g in range(n_folds):
-            rows = fold_of == g
-            fit = (fold_of != g) & (fold_of != left_out)
-            proba[rows] = apply_calibration(fit_calibration(scores[fit], y[fit], method), scores[rows])
-        return proba
-
-    features, top = question_features(index, scores, calibrated(-1), tiebreak)
-    correct, question_fold = y[top] > 0, fold_of[top]
-    confidence = np.empty(index.n_groups)
-    for f in range(n_folds):
-        held = question_fold == f
-        inner = question_features(index, scores, calibrated(f), tiebreak)[0]
-        confidence[held] = trigger_proba(inner[held], *fit_trigger(inner[~held], correct[~held]))
-    return features, top, confidence
 
 
 def _unreachable(report) -> str:

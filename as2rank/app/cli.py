@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -124,7 +125,6 @@ def _select(args) -> int:
     X, y = _read_table(args.data, args, labels=True)
     selector = _selector(args, refit=False).fit(X, y)
     print(selector.format_table())
-    print(f"\nRecommended: {selector.choice_reason_}")
     print(f"Next: as2rank fit {shlex.quote(args.data)} --model {shlex.quote(selector.best_name_)} --output path/to/model"
           + _column_flags(args))
     if args.plot:
@@ -160,13 +160,16 @@ def _fit(args) -> int:
     directory_target(args.output, is_model=is_model_directory, overwrite=args.overwrite)  # before the fit
     X, y = _read_table(args.data, args, labels=True)
     card = ModelCardData.from_data(X, y, name=args.data_name)
+    card.columns = {name: getattr(args, name) for name in ("qid", "question", "candidate", "label", "position")
+                    if getattr(args, name) is not None}
     if args.model == "auto":
         selector = _selector(args, refit=not args.calibrate).fit(X, y)
         # Calibrating refits the choice on folds: an unfitted one, rather than the selector's refit.
         model = select(("all",), [selector.best_name_])[0].make(args.seed) if args.calibrate else selector.best_estimator_
         row = selector.results_table().set_index("model").loc[selector.best_name_]
-        card.metrics = {"map": float(row["map"])}
-        card.metrics_on = (f"out-of-fold on {int(row['n_questions'])} questions ({int(row['n_folds'])} of "
+        card.metrics = {"map": float(row["map"]), **{key: float(row[key]) for key in ("ece", "answer_f1")
+                                                     if math.isfinite(row[key])}}
+        card.metrics_on = (f"{int(row['n_questions'])} questions out of fold ({int(row['n_folds'])} of "
                            f"{args.cv} grouped cross-validation folds run)")
         card.notes = f"Chosen by as2rank's RankerSelector: {selector.choice_reason_}."
         name = selector.best_name_
@@ -183,6 +186,7 @@ def _fit(args) -> int:
         name = entry.name
     if args.calibrate:
         model, name = _calibrated(model, X, y, args, card), f"{name}, calibrated"
+    card.model_name = name
     save(model, args.output, card=card, overwrite=args.overwrite)
     print(f"as2rank fit: {name} on {X['qid'].nunique():,} questions / {len(X):,} pairs -> {args.output}", file=sys.stderr)
     return 0
@@ -233,7 +237,6 @@ def _rank(args) -> int:
                              f"{type(model).__name__}: fit it with as2rank fit --calibrate.")
         abstain = model.threshold_for(target_precision=args.target_precision)["threshold"]
     ranked = _scoring(args.model, lambda: rank(model, X, top_k=args.top_k, abstain=abstain))
-    ranked = ranked.rename(columns={"row": "input_row"})
     with atomic_file(args.output) as temporary:  # the previous output stays whole until this one is
         _RANKED_WRITERS[suffix](ranked, temporary)
     answered = f", {int(ranked['answer'].sum()):,} answered" if "answer" in ranked else ""
@@ -486,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     ra.add_argument("model", help="a saved model directory (as2rank fit --output) or a .joblib/.pkl file")
     ra.add_argument("data", help="the table to rank: .csv, .tsv, .parquet or .jsonl with a header; labels not needed")
     ra.add_argument("--output", required=True, help="ranked candidates: .csv, .tsv, .parquet or .jsonl "
-                    "(qid, question, rank, candidate, score, input_row; a calibrated model adds "
+                    "(qid, question, rank, candidate, score, row; a calibrated model adds "
                     "answer_probability and answer, True on the top candidate of each answered question)")
     ra.add_argument("--top-k", type=int, help="keep the best K candidates of each question")
     ra.add_argument("--target-precision", type=float,

@@ -22,8 +22,8 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import RankerMixin
-from ..data import check_ranking_data
+from ..base import RankerMixin, rank_tiebreak
+from ..data import GroupIndex, check_ranking_data
 from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validate_params
@@ -38,6 +38,10 @@ DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN",
 #: start-up costs of every new batch shape, which a long fit amortises; measured up to about 2x on a CPU.
 _PROBE_SLACK = 2.0
 
+#: When the time budget stopped a candidate early, fewer shared questions than this (or than half the most any
+#: candidate scored) are warned about.
+_FEW_SHARED = 100
+
 #: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
 _LATENCY_QUESTIONS = 20
 
@@ -50,6 +54,7 @@ class _Run:
     estimator: object
     status: str = "ok"
     per_question: list = field(default_factory=list)  # one Series of average precision per fold done
+    scores: list = field(default_factory=list)  # (test rows, out-of-fold scores) per fold done
     fold_maps: list = field(default_factory=list)
     fit_s: list = field(default_factory=list)
     fold_estimate_s: float = np.nan
@@ -104,7 +109,10 @@ class RankerSelector(RankerMixin, BaseEstimator):
         One entry per candidate, in evaluation order: ``model``, ``status``, ``n_folds``, ``n_questions``,
         ``map`` (out-of-fold MAP over the questions it scored), ``map_std`` (across folds), ``map_shared``
         (MAP on the questions every evaluated candidate scored), ``p_vs_best``, ``tied_with_best``,
-        ``fit_s`` (mean per fold), ``latency_ms``, ``within_budget``, ``chosen``.
+        ``fit_s`` (mean per fold), ``latency_ms``, ``within_budget``, ``chosen``; ``ece`` (expected calibration
+        error of sigmoid-calibrated candidate probabilities) and ``answer_f1`` (answer-triggering F1 over every
+        scored question, those without a correct candidate included, at the threshold of the best F1), each
+        fold judged by maps learned on the other folds (NaN with fewer than 3 folds done).
     best_name_ : str
         The chosen candidate.
     best_index_ : int
@@ -179,13 +187,13 @@ class RankerSelector(RankerMixin, BaseEstimator):
             for run in runs:
                 if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, started):
                     self._run_fold(run, k, X, y, folds, runs)
-        table = self._results(runs)
+        table = self._results(runs, {r.name: _answering(r, X, y, index) for r in runs})
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
         table.loc[self.best_index_, "chosen"] = True
         self.cv_results_ = {c: table[c].to_numpy(copy=True) for c in table.columns}
         self.best_name_ = str(table["model"].iloc[self.best_index_])
         self.n_questions_ = answered
-        self._say(f"Chose {self.choice_reason_}")
+        self._warn_if_few_shared(table)
         for name in ("best_estimator_", "refit_time_"):  # an earlier fit's refit is not this fit's choice
             self.__dict__.pop(name, None)
         if self.refit:
@@ -304,9 +312,10 @@ class RankerSelector(RankerMixin, BaseEstimator):
         # lower bound (a factor _PROBE_SLACK) overruns what is left; later folds on the last fold's time.
         if run.fold_estimate_s / (_PROBE_SLACK if k == 0 else 1.0) <= left:
             return True
-        run.stopped = f"time budget, after {k} of {len(folds)} folds"
-        if k == 0:
+        if k == 0:  # never run: skipped, not stopped
             run.status = f"skipped: a fold (~{_duration(run.fold_estimate_s)}) exceeds the time budget left"
+        else:
+            run.stopped = f"time budget, after {k} of {len(folds)} folds"
         return False
 
     def _run_fold(self, run, k, X, y, folds, runs) -> None:
@@ -318,9 +327,11 @@ class RankerSelector(RankerMixin, BaseEstimator):
         est.fit(X.iloc[train], y[train])
         t1 = time.perf_counter()
         X_test = X.iloc[test]
-        ap = per_question(y[test], est.predict(X_test), X_test)
+        scores = np.asarray(est.predict(X_test), dtype=np.float64)
+        ap = per_question(y[test], scores, X_test)
         t2 = time.perf_counter()
         run.per_question.append(ap)
+        run.scores.append((test, scores))
         run.fold_maps.append(float(ap.mean()))
         run.fit_s.append(t1 - t0)
         run.fold_estimate_s = (t2 - t0) * 1.1  # the next fold: like this one, with a margin for noise
@@ -343,8 +354,9 @@ class RankerSelector(RankerMixin, BaseEstimator):
         return False
 
     # ------------------------------------------------------------------------------------------ the choice
-    def _results(self, runs) -> pd.DataFrame:
-        """One row per candidate (see ``cv_results_``); the best is the highest MAP on the shared questions."""
+    def _results(self, runs, answering) -> pd.DataFrame:
+        """One row per candidate (see ``cv_results_``); the best is the highest MAP on the shared questions.
+        ``answering``: each candidate's :func:`_answering`."""
         done = [r for r in runs if r.per_question]
         shared = None
         for r in done:
@@ -358,7 +370,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
             row = {"model": r.name, "status": r.status if not r.stopped else f"{r.status}; stopped: {r.stopped}",
                    "n_folds": 0, "n_questions": 0, "map": np.nan, "map_std": np.nan, "map_shared": np.nan,
                    "p_vs_best": np.nan, "tied_with_best": False, "fit_s": np.nan, "latency_ms": np.nan,
-                   "within_budget": False}
+                   "within_budget": False, "ece": np.nan, "answer_f1": np.nan}
             if r.per_question:
                 scored = r.scored.dropna()
                 p = np.nan if r.name == best else paired_significance(r.scored, best_scores)
@@ -374,11 +386,24 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     "fit_s": float(np.mean(r.fit_s)),
                     "latency_ms": r.latency_ms,
                     "within_budget": bool(within),
+                    **answering[r.name],
                 }
             rows.append(row)
         table = pd.DataFrame(rows)
         table["chosen"] = False
         return table
+
+    def _warn_if_few_shared(self, table) -> None:
+        """Warn when the shared questions, on which the best is chosen, are few because the time budget stopped a
+        candidate early: the others are then compared on its folds' questions only."""
+        evaluated = table[table["n_folds"] > 0]
+        shared, most = int(evaluated["n_questions"].min()), int(evaluated["n_questions"].max())
+        fewest = evaluated.loc[evaluated["n_questions"].idxmin()]
+        if shared < most and "time budget" in fewest["status"] and (shared < _FEW_SHARED or shared < most / 2):
+            warnings.warn(f"The models are compared on {shared} shared questions ({fewest['model']} ran "
+                          f"{int(fewest['n_folds'])} fold(s) in the time budget; the most scored {most}): differences "
+                          "of a few MAP points cannot be told apart. Raise time_budget (--time-budget) to score more.",
+                          UserWarning, stacklevel=3)
 
     def _say(self, text: str) -> None:
         if self.verbose:
@@ -403,7 +428,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
         from .selection_report import format_selection
 
         check_is_fitted(self, "cv_results_")
-        return format_selection(self.results_table(), alpha=self.alpha, max_latency_ms=self.max_latency_ms)
+        return format_selection(self.results_table(), alpha=self.alpha, max_latency_ms=self.max_latency_ms,
+                                reason=self.choice_reason_)
 
     def plot(self, ax=None):
         """MAP against latency per question, one point per candidate, the choice marked (needs matplotlib)."""
@@ -467,6 +493,29 @@ def choose(table: pd.DataFrame, *, max_latency_ms=None) -> tuple[int, str]:
         reason = f"{pick['model']}: the fastest ({pick['latency_ms']:.1f} ms), none is within {max_latency_ms:g} ms"
         warnings.warn(f"No candidate meets max_latency_ms={max_latency_ms:g}; chose {reason}.", stacklevel=3)
     return int(pick.name), reason
+
+
+def _answering(run, X, y, index: GroupIndex) -> dict:
+    """``ece`` and ``answer_f1`` of a candidate's out-of-fold scores over every question its folds scored
+    (those without a correct candidate included): candidate probabilities and the answer threshold learned on
+    the other folds (:func:`as2rank.answer.heldout.held_out_answering`, sigmoid). NaN with fewer than 3 folds
+    done, or when a fold's rows hold only one label (nothing to calibrate against)."""
+    from ..answer.heldout import held_out_answering
+
+    nothing = {"ece": np.nan, "answer_f1": np.nan}
+    if len(run.scores) < 3:
+        return nothing
+    rows = np.concatenate([test for test, _ in run.scores])
+    fold_of = np.repeat(np.arange(len(run.scores)), [len(test) for test, _ in run.scores])
+    X_scored = X.iloc[rows]
+    position = X_scored["position"].to_numpy() if "position" in X_scored.columns else None
+    scored_index = GroupIndex._from_keys(index.keys[index.codes[rows]], position)
+    try:
+        report = held_out_answering(scored_index, np.concatenate([s for _, s in run.scores]), y[rows], fold_of,
+                                    tiebreak=rank_tiebreak(X_scored))
+    except ValueError:  # a fold whose rows are all correct or all wrong
+        return nothing
+    return {"ece": report["ece"], "answer_f1": report["f1"]}
 
 
 def _some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.ndarray:

@@ -9,17 +9,19 @@ import pandas as pd
 __all__ = ["format_selection", "plot_selection"]
 
 
-def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms=None) -> str:
+def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms=None, reason=None) -> str:
     """The selector's results (``RankerSelector.results_table()``) as a Markdown table with a footer.
 
     MAP columns are percentages: ``MAP`` over every question the candidate scored out of fold (± the
     standard deviation across folds), ``shared`` over the questions every evaluated candidate scored (what
     the best is chosen on). ``≈ best`` is ``yes`` when the paired randomisation test does not separate the
-    candidate from the best at level ``alpha``.
+    candidate from the best at level ``alpha``. ``reason`` (the selector's ``choice_reason_``) ends the text
+    with one line, ``Chosen: ...``.
     """
     lines = [
-        "| model | MAP (%) | shared (%) | ≈ best | folds | fit (s/fold) | latency (ms/question) | chosen |",
-        "| --- | ---: | ---: | :---: | ---: | ---: | ---: | :---: |",
+        "| model | MAP (%) | shared (%) | ≈ best | folds | fit (s/fold) | latency (ms/question) | ECE | answer F1 (%) "
+        "| chosen |",
+        "| --- | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
     skipped = []
     for _, r in table.iterrows():
@@ -35,21 +37,31 @@ def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms
         latency = f"{r['latency_ms']:.1f}" + ("" if r["within_budget"] else " (over budget)")
         lines.append(
             f"| {r['model']} | {100 * r['map']:.2f}{spread} | {100 * r['map_shared']:.2f} | {tied} | {int(r['n_folds'])} | "
-            f"{r['fit_s']:.1f} | {latency} | {'**yes**' if r['chosen'] else ''} |"
+            f"{r['fit_s']:.1f} | {latency} | {_number(r.get('ece'), '.3f')} | {_number(100 * r.get('answer_f1', np.nan))} | "
+            f"{'**yes**' if r['chosen'] else ''} |"
         )
     evaluated = table[table["n_folds"] > 0]
     notes = [
         f"MAP over the questions each model scored out of fold (± across folds); shared: over the "
         f"{int(evaluated['n_questions'].min()) if len(evaluated) else 0} questions every model scored. ≈ best: not "
         f"significantly below the best (paired randomisation test over questions, p ≥ {alpha:g}). Latency: median "
-        "time to rank one question's candidates on this machine."
+        "time to rank one question's candidates on this machine. ECE (calibration error of the candidate "
+        "probabilities) and answer F1 (answering a question only when its top candidate is likely correct, over "
+        "every question, those without a correct candidate included): each fold judged by a calibration and a "
+        "threshold learned on the other folds; – with fewer than 3 folds."
     ]
     if max_latency_ms is not None:
         notes.append(f"Latency budget: {max_latency_ms:g} ms per question.")
     stopped = [f"{r['model']}: {r['status']}" for _, r in evaluated.iterrows() if "stopped" in str(r["status"])]
     if stopped or skipped:
         notes.append("Not run in full: " + "; ".join(stopped + skipped) + ".")
+    if reason is not None:
+        notes.append(f"\nChosen: {reason}")
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
+
+
+def _number(value, spec: str = ".2f") -> str:
+    return "–" if value is None or not np.isfinite(value) else format(value, spec)
 
 
 def plot_selection(table: pd.DataFrame, *, max_latency_ms=None, ax=None):

@@ -66,6 +66,11 @@ class ModelCardData:
         ``"test split, 1,234 questions"``.
     notes : str, optional
         Free Markdown text, written under "Notes".
+    model_name : str, optional
+        The card's title, e.g. the benchmark suite's name of the model (``"Lexical+LR"``); default: the
+        estimator's class.
+    columns : dict of str to str, optional
+        Which column of the user's training table held each of as2rank's (``{"question": "query", ...}``).
 
     Examples
     --------
@@ -87,6 +92,8 @@ class ModelCardData:
     metrics: dict[str, float] | None = None
     metrics_on: str | None = None
     notes: str | None = None
+    model_name: str | None = None
+    columns: dict[str, str] | None = None
 
     def __post_init__(self):
         _check(self)
@@ -157,7 +164,7 @@ def render_card(estimator, card: ModelCardData | None = None) -> str:
     if not isinstance(card, ModelCardData):
         raise TypeError(f"card must be an as2rank.persistence.card.ModelCardData, got {type(card).__name__}.")
     sizes, metrics = _check(card)
-    title = class_name(estimator).rsplit(".", 1)[-1]
+    title = card.model_name or class_name(estimator).rsplit(".", 1)[-1]
     nested = list(_nested_estimators(estimator))
     lines = ["---", *_front_matter(estimator, title, card, metrics), "---", "", f"# {title}", ""]
     lines += [
@@ -175,14 +182,19 @@ def render_card(estimator, card: ModelCardData | None = None) -> str:
         "",
         "## Model",
         "",
-        f"`{_qualified(estimator)}`:",
+        f"`{_qualified(estimator)}`" + (f" (as2rank's `{card.model_name}`):" if card.model_name else ":"),
         "",
         *_parameter_table(estimator),
     ]
     for label, est in nested:
         lines += ["", f"### `{label}`: `{_qualified(est)}`", "", *_parameter_table(est)]
-    if any(v is not None for v in sizes.values()) or card.data_name:
-        lines += ["", "## Training data", "", _training_sentence(card, sizes)]
+    if any(v is not None for v in sizes.values()) or card.data_name or card.columns:
+        lines += ["", "## Training data", ""]
+        if any(v is not None for v in sizes.values()) or card.data_name:
+            lines.append(_training_sentence(card, sizes))
+        if card.columns:
+            lines += ["", "| as2rank's column | the training table's column |", "| --- | --- |"]
+            lines += [f"| {_cell(k)} | {_cell(v)} |" for k, v in card.columns.items()]
     if metrics:
         where = ", ".join(s for s in (card.data_name, card.metrics_on) if s)
         lines += ["", "## Evaluation", "", *([f"On {where}:", ""] if where else [])]
@@ -204,10 +216,14 @@ def _check(card: ModelCardData):
         if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 0):
             raise ValueError(f"ModelCardData.{name} must be a non-negative integer or None, got {value!r}.")
         sizes[name] = None if value is None else int(value)
-    for name in ("data_name", "metrics_on", "notes", "metrics"):
-        value, kind = getattr(card, name), dict if name == "metrics" else str
+    for name in ("data_name", "metrics_on", "notes", "metrics", "model_name", "columns"):
+        value, kind = getattr(card, name), dict if name in ("metrics", "columns") else str
         if value is not None and not isinstance(value, kind):
             raise TypeError(f"ModelCardData.{name} must be a {kind.__name__} or None, got {type(value).__name__}.")
+    for key, value in (card.columns or {}).items():
+        if not (isinstance(key, str) and key and isinstance(value, str) and value):
+            raise TypeError(f"ModelCardData.columns maps column names to column names (non-empty strings), got "
+                            f"{key!r}: {value!r}.")
     metrics = {}
     for key, value in (card.metrics or {}).items():
         if not isinstance(key, str) or not key:
