@@ -27,6 +27,7 @@ from ..data import GroupIndex, check_ranking_data
 from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validate_params
+from .stopwatch import Stopwatch
 
 __all__ = ["DEFAULT_CANDIDATES", "RankerSelector", "choose"]
 
@@ -41,6 +42,12 @@ _PROBE_SLACK = 2.0
 #: When the time budget stopped a candidate early, fewer shared questions than this (or than half the most any
 #: candidate scored) are warned about.
 _FEW_SHARED = 100
+
+#: The share of ``time_budget`` that timing the candidates (the probe) aims to stay within.
+_PROBE_SHARE = 0.05
+
+#: Calls per question of the latency measurement; the least steady time counts.
+_LATENCY_REPEATS = 3
 
 #: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
 _LATENCY_QUESTIONS = 20
@@ -57,8 +64,11 @@ class _Run:
     scores: list = field(default_factory=list)  # (test rows, out-of-fold scores) per fold done
     fold_maps: list = field(default_factory=list)
     fit_s: list = field(default_factory=list)
-    fold_estimate_s: float = np.nan
+    fold_estimate_s: float = np.nan  # what the next fold should take (steady seconds, see stopwatch.py)
+    probe_estimate_s: float = np.nan  # the probe's estimate of a fold, kept to set against the folds measured
+    fold_steady_s: list = field(default_factory=list)  # steady seconds of each fold done (fit and predict)
     latency_ms: float = np.nan
+    latency_wall_ms: float = np.nan
     stopped: str = ""
 
     @property
@@ -88,8 +98,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
     max_latency_ms : float, default=None
         Latency budget: only candidates whose median latency per question is at most this are chosen.
     time_budget : float, default=1200
-        Seconds the selection may take before the refit: the probe (a few small fits per candidate) and the
-        cross-validation. Every candidate's first fold runs before any second one, cheapest first. A first fold
+        Seconds the selection may take before the refit: the probe (a few small fits per candidate, aiming at
+        5 % of the budget, a line each as it goes) and the cross-validation. Every candidate's first fold runs before any second one, cheapest first. A first fold
         is judged on the probe's estimate, which errs long (a fit on a few questions pays start-up costs that a
         long one amortises): it runs unless half the estimate overruns what is left; a later fold runs when the
         candidate's last fold's time fits in what is left. The first candidate's first fold always runs:
@@ -101,7 +111,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
     random_state : int, default=0
         Seed of the folds, the probe's questions and the candidates that take one.
     verbose : bool, default=True
-        Print the plan before the cross-validation starts and one line per fold (to stderr).
+        Print a first line at once, one line per candidate as the probe times it, the plan before the
+        cross-validation starts and one line per fold (to stderr).
 
     Attributes
     ----------
@@ -109,7 +120,11 @@ class RankerSelector(RankerMixin, BaseEstimator):
         One entry per candidate, in evaluation order: ``model``, ``status``, ``n_folds``, ``n_questions``,
         ``map`` (out-of-fold MAP over the questions it scored), ``map_std`` (across folds), ``map_shared``
         (MAP on the questions every evaluated candidate scored), ``p_vs_best``, ``tied_with_best``,
-        ``fit_s`` (mean per fold), ``latency_ms``, ``within_budget``, ``chosen``; ``ece`` (expected calibration
+        ``fit_s`` (mean wall seconds per fold), ``fold_estimate_s`` (the probe's estimate of a fold, fit and
+        predict) beside ``fold_steady_s`` (what the folds took, mean), both in steady seconds (wall time less the
+        waits for a CPU that other processes held, :mod:`as2rank.app.stopwatch`), ``latency_ms`` (median over
+        questions of the least steady time of 3 calls) beside ``latency_wall_ms`` (median wall time of one
+        call), ``within_budget``, ``chosen``; ``ece`` (expected calibration
         error of sigmoid-calibrated candidate probabilities) and ``answer_f1`` (answer-triggering F1 over every
         scored question, those without a correct candidate included, at the threshold of the best F1), each
         fold judged by maps learned on the other folds (NaN with fewer than 3 folds done).
@@ -178,9 +193,12 @@ class RankerSelector(RankerMixin, BaseEstimator):
         folds = list(splitter.split(X, y, keys))
         runs = self._runs("position" in X.columns)
         started = time.perf_counter()
+        budget = "no time limit" if self.time_budget is None else f"a time budget of {_duration(self.time_budget)}"
+        self._say(f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} "
+                  f"pairs; {len(folds)} grouped folds; {budget}. Timing each candidate on a few questions:")
         self._probe(runs, X, y, keys, folds)
         runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
-        self._say(self._plan(runs, X, index, folds, answered, time.perf_counter() - started))
+        self._say(self._plan(runs, folds, time.perf_counter() - started))
         # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
         # measuring every candidate once before measuring any of them again.
         for k in range(len(folds)):
@@ -245,41 +263,57 @@ class RankerSelector(RankerMixin, BaseEstimator):
         return runs
 
     def _probe(self, runs, X, y, keys, folds) -> None:
-        """Estimate each candidate's fold time from fits on a few questions of the first fold.
+        """Estimate each candidate's fold time from fits on a few questions of the first fold, one line each.
 
         Three timed rounds: a tiny one that loads what the model loads once (weights, spaCy), the tiny one
-        again (the fixed cost of a fit and a predict), and a larger one (5% of the questions: the cost per
-        pair); the estimate is the fixed cost plus the cost per pair times the fold's pairs.
+        again (the fixed cost of a fit and a predict), and a larger one (the cost per pair: up to 5 % of the
+        questions, fewer when the tiny rounds say it would overrun the candidate's share of
+        :data:`_PROBE_SHARE` of the budget); the estimate is the fixed cost plus the cost per pair times the
+        fold's pairs. Times are steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the machine
+        takes from them is left out, so the plan does not depend on it.
         """
         train, test = folds[0]
         rng = np.random.default_rng(self.random_state)
         tiny = (_some_questions(train, keys, y, rng, fraction=0.0, minimum=4),
                 _some_questions(test, keys, y, rng, fraction=0.0, minimum=2))
-        probe = (_some_questions(train, keys, y, rng, fraction=0.05, minimum=20),
-                 _some_questions(test, keys, y, rng, fraction=0.05, minimum=10))
+        allowance = np.inf if self.time_budget is None else _PROBE_SHARE * float(self.time_budget)
+        spent, waiting = 0.0, sum(r.status == "ok" for r in runs)
         for run in runs:
             if run.status != "ok":
                 continue
             try:
-                _fit_predict(run.estimator, X, y, *tiny)
-                small = _fit_predict(run.estimator, X, y, *tiny)
-                large = _fit_predict(run.estimator, X, y, *probe)
+                with Stopwatch() as watch:
+                    first = _fit_predict(run.estimator, X, y, *tiny)
+                    small = _fit_predict(run.estimator, X, y, *tiny)
+                    # As many questions as the rest of this candidate's share affords at the tiny rounds' cost
+                    # per question (an upper bound: it includes the fixed cost), between 8 and 5 % of them; drawn
+                    # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
+                    share = (allowance - spent) / waiting - sum(first) - sum(small)
+                    per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
+                    fraction = min(0.05, share / max(per_question, 1e-9) / len(np.unique(keys)))
+                    probe = tuple(_some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
+                                                  fraction=max(0.0, fraction), minimum=minimum)
+                                  for rows, minimum in ((train, 8), (test, 4)))
+                    large = _fit_predict(run.estimator, X, y, *probe)
             except Exception as exc:  # a candidate that cannot run on this data is reported, not fatal
                 run.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                self._say(f"  {run.name:<14} {run.status}")
                 continue
+            finally:
+                waiting -= 1
+            spent += watch.lap.steady
             estimate = 0.0
             for k, n in enumerate((len(train), len(test))):
                 per_pair = max(0.0, large[k] - small[k]) / max(1, len(probe[k]) - len(tiny[k]))
                 estimate += small[k] + per_pair * (n - len(tiny[k]))
-            run.fold_estimate_s = estimate
+            run.fold_estimate_s = run.probe_estimate_s = estimate
+            self._say(f"  {run.name:<14} ~{_duration(estimate)} per fold (timed in {_duration(watch.lap.steady)})")
 
-    def _plan(self, runs, X, index, folds, answered, probe_s) -> str:
-        budget = "no time limit" if self.time_budget is None else f"a time budget of {_duration(self.time_budget)}"
+    def _plan(self, runs, folds, probe_s) -> str:
+        share = "" if self.time_budget is None else f" ({100 * probe_s / float(self.time_budget):.0f} % of the budget)"
         lines = [
-            f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} pairs; "
-            f"{len(folds)} grouped folds; {budget}, {_duration(probe_s)} of it spent timing each candidate on a few "
-            "questions.",
-            "Plan (cheapest first; every candidate's first fold, then the next folds while they fit):",
+            f"Timing took {_duration(probe_s)}{share}. Plan (cheapest first; every candidate's first fold, then the "
+            "next folds while they fit):",
         ]
         left = np.inf if self.time_budget is None else float(self.time_budget) - probe_s
         ok = [r for r in runs if r.status == "ok"]
@@ -323,22 +357,22 @@ class RankerSelector(RankerMixin, BaseEstimator):
         stop it when it is significantly below another candidate."""
         train, test = folds[k]
         est = clone(run.estimator)
-        t0 = time.perf_counter()
-        est.fit(X.iloc[train], y[train])
-        t1 = time.perf_counter()
         X_test = X.iloc[test]
-        scores = np.asarray(est.predict(X_test), dtype=np.float64)
+        with Stopwatch() as fold:
+            with Stopwatch() as fit:
+                est.fit(X.iloc[train], y[train])
+            scores = np.asarray(est.predict(X_test), dtype=np.float64)
         ap = per_question(y[test], scores, X_test)
-        t2 = time.perf_counter()
         run.per_question.append(ap)
         run.scores.append((test, scores))
         run.fold_maps.append(float(ap.mean()))
-        run.fit_s.append(t1 - t0)
-        run.fold_estimate_s = (t2 - t0) * 1.1  # the next fold: like this one, with a margin for noise
+        run.fit_s.append(fit.lap.wall)
+        run.fold_steady_s.append(fold.lap.steady)
+        run.fold_estimate_s = fold.lap.steady * 1.1  # the next fold: like this one, with a margin for noise
         self._say(f"  {run.name:<14} fold {k + 1}/{len(folds)}: MAP {100 * run.fold_maps[-1]:.2f}, fit "
-                  f"{_duration(t1 - t0)}, predict {_duration(t2 - t1)}")
+                  f"{_duration(fit.lap.wall)}, predict {_duration(fold.lap.wall - fit.lap.wall)}")
         if k == 0:
-            run.latency_ms = _latency_ms(est, X_test, self.random_state)
+            run.latency_ms, run.latency_wall_ms = _latency_ms(est, X_test, self.random_state)
         if k < len(folds) - 1 and self._cannot_win(run, runs):
             run.stopped = f"significantly below the best after {k + 1} of {len(folds)} folds"
 
@@ -370,7 +404,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
             row = {"model": r.name, "status": r.status if not r.stopped else f"{r.status}; stopped: {r.stopped}",
                    "n_folds": 0, "n_questions": 0, "map": np.nan, "map_std": np.nan, "map_shared": np.nan,
                    "p_vs_best": np.nan, "tied_with_best": False, "fit_s": np.nan, "latency_ms": np.nan,
-                   "within_budget": False, "ece": np.nan, "answer_f1": np.nan}
+                   "within_budget": False, "ece": np.nan, "answer_f1": np.nan,
+                   "fold_estimate_s": r.probe_estimate_s, "fold_steady_s": np.nan, "latency_wall_ms": np.nan}
             if r.per_question:
                 scored = r.scored.dropna()
                 p = np.nan if r.name == best else paired_significance(r.scored, best_scores)
@@ -385,6 +420,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     "tied_with_best": bool(r.name == best or p >= self.alpha),
                     "fit_s": float(np.mean(r.fit_s)),
                     "latency_ms": r.latency_ms,
+                    "latency_wall_ms": r.latency_wall_ms,
+                    "fold_steady_s": float(np.mean(r.fold_steady_s)),
                     "within_budget": bool(within),
                     **answering[r.name],
                 }
@@ -530,29 +567,35 @@ def _some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.
 
 
 def _fit_predict(estimator, X, y, train, test) -> tuple[float, float]:
-    """Seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``."""
+    """Steady seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``."""
     est = clone(estimator)
-    t0 = time.perf_counter()
-    est.fit(X.iloc[train], y[train])
-    t1 = time.perf_counter()
-    est.predict(X.iloc[test])
-    return t1 - t0, time.perf_counter() - t1
+    with Stopwatch() as fit:
+        est.fit(X.iloc[train], y[train])
+    with Stopwatch() as predict:
+        est.predict(X.iloc[test])
+    return fit.lap.steady, predict.lap.steady
 
 
-def _latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> float:
-    """Median milliseconds to rank one question's candidates alone (one ``predict`` call per question) over
-    up to :data:`_LATENCY_QUESTIONS` questions of ``X_test``, after one warm-up call."""
+def _latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float]:
+    """Milliseconds to rank one question's candidates alone (one ``predict`` call per question) over up to
+    :data:`_LATENCY_QUESTIONS` questions of ``X_test``, after one warm-up call: the median over questions of
+    the least steady time of :data:`_LATENCY_REPEATS` calls (a property of the model, not of the machine's
+    load), and the median wall time of the first calls."""
     codes, _ = pd.factorize(X_test["qid"])
     rng = np.random.default_rng(seed)
     picked = rng.permutation(codes.max() + 1)[:_LATENCY_QUESTIONS]
     frames = [X_test[codes == q] for q in picked]
     estimator.predict(frames[0])
-    times = []
+    steady, wall = [], []
     for frame in frames:
-        t0 = time.perf_counter()
-        estimator.predict(frame)
-        times.append(time.perf_counter() - t0)
-    return 1000.0 * float(np.median(times))
+        laps = []
+        for _ in range(_LATENCY_REPEATS):
+            with Stopwatch() as watch:
+                estimator.predict(frame)
+            laps.append(watch.lap)
+        steady.append(min(lap.steady for lap in laps))
+        wall.append(laps[0].wall)
+    return 1000.0 * float(np.median(steady)), 1000.0 * float(np.median(wall))
 
 
 def _duration(seconds: float) -> str:

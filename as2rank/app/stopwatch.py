@@ -1,0 +1,78 @@
+"""Timing that other work on the machine does not change much: the wall time of a call less the time this
+process's threads waited for a CPU that another process held.
+
+On Linux every thread's ``/proc/self/task/<tid>/schedstat`` gives the nanoseconds it ran and the nanoseconds it
+was ready to run but waited for a CPU. A call's *steady* time is its wall time less that wait, divided among the
+threads that worked during the call (two threads that wait side by side lose the same wall time once): on a quiet
+machine it equals the wall time; on a busy one it estimates what the call would take on a quiet one, for
+CPU-bound and waiting work alike (a sleep or a GPU kernel is not a wait for a CPU). Elsewhere the steady time is
+the wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+__all__ = ["Lap", "Stopwatch"]
+
+#: A thread counts as working during a lap when it ran at least this share of the busiest thread's time.
+_WORKING = 0.1
+
+
+def _schedstat() -> dict | None:
+    """``{thread id: (ns run, ns waited for a CPU)}`` of this process's threads, or None where the kernel has no
+    such accounting."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    out = {}
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                run, wait, _ = f.read().split()
+        except (OSError, ValueError):  # a thread that ended meanwhile
+            continue
+        out[task] = (int(run), int(wait))
+    return out or None
+
+
+@dataclass(frozen=True)
+class Lap:
+    """One timed call: ``wall`` and ``cpu`` seconds (the process's CPU time, all threads), ``waited`` (seconds
+    its working threads waited for a CPU, averaged over them) and ``steady = wall - waited``."""
+
+    wall: float
+    cpu: float
+    waited: float
+
+    @property
+    def steady(self) -> float:
+        return max(0.0, self.wall - self.waited)
+
+
+class Stopwatch:
+    """Times a block: ``with Stopwatch() as watch: ...`` then ``watch.lap`` (a :class:`Lap`)."""
+
+    def __enter__(self) -> Stopwatch:
+        self._sched = _schedstat()
+        self._cpu = time.process_time()
+        self._wall = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = time.perf_counter() - self._wall
+        cpu = time.process_time() - self._cpu
+        self.lap = Lap(wall, cpu, _waited(self._sched, _schedstat()))
+
+
+def _waited(before, after) -> float:
+    """Seconds the threads that worked between two :func:`_schedstat` readings waited for a CPU, on average."""
+    if before is None or after is None:
+        return 0.0
+    deltas = [(run - before[t][0], wait - before[t][1]) for t, (run, wait) in after.items() if t in before]
+    busiest = max((run for run, _ in deltas), default=0)
+    working = [wait for run, wait in deltas if busiest and run >= _WORKING * busiest]
+    return sum(working) / len(working) / 1e9 if working else 0.0

@@ -1,0 +1,51 @@
+"""The stopwatch's steady time: the wall time less the waits for a CPU, so that other work on the machine does
+not change the figures the selector plans with."""
+
+import multiprocessing
+import sys
+import time
+
+import pytest
+
+from as2rank.app.stopwatch import Lap, Stopwatch, _waited
+
+
+def _spin(seconds):
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
+def test_waits_are_averaged_over_the_threads_that_worked():
+    before = {"1": (0, 0), "2": (0, 0), "3": (0, 0)}
+    # Threads 1 and 2 ran 1 s each and waited 0.4 and 0.6 s; thread 3 barely ran (an idle helper thread).
+    after = {"1": (10**9, 4 * 10**8), "2": (10**9, 6 * 10**8), "3": (10**6, 9 * 10**8), "4": (10**9, 10**9)}
+    assert _waited(before, after) == pytest.approx(0.5)  # thread 4 started during the lap: not counted
+    assert _waited(None, after) == 0.0
+    assert Lap(wall=2.0, cpu=2.0, waited=0.5).steady == 1.5 and Lap(1.0, 0.0, 2.0).steady == 0.0
+
+
+def test_a_sleep_is_not_a_wait():
+    with Stopwatch() as watch:
+        time.sleep(0.2)
+    assert watch.lap.steady >= 0.19 and watch.lap.cpu < 0.1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat is Linux's")
+def test_busy_neighbours_leave_the_steady_time_of_cpu_work_near_its_cpu_time():
+    """One CPU-bound thread beside as many spinning processes as there are cores: its wall time grows, its steady
+    time stays near the CPU time it used."""
+    ctx = multiprocessing.get_context("fork")
+    neighbours = [ctx.Process(target=_spin, args=(3.0,)) for _ in range(multiprocessing.cpu_count())]
+    for p in neighbours:
+        p.start()
+    try:
+        with Stopwatch() as watch:
+            _spin(1.0)
+    finally:
+        for p in neighbours:
+            p.terminate()
+            p.join()
+    lap = watch.lap
+    assert lap.wall > 1.2  # the neighbours took the CPU from it ...
+    assert lap.steady == pytest.approx(lap.cpu, rel=0.15)  # ... and the steady time leaves that out
