@@ -106,8 +106,9 @@ def test_time_budget_skips_what_cannot_fit(data, capsys):
                          refit=False).fit(X, y)
     table = sel.results_table().set_index("model")
     assert table.loc["WO", "n_folds"] == 1 and table.loc["slow fit", "n_folds"] == 0
-    assert table.loc["slow fit", "status"].startswith("skipped") and sel.best_name_ == "WO"
-    assert "stopped" not in table.loc["slow fit", "status"]  # skipped, never "skipped; stopped" at once
+    assert table.loc["slow fit", "status"].startswith(("skipped", "excluded")) and sel.best_name_ == "WO"
+    assert "stopped" not in table.loc["slow fit", "status"]  # not run, never "skipped; stopped" at once
+    assert "--time-budget" in table.loc["slow fit", "status"] or "exceeds the time budget" in table.loc["slow fit", "status"]
     err = capsys.readouterr().err
     # The plan comes first, before any fold, and names the budget.
     assert err.index("Plan") < err.index("fold 1/3") and "time budget" in err
@@ -257,3 +258,52 @@ def test_few_shared_questions_after_a_budget_stop_are_warned_about():
         warnings.simplefilter("error")
         RankerSelector()._warn_if_few_shared(table("ok; stopped: significantly below the best after 1 of 3 folds"))
         RankerSelector()._warn_if_few_shared(table("ok").assign(n_folds=3, n_questions=300))
+
+
+def test_successive_halving_sizes_every_first_fold_into_its_share():
+    """Cheapest first, each candidate's first fold gets an equal share of half the budget left after the probe
+    (what the cheaper ones left): the largest of 1, 1/2, 1/4, ... of the fold's training questions whose estimate
+    (halved: estimates err long) fits; one that does not fit at 40 questions is excluded, with a budget that would
+    include it."""
+    from as2rank.app.selection import _Run
+    from as2rank.app.selection_measures import fold_estimate, halvings, subsample
+
+    keys = np.repeat(np.arange(480), 5).astype(str)  # 480 questions of 5 rows
+    train, test = np.arange(0, 1600), np.arange(1600, 2400)  # 320 training questions, 160 test questions
+    runs = [_Run("cheap", None, cost=(1.0, 0.001, 1.0)),    # ~3.6 s a fold: fits whole
+            _Run("mid", None, cost=(2.0, 0.2, 10.0)),       # ~332 s whole, ~172 s on 1/2
+            _Run("dear", None, cost=(5.0, 5.0, 50.0))]      # ~1055 s even on 40 questions
+    RankerSelector(time_budget=1000.0)._size_first_folds(runs, [(train, test)], keys, probe_s=100.0)
+    # Half of the 900 s left, 450 s: cheap's share is 150 s (it takes 3.6 / 2 = 1.8 s); mid's (450 - 1.8) / 2 =
+    # 224 s, and its whole fold's 332 / 2 = 166 s fits; dear's 282 s cannot hold even 1055 / 2 s.
+    assert runs[0].fraction == 1.0 and runs[1].fraction == 1.0
+    assert runs[1].fold_estimate_s == pytest.approx(fold_estimate(runs[1].cost, len(train)))
+    assert runs[2].status.startswith("excluded: a fold on 40 training questions") and "--time-budget" in runs[2].status
+    needed = int(runs[2].status.rsplit("--time-budget ", 1)[1].split()[0])
+    again = [_Run("cheap", None, cost=(1.0, 0.001, 1.0)), _Run("mid", None, cost=(2.0, 0.2, 10.0)),
+             _Run("dear", None, cost=(5.0, 5.0, 50.0))]
+    RankerSelector(time_budget=float(needed))._size_first_folds(again, [(train, test)], keys, probe_s=100.0)
+    assert again[2].status == "ok" and again[2].fraction == 0.125  # the budget it named includes it
+    tight = [_Run("mid", None, cost=(2.0, 0.2, 10.0))]
+    RankerSelector(time_budget=300.0)._size_first_folds(tight, [(train, test)], keys, probe_s=100.0)
+    assert tight[0].fraction == 0.5  # 100 s share: 332 / 2 does not fit, 172 / 2 does
+    assert halvings(320) == [1.0, 0.5, 0.25, 0.125] and halvings(50) == [1.0]
+    half, quarter = subsample(train, keys, 0.5, seed=(0, 0)), subsample(train, keys, 0.25, seed=(0, 0))
+    assert len(np.unique(keys[half])) == 160 and set(keys[quarter]) <= set(keys[half])  # nested
+    assert (np.diff(half) > 0).all() and subsample(train, keys, 1.0, seed=0) is train
+
+
+def test_a_halved_candidate_trains_on_fewer_questions_and_is_scored_on_the_same_ones(data, monkeypatch):
+    X, y = data
+
+    def halve_lexical(self, runs, folds, keys, probe_s):
+        next(r for r in runs if r.name == "Lexical+LR").fraction = 0.5
+
+    monkeypatch.setattr(RankerSelector, "_size_first_folds", halve_lexical)
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("Lexical+LR", _lexical_lr())], refit=False,
+                         time_budget=None, verbose=False).fit(X, y)
+    table = sel.results_table().set_index("model")
+    whole, half = table.loc["WO", "train_questions"], table.loc["Lexical+LR", "train_questions"]
+    assert half == pytest.approx(np.ceil(whole / 2), abs=1)  # half of each fold's training questions
+    assert table.loc["WO", "n_questions"] == table.loc["Lexical+LR", "n_questions"] == sel.n_questions_
+    assert "| Lexical+LR |" in sel.format_table()

@@ -22,11 +22,13 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from ..base import RankerMixin, rank_tiebreak
-from ..data import GroupIndex, check_ranking_data
+from ..base import RankerMixin
+from ..data import check_ranking_data
 from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validate_params
+from .selection_measures import (answering, duration, fit_predict, fold_estimate, halvings, latency_ms, n_questions_of,
+                                 some_questions, subsample)
 from .stopwatch import Stopwatch
 
 __all__ = ["DEFAULT_CANDIDATES", "RankerSelector", "choose"]
@@ -43,14 +45,12 @@ _PROBE_SLACK = 2.0
 #: candidate scored) are warned about.
 _FEW_SHARED = 100
 
+#: The share of the budget left after the probe that the plan gives the candidates' first folds, shared equally:
+#: a busy machine, slower than the steady estimates, still fits them; the rest goes to further folds.
+_FIRST_FOLDS_SHARE = 0.5
+
 #: The share of ``time_budget`` that timing the candidates (the probe) aims to stay within.
 _PROBE_SHARE = 0.05
-
-#: Calls per question of the latency measurement; the least steady time counts.
-_LATENCY_REPEATS = 3
-
-#: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
-_LATENCY_QUESTIONS = 20
 
 
 @dataclass
@@ -69,6 +69,9 @@ class _Run:
     fold_steady_s: list = field(default_factory=list)  # steady seconds of each fold done (fit and predict)
     latency_ms: float = np.nan
     latency_wall_ms: float = np.nan
+    cost: tuple = ()  # the probe's (fixed fit seconds, fit seconds per training pair, predict seconds of a fold)
+    fraction: float = 1.0  # of a fold's training questions it trains on (successive halving)
+    train_questions: list = field(default_factory=list)  # training questions of each fold done
     stopped: str = ""
 
     @property
@@ -99,11 +102,15 @@ class RankerSelector(RankerMixin, BaseEstimator):
         Latency budget: only candidates whose median latency per question is at most this are chosen.
     time_budget : float, default=1200
         Seconds the selection may take before the refit: the probe (a few small fits per candidate, aiming at
-        5 % of the budget, a line each as it goes) and the cross-validation. Every candidate's first fold runs before any second one, cheapest first. A first fold
-        is judged on the probe's estimate, which errs long (a fit on a few questions pays start-up costs that a
-        long one amortises): it runs unless half the estimate overruns what is left; a later fold runs when the
-        candidate's last fold's time fits in what is left. The first candidate's first fold always runs:
-        something is always measured. ``None``: no limit.
+        5 % of the budget, a line each as it goes) and the cross-validation. Half of what the probe leaves is
+        shared among the candidates' first folds, cheapest first; a candidate whose fold does not fit its share
+        trains on 1/2, 1/4, ... of each fold's training questions (at least 40; successive halving) and is
+        scored on the same test questions as the others (``train_questions`` in ``cv_results_``); one that
+        does not fit even then is excluded, with the budget that would include it. Every candidate's first
+        fold runs before any second one; a first fold is judged on the probe's estimate, which errs long (a
+        fit on a few questions pays start-up costs that a long one amortises): it runs unless half the estimate
+        overruns what is left; a later fold runs when the candidate's last fold's time fits in what is left. The
+        first candidate's first fold always runs: something is always measured. ``None``: no limit.
     alpha : float, default=0.05
         Significance level of the paired tests.
     refit : bool, default=True
@@ -119,7 +126,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
     cv_results_ : dict of ndarray
         One entry per candidate, in evaluation order: ``model``, ``status``, ``n_folds``, ``n_questions``,
         ``map`` (out-of-fold MAP over the questions it scored), ``map_std`` (across folds), ``map_shared``
-        (MAP on the questions every evaluated candidate scored), ``p_vs_best``, ``tied_with_best``,
+        (MAP on the questions every evaluated candidate scored), ``train_questions`` (training questions per
+        fold, fewer than the fold's when the budget halved them), ``p_vs_best``, ``tied_with_best``,
         ``fit_s`` (mean wall seconds per fold), ``fold_estimate_s`` (the probe's estimate of a fold, fit and
         predict) beside ``fold_steady_s`` (what the folds took, mean), both in steady seconds (wall time less the
         waits for a CPU that other processes held, :mod:`as2rank.app.stopwatch`), ``latency_ms`` (median over
@@ -193,19 +201,21 @@ class RankerSelector(RankerMixin, BaseEstimator):
         folds = list(splitter.split(X, y, keys))
         runs = self._runs("position" in X.columns)
         started = time.perf_counter()
-        budget = "no time limit" if self.time_budget is None else f"a time budget of {_duration(self.time_budget)}"
+        budget = "no time limit" if self.time_budget is None else f"a time budget of {duration(self.time_budget)}"
         self._say(f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} "
                   f"pairs; {len(folds)} grouped folds; {budget}. Timing each candidate on a few questions:")
         self._probe(runs, X, y, keys, folds)
         runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
-        self._say(self._plan(runs, folds, time.perf_counter() - started))
+        probe_s = time.perf_counter() - started
+        self._size_first_folds(runs, folds, keys, probe_s)
+        self._say(self._plan(runs, folds, probe_s))
         # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
         # measuring every candidate once before measuring any of them again.
         for k in range(len(folds)):
             for run in runs:
-                if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, started):
-                    self._run_fold(run, k, X, y, folds, runs)
-        table = self._results(runs, {r.name: _answering(r, X, y, index) for r in runs})
+                if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, started):
+                    self._run_fold(run, k, X, y, keys, folds, runs)
+        table = self._results(runs, {r.name: answering(r.scores, X, y, index) for r in runs})
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
         table.loc[self.best_index_, "chosen"] = True
         self.cv_results_ = {c: table[c].to_numpy(copy=True) for c in table.columns}
@@ -274,8 +284,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
         """
         train, test = folds[0]
         rng = np.random.default_rng(self.random_state)
-        tiny = (_some_questions(train, keys, y, rng, fraction=0.0, minimum=4),
-                _some_questions(test, keys, y, rng, fraction=0.0, minimum=2))
+        tiny = (some_questions(train, keys, y, rng, fraction=0.0, minimum=4),
+                some_questions(test, keys, y, rng, fraction=0.0, minimum=2))
         allowance = np.inf if self.time_budget is None else _PROBE_SHARE * float(self.time_budget)
         spent, waiting = 0.0, sum(r.status == "ok" for r in runs)
         for run in runs:
@@ -283,18 +293,18 @@ class RankerSelector(RankerMixin, BaseEstimator):
                 continue
             try:
                 with Stopwatch() as watch:
-                    first = _fit_predict(run.estimator, X, y, *tiny)
-                    small = _fit_predict(run.estimator, X, y, *tiny)
+                    first = fit_predict(run.estimator, X, y, *tiny)
+                    small = fit_predict(run.estimator, X, y, *tiny)
                     # As many questions as the rest of this candidate's share affords at the tiny rounds' cost
                     # per question (an upper bound: it includes the fixed cost), between 8 and 5 % of them; drawn
                     # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
                     share = (allowance - spent) / waiting - sum(first) - sum(small)
                     per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
                     fraction = min(0.05, share / max(per_question, 1e-9) / len(np.unique(keys)))
-                    probe = tuple(_some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
+                    probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
                                                   fraction=max(0.0, fraction), minimum=minimum)
                                   for rows, minimum in ((train, 8), (test, 4)))
-                    large = _fit_predict(run.estimator, X, y, *probe)
+                    large = fit_predict(run.estimator, X, y, *probe)
             except Exception as exc:  # a candidate that cannot run on this data is reported, not fatal
                 run.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                 self._say(f"  {run.name:<14} {run.status}")
@@ -302,17 +312,44 @@ class RankerSelector(RankerMixin, BaseEstimator):
             finally:
                 waiting -= 1
             spent += watch.lap.steady
-            estimate = 0.0
-            for k, n in enumerate((len(train), len(test))):
-                per_pair = max(0.0, large[k] - small[k]) / max(1, len(probe[k]) - len(tiny[k]))
-                estimate += small[k] + per_pair * (n - len(tiny[k]))
-            run.fold_estimate_s = run.probe_estimate_s = estimate
-            self._say(f"  {run.name:<14} ~{_duration(estimate)} per fold (timed in {_duration(watch.lap.steady)})")
+            per_pair = [max(0.0, large[k] - small[k]) / max(1, len(probe[k]) - len(tiny[k])) for k in (0, 1)]
+            run.cost = (max(0.0, small[0] - per_pair[0] * len(tiny[0])), per_pair[0],
+                        small[1] + per_pair[1] * (len(test) - len(tiny[1])))
+            estimate = run.fold_estimate_s = run.probe_estimate_s = fold_estimate(run.cost, len(train))
+            self._say(f"  {run.name:<14} ~{duration(estimate)} per fold (timed in {duration(watch.lap.steady)})")
+
+    def _size_first_folds(self, runs, folds, keys, probe_s) -> None:
+        """Successive halving over training questions: each candidate, cheapest first, trains its folds on the
+        largest of 1, 1/2, 1/4, ... of a fold's training questions (at least :data:`MIN_TRAIN_QUESTIONS`) whose
+        estimate fits its share of :data:`_FIRST_FOLDS_SHARE` of the budget left after the probe (an equal
+        share of what the candidates before it left). A candidate that does not fit even at the smallest size is
+        excluded, with the budget that would include it; the first always runs."""
+        if self.time_budget is None:
+            return
+        train = folds[0][0]
+        n_questions = len(pd.unique(keys[train]))
+        first = _FIRST_FOLDS_SHARE * (float(self.time_budget) - probe_s)
+        ok = [r for r in runs if r.status == "ok"]
+        for i, run in enumerate(ok):
+            allowance = first / (len(ok) - i)
+            sizes = halvings(n_questions)
+            fits = [f for f in sizes if fold_estimate(run.cost, f * len(train)) / _PROBE_SLACK <= allowance]
+            if not fits and i > 0:
+                needed = fold_estimate(run.cost, sizes[-1] * len(train)) / _PROBE_SLACK * (len(ok) - i)
+                used = _FIRST_FOLDS_SHARE * (float(self.time_budget) - probe_s) - first  # by the cheaper ones
+                budget = probe_s + (used + needed) / _FIRST_FOLDS_SHARE
+                run.status = (f"excluded: a fold on {n_questions_of(sizes[-1], n_questions)} training questions needs "
+                              f"~{duration(fold_estimate(run.cost, sizes[-1] * len(train)))}; --time-budget "
+                              f"{60 * int(np.ceil(budget / 60)):.0f} would include it")
+                continue
+            run.fraction = fits[0] if fits else sizes[-1]
+            run.fold_estimate_s = run.probe_estimate_s = fold_estimate(run.cost, run.fraction * len(train))
+            first -= run.fold_estimate_s / _PROBE_SLACK
 
     def _plan(self, runs, folds, probe_s) -> str:
         share = "" if self.time_budget is None else f" ({100 * probe_s / float(self.time_budget):.0f} % of the budget)"
         lines = [
-            f"Timing took {_duration(probe_s)}{share}. Plan (cheapest first; every candidate's first fold, then the "
+            f"Timing took {duration(probe_s)}{share}. Plan (cheapest first; every candidate's first fold, then the "
             "next folds while they fit):",
         ]
         left = np.inf if self.time_budget is None else float(self.time_budget) - probe_s
@@ -332,13 +369,16 @@ class RankerSelector(RankerMixin, BaseEstimator):
                 continue
             n = planned[run.name]
             shown = f"{n} of {len(folds)} folds" if 0 < n < len(folds) else f"{n} folds" if n else "skipped: beyond the time budget"
-            lines.append(f"  {run.name:<14} ~{_duration(run.fold_estimate_s)} per fold -> {shown}")
-        lines.append(f"Estimated: ~{_duration(probe_s + total)} in all (estimates err long)"
+            size = "" if run.fraction == 1 else f", training on {run.fraction:.3g} of each fold's questions"
+            lines.append(f"  {run.name:<14} ~{duration(run.fold_estimate_s)} per fold{size} -> {shown}")
+        lines.append(f"Estimated: ~{duration(probe_s + total)} in all (estimates err long)"
                      + (", then the refit of the choice." if self.refit else "."))
         return "\n".join(lines)
 
-    def _admits(self, run, k, runs, folds, started) -> bool:
-        """Whether ``run``'s fold ``k`` fits in the time budget; marks the run stopped (or skipped) if not."""
+    def _admits(self, run, k, runs, folds, keys, started) -> bool:
+        """Whether ``run``'s fold ``k`` fits in the time budget; marks the run stopped (or skipped) if not. A
+        first fold that no longer fits at its planned size (the machine ran slower than planned) is halved
+        further while its size stays at least ``MIN_TRAIN_QUESTIONS``."""
         if self.time_budget is None or (k == 0 and not any(r.per_question for r in runs)):
             return True  # the first candidate's first fold always runs: something is always measured
         left = float(self.time_budget) - (time.perf_counter() - started)
@@ -346,16 +386,26 @@ class RankerSelector(RankerMixin, BaseEstimator):
         # lower bound (a factor _PROBE_SLACK) overruns what is left; later folds on the last fold's time.
         if run.fold_estimate_s / (_PROBE_SLACK if k == 0 else 1.0) <= left:
             return True
+        if k == 0:
+            train = folds[0][0]
+            smaller = [f for f in halvings(len(pd.unique(keys[train]))) if f < run.fraction
+                       and fold_estimate(run.cost, f * len(train)) / _PROBE_SLACK <= left]
+            if smaller:
+                run.fraction = smaller[0]
+                run.fold_estimate_s = run.probe_estimate_s = fold_estimate(run.cost, run.fraction * len(train))
+                return True
         if k == 0:  # never run: skipped, not stopped
-            run.status = f"skipped: a fold (~{_duration(run.fold_estimate_s)}) exceeds the time budget left"
+            run.status = f"skipped: a fold (~{duration(run.fold_estimate_s)}) exceeds the time budget left"
         else:
             run.stopped = f"time budget, after {k} of {len(folds)} folds"
         return False
 
-    def _run_fold(self, run, k, X, y, folds, runs) -> None:
-        """Fit and score ``run`` on fold ``k``; after its first fold, time its latency with that fold's model;
-        stop it when it is significantly below another candidate."""
+    def _run_fold(self, run, k, X, y, keys, folds, runs) -> None:
+        """Fit ``run`` on its share (``run.fraction``) of fold ``k``'s training questions and score it on all of
+        the fold's test questions; after its first fold, time its latency with that fold's model; stop it when
+        it is significantly below another candidate."""
         train, test = folds[k]
+        train = subsample(train, keys, run.fraction, seed=(self.random_state, k))
         est = clone(run.estimator)
         X_test = X.iloc[test]
         with Stopwatch() as fold:
@@ -367,12 +417,13 @@ class RankerSelector(RankerMixin, BaseEstimator):
         run.scores.append((test, scores))
         run.fold_maps.append(float(ap.mean()))
         run.fit_s.append(fit.lap.wall)
+        run.train_questions.append(len(pd.unique(keys[train])))
         run.fold_steady_s.append(fold.lap.steady)
         run.fold_estimate_s = fold.lap.steady * 1.1  # the next fold: like this one, with a margin for noise
         self._say(f"  {run.name:<14} fold {k + 1}/{len(folds)}: MAP {100 * run.fold_maps[-1]:.2f}, fit "
-                  f"{_duration(fit.lap.wall)}, predict {_duration(fold.lap.wall - fit.lap.wall)}")
+                  f"{duration(fit.lap.wall)}, predict {duration(fold.lap.wall - fit.lap.wall)}")
         if k == 0:
-            run.latency_ms, run.latency_wall_ms = _latency_ms(est, X_test, self.random_state)
+            run.latency_ms, run.latency_wall_ms = latency_ms(est, X_test, self.random_state)
         if k < len(folds) - 1 and self._cannot_win(run, runs):
             run.stopped = f"significantly below the best after {k + 1} of {len(folds)} folds"
 
@@ -390,7 +441,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
     # ------------------------------------------------------------------------------------------ the choice
     def _results(self, runs, answering) -> pd.DataFrame:
         """One row per candidate (see ``cv_results_``); the best is the highest MAP on the shared questions.
-        ``answering``: each candidate's :func:`_answering`."""
+        ``answering``: each candidate's :func:`answering`."""
         done = [r for r in runs if r.per_question]
         shared = None
         for r in done:
@@ -405,7 +456,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
                    "n_folds": 0, "n_questions": 0, "map": np.nan, "map_std": np.nan, "map_shared": np.nan,
                    "p_vs_best": np.nan, "tied_with_best": False, "fit_s": np.nan, "latency_ms": np.nan,
                    "within_budget": False, "ece": np.nan, "answer_f1": np.nan,
-                   "fold_estimate_s": r.probe_estimate_s, "fold_steady_s": np.nan, "latency_wall_ms": np.nan}
+                   "fold_estimate_s": r.probe_estimate_s, "fold_steady_s": np.nan, "latency_wall_ms": np.nan,
+                   "train_questions": np.nan}
             if r.per_question:
                 scored = r.scored.dropna()
                 p = np.nan if r.name == best else paired_significance(r.scored, best_scores)
@@ -422,6 +474,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     "latency_ms": r.latency_ms,
                     "latency_wall_ms": r.latency_wall_ms,
                     "fold_steady_s": float(np.mean(r.fold_steady_s)),
+                    "train_questions": float(np.mean(r.train_questions)),
                     "within_budget": bool(within),
                     **answering[r.name],
                 }
@@ -530,77 +583,3 @@ def choose(table: pd.DataFrame, *, max_latency_ms=None) -> tuple[int, str]:
         reason = f"{pick['model']}: the fastest ({pick['latency_ms']:.1f} ms), none is within {max_latency_ms:g} ms"
         warnings.warn(f"No candidate meets max_latency_ms={max_latency_ms:g}; chose {reason}.", stacklevel=3)
     return int(pick.name), reason
-
-
-def _answering(run, X, y, index: GroupIndex) -> dict:
-    """``ece`` and ``answer_f1`` of a candidate's out-of-fold scores over every question its folds scored
-    (those without a correct candidate included): candidate probabilities and the answer threshold learned on
-    the other folds (:func:`as2rank.answer.heldout.held_out_answering`, sigmoid). NaN with fewer than 3 folds
-    done, or when a fold's rows hold only one label (nothing to calibrate against)."""
-    from ..answer.heldout import held_out_answering
-
-    nothing = {"ece": np.nan, "answer_f1": np.nan}
-    if len(run.scores) < 3:
-        return nothing
-    rows = np.concatenate([test for test, _ in run.scores])
-    fold_of = np.repeat(np.arange(len(run.scores)), [len(test) for test, _ in run.scores])
-    X_scored = X.iloc[rows]
-    position = X_scored["position"].to_numpy() if "position" in X_scored.columns else None
-    scored_index = GroupIndex._from_keys(index.keys[index.codes[rows]], position)
-    try:
-        report = held_out_answering(scored_index, np.concatenate([s for _, s in run.scores]), y[rows], fold_of,
-                                    tiebreak=rank_tiebreak(X_scored))
-    except ValueError:  # a fold whose rows are all correct or all wrong
-        return nothing
-    return {"ece": report["ece"], "answer_f1": report["f1"]}
-
-
-def _some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.ndarray:
-    """Rows of a random ``fraction`` (at least ``minimum``) of the questions among ``rows`` that have a correct
-    answer (so that every probe fit sees both labels), in their original order."""
-    question = pd.factorize(keys[rows])[0]
-    answered = np.flatnonzero(np.bincount(question, weights=y[rows] > 0) > 0)
-    take = min(len(answered), max(minimum, int(np.ceil(fraction * (question.max() + 1)))))
-    chosen = np.zeros(question.max() + 1, dtype=bool)
-    chosen[rng.permutation(answered)[:take]] = True
-    return rows[chosen[question]]
-
-
-def _fit_predict(estimator, X, y, train, test) -> tuple[float, float]:
-    """Steady seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``."""
-    est = clone(estimator)
-    with Stopwatch() as fit:
-        est.fit(X.iloc[train], y[train])
-    with Stopwatch() as predict:
-        est.predict(X.iloc[test])
-    return fit.lap.steady, predict.lap.steady
-
-
-def _latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float]:
-    """Milliseconds to rank one question's candidates alone (one ``predict`` call per question) over up to
-    :data:`_LATENCY_QUESTIONS` questions of ``X_test``, after one warm-up call: the median over questions of
-    the least steady time of :data:`_LATENCY_REPEATS` calls (a property of the model, not of the machine's
-    load), and the median wall time of the first calls."""
-    codes, _ = pd.factorize(X_test["qid"])
-    rng = np.random.default_rng(seed)
-    picked = rng.permutation(codes.max() + 1)[:_LATENCY_QUESTIONS]
-    frames = [X_test[codes == q] for q in picked]
-    estimator.predict(frames[0])
-    steady, wall = [], []
-    for frame in frames:
-        laps = []
-        for _ in range(_LATENCY_REPEATS):
-            with Stopwatch() as watch:
-                estimator.predict(frame)
-            laps.append(watch.lap)
-        steady.append(min(lap.steady for lap in laps))
-        wall.append(laps[0].wall)
-    return 1000.0 * float(np.median(steady)), 1000.0 * float(np.median(wall))
-
-
-def _duration(seconds: float) -> str:
-    if not np.isfinite(seconds):
-        return "?"
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min"

@@ -19,9 +19,9 @@ def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms
     with one line, ``Chosen: ...``.
     """
     lines = [
-        "| model | MAP (%) | shared (%) | ≈ best | folds | fit (s/fold) | latency (ms/question) | ECE | answer F1 (%) "
-        "| chosen |",
-        "| --- | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: | :---: |",
+        "| model | MAP (%) | shared (%) | ≈ best | folds | trained on (questions/fold) | fit (s/fold) "
+        "| latency (ms/question) | ECE | answer F1 (%) | chosen |",
+        "| --- | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
     skipped = []
     for _, r in table.iterrows():
@@ -37,6 +37,7 @@ def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms
         latency = f"{r['latency_ms']:.1f}" + ("" if r["within_budget"] else " (over budget)")
         lines.append(
             f"| {r['model']} | {100 * r['map']:.2f}{spread} | {100 * r['map_shared']:.2f} | {tied} | {int(r['n_folds'])} | "
+            f"{_number(r.get('train_questions', np.nan), '.0f')} | "
             f"{r['fit_s']:.1f} | {latency} | {_number(r.get('ece'), '.3f')} | {_number(100 * r.get('answer_f1', np.nan))} | "
             f"{'**yes**' if r['chosen'] else ''} |"
         )
@@ -57,6 +58,10 @@ def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms
         notes.append("Not run in full: " + "; ".join(stopped + skipped) + ".")
     if reason is not None:
         notes.append(f"\nChosen: {reason}")
+    excluded = [f"{r['model']} ({r['status'].removeprefix('excluded: ')})" for _, r in table.iterrows()
+                if str(r["status"]).startswith("excluded")]
+    if excluded:
+        notes.append("Not measured, so not in the choice: " + "; ".join(excluded) + ".")
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
 
 

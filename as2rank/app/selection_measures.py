@@ -1,0 +1,128 @@
+"""What :class:`~as2rank.app.selection.RankerSelector` measures of a candidate, as functions of arrays: the
+timing probe's fits, fold-time estimates and the training subsamples of successive halving, the latency of one
+question, and how well its out-of-fold scores answer or abstain. NumPy/pandas only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+
+from ..base import rank_tiebreak
+from ..data import GroupIndex
+from .stopwatch import Stopwatch
+
+#: The fewest training questions of a fold that successive halving trains a candidate on.
+MIN_TRAIN_QUESTIONS = 40
+
+#: Calls per question of the latency measurement; the least steady time counts.
+LATENCY_REPEATS = 3
+
+#: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
+LATENCY_QUESTIONS = 20
+
+
+def answering(fold_scores, X, y, index: GroupIndex) -> dict:
+    """``ece`` and ``answer_f1`` of a candidate's out-of-fold scores (``fold_scores``: ``(test rows, scores)`` per
+    fold done) over every question its folds scored
+    (those without a correct candidate included): candidate probabilities and the answer threshold learned on
+    the other folds (:func:`as2rank.answer.heldout.held_out_answering`, sigmoid). NaN with fewer than 3 folds
+    done, or when a fold's rows hold only one label (nothing to calibrate against)."""
+    from ..answer.heldout import held_out_answering
+
+    nothing = {"ece": np.nan, "answer_f1": np.nan}
+    if len(fold_scores) < 3:
+        return nothing
+    rows = np.concatenate([test for test, _ in fold_scores])
+    fold_of = np.repeat(np.arange(len(fold_scores)), [len(test) for test, _ in fold_scores])
+    X_scored = X.iloc[rows]
+    position = X_scored["position"].to_numpy() if "position" in X_scored.columns else None
+    scored_index = GroupIndex._from_keys(index.keys[index.codes[rows]], position)
+    try:
+        report = held_out_answering(scored_index, np.concatenate([s for _, s in fold_scores]), y[rows], fold_of,
+                                    tiebreak=rank_tiebreak(X_scored))
+    except ValueError:  # a fold whose rows are all correct or all wrong
+        return nothing
+    return {"ece": report["ece"], "answer_f1": report["f1"]}
+
+
+def fold_estimate(cost: tuple, train_rows: float) -> float:
+    """The probe's estimate of a fold with ``train_rows`` training pairs (fit and predict, steady seconds) from its
+    ``cost``: (fixed fit seconds, fit seconds per training pair, predict seconds of a fold)."""
+    fixed, per_pair, predict = cost
+    return fixed + per_pair * train_rows + predict
+
+
+def halvings(n_questions: int) -> list:
+    """1, 1/2, 1/4, ... of ``n_questions`` training questions, down to :data:`MIN_TRAIN_QUESTIONS` (or 1 alone)."""
+    out = [1.0]
+    while out[-1] / 2 * n_questions >= MIN_TRAIN_QUESTIONS:
+        out.append(out[-1] / 2)
+    return out
+
+
+def n_questions_of(fraction: float, n_questions: int) -> int:
+    return int(np.ceil(fraction * n_questions))
+
+
+def subsample(rows, keys, fraction: float, seed) -> np.ndarray:
+    """The rows of a seeded ``fraction`` of the questions among ``rows`` (all of them for 1), in their order; a
+    smaller fraction's questions are among a larger one's."""
+    if fraction >= 1:
+        return rows
+    question = pd.factorize(keys[rows])[0]
+    n = question.max() + 1
+    keep = np.zeros(n, dtype=bool)
+    keep[np.random.default_rng(seed).permutation(n)[:n_questions_of(fraction, n)]] = True
+    return rows[keep[question]]
+
+
+def some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.ndarray:
+    """Rows of a random ``fraction`` (at least ``minimum``) of the questions among ``rows`` that have a correct
+    answer (so that every probe fit sees both labels), in their original order."""
+    question = pd.factorize(keys[rows])[0]
+    answered = np.flatnonzero(np.bincount(question, weights=y[rows] > 0) > 0)
+    take = min(len(answered), max(minimum, int(np.ceil(fraction * (question.max() + 1)))))
+    chosen = np.zeros(question.max() + 1, dtype=bool)
+    chosen[rng.permutation(answered)[:take]] = True
+    return rows[chosen[question]]
+
+
+def fit_predict(estimator, X, y, train, test) -> tuple[float, float]:
+    """Steady seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``."""
+    est = clone(estimator)
+    with Stopwatch() as fit:
+        est.fit(X.iloc[train], y[train])
+    with Stopwatch() as predict:
+        est.predict(X.iloc[test])
+    return fit.lap.steady, predict.lap.steady
+
+
+def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float]:
+    """Milliseconds to rank one question's candidates alone (one ``predict`` call per question) over up to
+    :data:`LATENCY_QUESTIONS` questions of ``X_test``, after one warm-up call: the median over questions of
+    the least steady time of :data:`LATENCY_REPEATS` calls (a property of the model, not of the machine's
+    load), and the median wall time of the first calls."""
+    codes, _ = pd.factorize(X_test["qid"])
+    rng = np.random.default_rng(seed)
+    picked = rng.permutation(codes.max() + 1)[:LATENCY_QUESTIONS]
+    frames = [X_test[codes == q] for q in picked]
+    estimator.predict(frames[0])
+    steady, wall = [], []
+    for frame in frames:
+        laps = []
+        for _ in range(LATENCY_REPEATS):
+            with Stopwatch() as watch:
+                estimator.predict(frame)
+            laps.append(watch.lap)
+        steady.append(min(lap.steady for lap in laps))
+        wall.append(laps[0].wall)
+    return 1000.0 * float(np.median(steady)), 1000.0 * float(np.median(wall))
+
+
+def duration(seconds: float) -> str:
+    if not np.isfinite(seconds):
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
