@@ -34,8 +34,10 @@ from .stopwatch import Stopwatch
 __all__ = ["DEFAULT_CANDIDATES", "RankerSelector", "choose"]
 
 #: The candidates of ``RankerSelector(candidates="default")``: names of :data:`as2rank.app.suite.ENTRIES`, cheapest
-#: first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read).
-DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer")
+#: first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read). A candidate whose
+#: packages are missing (the MPNet Transformer's five packaged wheels) is listed as skipped with the command that
+#: installs them.
+DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer", "Transformer (MPNet)")
 
 #: How far the probe's estimate of a first fold may exceed the real time: a fit on a few questions pays the
 #: start-up costs of every new batch shape, which a long fit amortises; measured up to about 2x on a CPU.
