@@ -100,9 +100,9 @@ def test_a_model_that_cannot_win_stops_early(data):
 
 def test_time_budget_skips_what_cannot_fit(data, capsys):
     X, y = data
-    # The probe alone (three fits of 0.3 s for "slow fit") spends the budget: the first candidate's first fold
-    # still runs, nothing else does.
-    sel = RankerSelector(candidates=[("WO", _Delayed()), ("slow fit", _Delayed(fit_s=0.3))], time_budget=0.1,
+    # The probe alone (three fits of 1 s for "slow fit") spends the budget: the first candidate's first fold
+    # (the cheapest's, WO's) still runs, nothing else does.
+    sel = RankerSelector(candidates=[("WO", _Delayed()), ("slow fit", _Delayed(fit_s=1.0))], time_budget=0.1,
                          refit=False).fit(X, y)
     table = sel.results_table().set_index("model")
     assert table.loc["WO", "n_folds"] == 1 and table.loc["slow fit", "n_folds"] == 0
