@@ -7,15 +7,15 @@ questions kept (WikiQA-test: 633, 390 of them without a correct sentence), it re
 precision, recall and F1 (a 95 % percentile bootstrap interval of F1 over test questions), precision at 50 % and
 80 % coverage, the expected calibration error and Brier score of the candidate probabilities before (the
 logistic sigmoid of the raw score; Lexical+LR's score, a probability already) and after calibration, and the
-WikiQA paper's figures.
+WikiQA paper's figures; and the threshold for a precision of 0.9 (:data:`TARGET_PRECISION`), chosen on the
+same held-out questions, with the test precision it gives and that precision's 95 % Wilson interval.
 
 How each model is calibrated, by both methods (``--methods``): the cheap ones (WO+RR, Lexical+LR) with ``cv=5``
-question folds (refitted 5 + 1 times); any other, Zero-shot included (with labels, its ``fit`` learns the
-lexical prior), is fitted once on 80 % of the training questions and calibrated ``cv="prefit"`` on the other
+question folds (refitted 5 + 1 times); any other (Zero-shot: with labels, its ``fit`` learns the lexical prior; the
+default Transformer) is fitted once on 80 % of the training questions and calibrated ``cv="prefit"`` on the other
 20 %.
 
-    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/answer.py
-    python benchmarks/answer.py --models WO+RR,Transformer   # later, where a transformer is affordable
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/answer.py [--models WO+RR,Lexical+LR,Zero-shot,Transformer]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import SHARED_DATA, conclude, log, run_header
+from _common import DOCS, SHARED_DATA, conclude, log, run_header, save_figure, tagged
 from scipy.special import expit
 from sklearn.model_selection import GroupShuffleSplit
 
@@ -33,18 +33,23 @@ from as2rank.answer.calibration import apply_calibration
 from as2rank.app.suite import load_benchmark_data, select
 from as2rank.data import GroupIndex
 from as2rank.metrics import ranking_report
-from as2rank.triggering import answer_triggering, brier_score, expected_calibration_error, precision_at_coverage
+from as2rank.triggering import (answer_triggering, brier_score, expected_calibration_error, precision_at_coverage,
+                                precision_coverage_auc, precision_coverage_curve, wilson_interval)
 
 #: The WikiQA paper's answer-triggering results on WikiQA-test (precision, recall, F1, %): its CNN-Cnt model
 #: and the best feature set added to it (question length).
 PAPER = {"CNN-Cnt": (26.09, 37.04, 30.61), "CNN-Cnt + QLen": (27.96, 37.86, 32.17)}
-MODELS = ("WO+RR", "Lexical+LR", "Zero-shot")
+MODELS = ("WO+RR", "Lexical+LR", "Zero-shot", "Transformer")
 #: The models calibrated on question folds (see the module docstring); the others on a dev split.
 CROSS_FITTED = {"WO+RR", "Lexical+LR"}
 #: Models whose score is a probability already (Lexical+LR's is its logistic regression's, fitted on the pairs):
 #: their uncalibrated probability is the score itself; the others' is the logistic sigmoid of the score.
 PROBABILITY_SCORES = {"Lexical+LR"}
 BOOTSTRAP = 2000
+#: Points kept of each test precision-coverage curve for the page's figure (evenly spaced in coverage).
+CURVE_POINTS = 101
+#: The target precision whose threshold, chosen on held-out training questions, is checked on the test split.
+TARGET_PRECISION = 0.9
 
 
 def calibrated(entry, X, y, seed, methods):
@@ -81,6 +86,17 @@ def measure(model, X, y, seed, raw_is_probability=False) -> dict:
     proba = apply_calibration(model.calibration_, scores)  # predict_proba(X)[:, 1], without predicting again
     raw = scores if raw_is_probability else expit(scores)
     clean = ranking_report(y, scores, X["qid"], unanswered="include", **on)  # and a system that always answers
+    target = {"target": TARGET_PRECISION, "reachable": True}
+    try:
+        target["holdout"] = model.threshold_for(target_precision=TARGET_PRECISION)
+    except ValueError as exc:  # no held-out threshold reaches the target: the model would answer nothing
+        target.update(reachable=False, reason=str(exc))
+    if target["reachable"]:
+        at = confidence > target["holdout"]["threshold"]
+        hits, n = int(np.sum(at & correct)), int(np.sum(at))
+        target.update(threshold=target["holdout"]["threshold"], n_answered=n, n_correct=hits,
+                      precision=hits / n if n else None, interval=list(wilson_interval(hits, n)),
+                      coverage=n / len(at))
     return {
         **{k: trig[k] for k in ("precision", "recall", "f1", "n_answered", "n_correct", "n_answerable", "n_questions")},
         "f1_interval": bootstrap_f1(answers["answered"].to_numpy(), correct, answerable, seed),
@@ -94,7 +110,36 @@ def measure(model, X, y, seed, raw_is_probability=False) -> dict:
         "brier": brier_score(y, proba),
         "map_clean": clean["map"],
         "p1_clean": clean["p@1"],
+        "target_precision": target,
+        "pc_auc": precision_coverage_auc(y, scores, X["qid"], confidence, **on),
+        "curve": curve(y, scores, X["qid"], confidence, on),
     }
+
+
+def curve(y, scores, groups, confidence, on) -> dict:
+    """The test precision-coverage curve at :data:`CURVE_POINTS` coverages (the precision at each, as
+    ``precision_at_coverage`` gives it), for the figure."""
+    coverage, precision, _ = precision_coverage_curve(y, scores, groups, confidence, **on)
+    grid = np.linspace(coverage[0], 1.0, CURVE_POINTS)
+    return {"coverage": grid.tolist(), "precision": precision[np.searchsorted(coverage, grid - 1e-12)].tolist()}
+
+
+def plot(res, path) -> None:
+    """Precision against coverage on each data set's test questions, one line per model (dashed: isotonic),
+    with the target precision."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(res["data"]), figsize=(5.2 * len(res["data"]), 3.8), squeeze=False)
+    for ax, d in zip(axes[0], res["data"].values()):
+        for i, (name, r) in enumerate(d["models"].items()):
+            ax.plot(r["curve"]["coverage"], r["curve"]["precision"], lw=1.3, color=f"C{i // 2}",
+                    ls="--" if "isotonic" in name else "-", label=f"{name} (area {r['pc_auc']:.2f})")
+        ax.axhline(res["target_precision"], color="grey", lw=0.8, ls=":")
+        ax.set(title=d["label"], xlabel="coverage (fraction of all test questions answered)",
+               ylabel="precision of the answers", xlim=(0, 1), ylim=(0, 1))
+        ax.legend(fontsize=6, loc="lower left")
+        ax.grid(alpha=0.3)
+    save_figure(fig, path)
 
 
 def main(argv=None):
@@ -104,7 +149,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    res = {**run_header("answer.py", argv), "bootstrap": BOOTSTRAP, "paper": PAPER, "data": {}}
+    res = {**run_header("answer.py", argv), "bootstrap": BOOTSTRAP, "paper": PAPER,
+           "target_precision": TARGET_PRECISION, "data": {}}
     entries = select(("all",), args.models.split(","))
     missing = {e.name: e.missing() for e in entries if e.missing()}
     if missing:
@@ -130,6 +176,7 @@ def main(argv=None):
         res["data"][name] = {"label": label, "models": rows, "train_questions": int(X_train["qid"].nunique()),
                              "test_questions": int(index.n_groups),
                              "test_answerable": int((index.max(y_test) > 0).sum())}
+    plot(res, DOCS / tagged("answer.png"))
     print(conclude(res, "answer", start, []).read_text())
 
 
