@@ -290,6 +290,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
                 some_questions(test, keys, y, rng, fraction=0.0, minimum=2))
         allowance = np.inf if self.time_budget is None else _PROBE_SHARE * float(self.time_budget)
         spent, waiting = 0.0, sum(r.status == "ok" for r in runs)
+        n_questions = len(pd.unique(keys))
         for run in runs:
             if run.status != "ok":
                 continue
@@ -302,7 +303,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
                     share = (allowance - spent) / waiting - sum(first) - sum(small)
                     per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
-                    fraction = min(0.05, share / max(per_question, 1e-9) / len(np.unique(keys)))
+                    fraction = min(0.05, share / max(per_question, 1e-9) / n_questions)
                     probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
                                                   fraction=max(0.0, fraction), minimum=minimum)
                                   for rows, minimum in ((train, 8), (test, 4)))
