@@ -2,11 +2,14 @@
 the neural estimators accept.
 
 Each estimator declares ``_parameter_constraints``, a dict ``{parameter: [constraint, ...]}`` in the style of
-scikit-learn's (a subclass extends its base's dict), and its ``_check_params`` calls :func:`validate_params`
-once, keeping as code only the checks that relate several parameters. A value is valid if any listed
+scikit-learn's (a subclass extends its base's dict), and decorates its public methods that use the parameters
+(``fit``, ``partial_fit``; ``predict`` or ``transform`` where no fit is required) with :func:`validated`: the one
+gate, which checks the table (:func:`validate_params`) and then the class's ``_check_rules`` (the checks that
+relate several parameters, kept as code). A value is valid if any listed
 constraint accepts it: :class:`Interval` (finite numbers in a range), :class:`Options` (fixed values such as
-``"auto"``), :class:`Boolean`, :class:`InstanceOf`, :class:`HasMethods`, :class:`SequenceOf` (one value per
-stage) or ``None``. :func:`check_param` checks one value against such a list, e.g. a function's argument.
+``"auto"``), :class:`Boolean`, :class:`InstanceOf` (also of types named, such as ``"torch.device"``, so that
+checking imports nothing), :class:`HasMethods`, :class:`SequenceOf` (one value per stage) or ``None``.
+:func:`check_param` checks one value against such a list, e.g. a function's argument.
 
 The estimators validate their parameters before importing torch, so the option tables (``precision``,
 ``pooling``, ``summary``) live here rather than in :mod:`as2rank.neural`, which re-exports them (e.g.
@@ -15,17 +18,23 @@ The estimators validate their parameters before importing torch, so the option t
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from numbers import Integral, Real
 
 import numpy as np
 
 __all__ = [
+    "DEVICE_CONSTRAINTS",
     "DTYPE_PRECISIONS",
     "LOSSES",
+    "MODEL_CONSTRAINTS",
     "POOLINGS",
     "CHECKPOINT_ALIASES",
+    "RANDOM_STATE_CONSTRAINTS",
     "SUMMARIES",
+    "TOKENIZER_CONSTRAINTS",
     "TRANSFORMER_PRECISIONS",
     "Boolean",
     "HasMethods",
@@ -33,9 +42,11 @@ __all__ = [
     "Interval",
     "Options",
     "SequenceOf",
+    "check_estimator_params",
     "check_param",
     "check_precision",
     "validate_params",
+    "validated",
 ]
 
 #: Values of ``precision`` that name one compute dtype: float32 (``"fp32"``), bfloat16 (``"bf16"``) or the
@@ -52,7 +63,7 @@ TRANSFORMER_PRECISIONS = (*DTYPE_PRECISIONS, "fp16", "int8")
 #: sentence-transformers checkpoints, else CLS), the first token (``"cls"``) or the mean over tokens
 #: (``"mean"``); :data:`as2rank.neural.backbone.POOLINGS`.
 POOLINGS = ("auto", "cls", "mean")
-#: Names of the packaged checkpoints (``model=`` aliases, :data:`as2rank.neural.backbone.MODEL_ALIASES`): the
+#: Names of the packaged checkpoints (``model=`` aliases, :data:`as2rank.neural.models.MODEL_ALIASES`): the
 #: only checkpoints a model directory may name besides its own folders (:mod:`as2rank.persistence.trust`).
 CHECKPOINT_ALIASES = ("minilm-l6", "mpnet-base")
 #: Training losses of the neural rankers (``loss``): per pair, or over each question's candidates.
@@ -198,18 +209,36 @@ class InstanceOf(_Constraint):
 
     Parameters
     ----------
-    types : type or tuple of type
+    types : type, str or tuple of them
+        A str names a type of a package that checking must not import (``"torch.device"``, the importable
+        module, a dot, the type's name): it accepts instances of that type once the module is imported, which
+        it must be for such an instance to exist.
     description : str, default=None
         The accepted values in words, e.g. ``"a mapping {doc_id: [sentences]}"``; by default the type names.
+
+    Examples
+    --------
+    >>> InstanceOf("torch.device").describe()
+    'an instance of torch.device'
     """
 
     def __init__(self, types, description=None):
         self.types = types
-        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        names = " or ".join(t if isinstance(t, str) else t.__name__ for t in self._listed())
         self.description = description or f"an instance of {names}"
 
+    def _listed(self) -> tuple:
+        return self.types if isinstance(self.types, tuple) else (self.types,)
+
     def is_satisfied_by(self, value) -> bool:
-        return isinstance(value, self.types)
+        types = []
+        for t in self._listed():
+            if isinstance(t, str):
+                module, _, name = t.rpartition(".")
+                t = getattr(sys.modules[module], name, None) if module in sys.modules else None
+            if t is not None:
+                types.append(t)
+        return isinstance(value, tuple(types))
 
     def alternatives(self) -> list:
         return [self.description]
@@ -270,6 +299,29 @@ def _as_constraint(constraint) -> _Constraint:
     raise TypeError(f"Not a parameter constraint: {constraint!r}.")
 
 
+#: ``device`` of the torch estimators, as :func:`as2rank.neural.resolve_device` reads it: a name (whether this
+#: machine has the device is checked there), a ``torch.device`` or an accelerator's index (``torch.device(0)``).
+DEVICE_CONSTRAINTS = [
+    InstanceOf(str, "a device name such as 'auto', 'cpu' or 'cuda:0'"),
+    InstanceOf("torch.device", "a torch.device"),
+    Interval(Integral, 0, None),
+]
+#: ``random_state`` of the torch estimators: what :func:`sklearn.utils.check_random_state` seeds a
+#: ``RandomState`` from (booleans aside).
+RANDOM_STATE_CONSTRAINTS = [None, Interval(Integral, 0, 2**32 - 1), InstanceOf(np.random.RandomState)]
+#: ``model`` of the transformer estimators, as :func:`as2rank.neural.backbone.load_backbone` loads it.
+MODEL_CONSTRAINTS = [
+    InstanceOf((str, "transformers.PretrainedConfig"),
+               "a model alias, path or Hugging Face id (str) or a transformers.PretrainedConfig"),
+]
+#: ``tokenizer`` of the transformer estimators: None (the model's own), a name as for ``model``, or a tokenizer.
+TOKENIZER_CONSTRAINTS = [
+    None,
+    InstanceOf((str, "transformers.PreTrainedTokenizerBase"),
+               "a tokenizer name or path (str) or a transformers.PreTrainedTokenizerBase"),
+]
+
+
 def _short_repr(value, limit: int = 100) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
@@ -322,3 +374,31 @@ def validate_params(estimator, constraints) -> None:
     for name, allowed in constraints.items():
         if name in params:
             check_param(name, params[name], allowed)
+
+
+def check_estimator_params(estimator) -> None:
+    """Check an estimator's parameters as :func:`validated` does before its methods run: against its class's
+    ``_parameter_constraints`` (:func:`validate_params`), then by its ``_check_rules`` when it has one (rules that
+    relate several parameters).
+
+    Raises
+    ------
+    ValueError
+        For the first parameter that its table refuses, or a rule's message.
+    """
+    validate_params(estimator, getattr(type(estimator), "_parameter_constraints", {}))
+    rules = getattr(estimator, "_check_rules", None)
+    if rules is not None:
+        rules()
+
+
+def validated(method):
+    """Decorate a public method of an estimator so that its parameters are checked before it runs
+    (:func:`check_estimator_params`): the one place an estimator's parameters are validated."""
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        check_estimator_params(self)
+        return method(self, *args, **kwargs)
+
+    return checked

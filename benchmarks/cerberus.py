@@ -71,7 +71,7 @@ from as2rank.cosinet.estimator import Cosinet
 from as2rank.data import keep_answered
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.neural import autocast, resolve_device, to_device
-from as2rank.neural.backbone import batch_tensors
+from as2rank.neural.predict import batch_tensors
 from as2rank.transformer.ranker import TransformerRanker
 
 TEACHERS = ("TR", "Cosinet", "Lexical")

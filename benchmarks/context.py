@@ -77,7 +77,7 @@ from as2rank.data import GroupIndex, keep_answered
 from as2rank.evaluation import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
 from as2rank.neural import autocast, resolve_device, to_device
-from as2rank.neural.backbone import batch_tensors
+from as2rank.neural.predict import batch_tensors
 from as2rank.neural.fitcache import FIT_CACHE
 from as2rank.transformer.ranker import TransformerRanker
 

@@ -153,7 +153,7 @@ def run_row(name: str, args, work: Path, model_dir: Path, scores_file: Path | No
     cascade : bool
         A row of :data:`CASCADE_ROWS` on the cascade's pairs instead.
     """
-    from as2rank.neural.backbone import resolve_model
+    from as2rank.neural.models import resolve_model
 
     side, setting, alpha = CASCADE_ROWS[name] if cascade else (*ROWS[name], None)
     pairs = work / ("cascade_pairs.json" if cascade else "pairs.json")

@@ -79,7 +79,7 @@ def rows() -> dict:
 def checkpoint(spec: dict) -> str | None:
     """The ``model`` of a row: None (the packaged MiniLM-L6) or a copy of it with the dropouts of
     ``spec["dropout"]`` set to 0 in its config."""
-    from as2rank.neural.backbone import resolve_model
+    from as2rank.neural.models import resolve_model
 
     if not spec.get("dropout"):
         return None

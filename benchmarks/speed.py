@@ -140,7 +140,7 @@ def peer_model():
     """A fresh ``CrossEncoder`` on the packaged all-MiniLM-L6-v2 (classifier seeded), on ``DEVICE``."""
     from sentence_transformers import CrossEncoder
 
-    from as2rank.neural.backbone import resolve_model
+    from as2rank.neural.models import resolve_model
 
     path, local = resolve_model("minilm-l6")
     torch.manual_seed(0)

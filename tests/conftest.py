@@ -115,3 +115,28 @@ def memoized_exports(export_memo):
         if runtime.onnx_available():
             patch.setattr(runtime, "export_graph", export_memo.wrap(runtime.export_graph))
         yield export_memo
+
+
+def pytest_sessionstart(session):
+    """With ``AS2RANK_SCORE_LOG=folder``, every ``predict`` of a public estimator during the run is recorded (a
+    digest of its scores per test and call, :mod:`tests.score_log`), so that two runs of the suite (before and
+    after a refactoring) can be compared score for score."""
+    folder = os.environ.get("AS2RANK_SCORE_LOG")
+    if folder:
+        from tests import score_log
+
+        score_log.start(folder)
+
+
+def pytest_runtest_setup(item):
+    if os.environ.get("AS2RANK_SCORE_LOG"):
+        from tests import score_log
+
+        score_log.current_test(item.nodeid)
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("AS2RANK_SCORE_LOG"):
+        from tests import score_log
+
+        score_log.finish(os.environ.get("PYTEST_XDIST_WORKER", "main"))

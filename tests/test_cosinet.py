@@ -254,7 +254,7 @@ def test_listwise_learns_the_synthetic_task(kv):
         ({"precision": "fp8"}, ValueError, "precision must be one of"),
         ({"oov": "random"}, ValueError, "oov must be one of"),
         ({"device": "tpu"}, ValueError, "device must be"),
-        ({"embeddings": 42}, TypeError, "embeddings must be"),
+        ({"embeddings": 42}, ValueError, "embeddings must be"),
         ({"embeddings": "no-such-vectors"}, ValueError, "Unknown word vectors"),
     ],
 )

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 from as2rank.transformer.cerberus import DistilledRanker  # noqa: E402
 from as2rank.neural import fitcache  # noqa: E402
-from as2rank.neural.backbone import resolve_model  # noqa: E402
+from as2rank.neural.models import resolve_model  # noqa: E402
 from as2rank.digest import content_digest as directory_digest
 from as2rank.neural.fitcache import FIT_CACHE, FitCache, source_digest, source_digests  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402

@@ -101,7 +101,7 @@ def test_mwa_widths_from_host_counts_match_the_device_read():
     import transformers
 
     from as2rank.transformer.context import features, rankers
-    from as2rank.neural.backbone import batch_tensors
+    from as2rank.neural.predict import batch_tensors
 
     tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(tc.SPECIAL + tc.WORDS)})
     X, y = tc.synthetic(n_questions=12)

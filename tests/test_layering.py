@@ -77,3 +77,48 @@ def test_no_import_runs_back_up(module, path):
 def test_at_most_fifteen_modules_at_the_top():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 15, top
+
+
+def _resolve(target: str, modules: set) -> str | None:
+    """The module of ``target`` (``from .x import name`` names a module or an object in one)."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_no_import_circle():
+    """No module reaches itself through imports, those inside functions included (a circle broken only by
+    importing inside a function is still a circle)."""
+    paths = dict(MODULES)
+    modules = set(paths)
+    graph = {m: {t for _, target in _imports(m, p) if (t := _resolve(target, modules)) and t != m
+                 and not m.startswith(t + ".")}  # a module's own package is its parent, not a dependency
+             for m, p in paths.items()}
+    # Tarjan's strongly connected components: any with two or more modules is a circle.
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    assert not circles, f"import circles: {circles}"

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import as2rank.neural.backbone as backbone  # noqa: E402
+import as2rank.neural.predict as predict  # noqa: E402
 from as2rank.neural.batching import length_chunks, question_bucket_batches  # noqa: E402
 from as2rank.neural.distributed import Shard  # noqa: E402
 from as2rank.transformer.train import CHUNK_ROWS  # noqa: E402
@@ -131,7 +131,7 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
         X, y = synthetic(n_questions=12)
         X = X.assign(teacher_score=np.random.default_rng(0).normal(size=len(X)) + 2 * y)  # a teacher's column
         est = estimators(tokenizer, X, y)[name]
-    batches, tensors, original_split, original_tensors = [], [], Shard.split, backbone.batch_tensors
+    batches, tensors, original_split, original_tensors = [], [], Shard.split, predict.batch_tensors
 
     def split(self, units, questions, sizes=None):  # a training batch's rows (one process: all of them)
         rows, real = original_split(self, units, questions, sizes)
@@ -144,7 +144,7 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
         return original_tensors(encoded, rows)
 
     monkeypatch.setattr(Shard, "split", split)
-    monkeypatch.setattr(backbone, "batch_tensors", spy)
+    monkeypatch.setattr(predict, "batch_tensors", spy)
     est.set_params(reuse_fit=False).fit(X, y)
     sizes = X.groupby("qid").size()
     # The ensemble's two encoders train first, listwise too.
@@ -195,10 +195,10 @@ def test_a_listwise_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole(n
     targets = {"teacher_logits": torch.randn(len(X), len(est.teachers), generator=torch.Generator().manual_seed(0))} \
         if name in ("Cerberus", "DistilledRanker") else {}
     extra = {**targets, "labels": labels, "group": group, "step": 0, "draw": 0.5}
-    whole = {**backbone.batch_tensors(encoded, rows), **extra}
+    whole = {**predict.batch_tensors(encoded, rows), **extra}
     pieces = length_chunks(encoded["lengths"], 3)
     assert len({int(encoded["lengths"][p].max()) for p in pieces}) > 1  # the parts pad to different widths
-    chunked = {**extra, "chunks": [{**backbone.batch_tensors(encoded, p), **{k: v[p] for k, v in targets.items()},
+    chunked = {**extra, "chunks": [{**predict.batch_tensors(encoded, p), **{k: v[p] for k, v in targets.items()},
                                     "step": 0, "draw": 0.5} for p in pieces],
                "restore": torch.from_numpy(np.argsort(np.concatenate(pieces)))}
 

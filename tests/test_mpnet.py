@@ -15,9 +15,8 @@ transformers = pytest.importorskip("transformers")
 
 import as2rank  # noqa: E402
 from as2rank.lexical.baselines import ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
-from as2rank.neural.backbone import (LayerStack, encode_pairs, encoder_states, pool, question_mask,  # noqa: E402
-                                     uses_token_types)
-from as2rank.neural.tokens import pair_template  # noqa: E402
+from as2rank.neural.backbone import LayerStack, encoder_states, pool, uses_token_types  # noqa: E402
+from as2rank.neural.tokens import encode_pairs, pair_template, question_mask  # noqa: E402
 from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker  # noqa: E402
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402

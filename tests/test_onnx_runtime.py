@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 import as2rank.neural as neural  # noqa: E402
 from as2rank.neural.onnx import export as onnx_export  # noqa: E402
 from as2rank.neural.onnx import runtime as onnx_runtime  # noqa: E402
-from as2rank.neural.backbone import batch_tensors  # noqa: E402
+from as2rank.neural.predict import batch_tensors  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
 

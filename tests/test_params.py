@@ -16,6 +16,10 @@ from as2rank.transformer.context.features import ContextExtractor
 from as2rank.cosinet.estimator import Cosinet
 from as2rank.ensemble.linear import LinearEnsemble
 from as2rank.params import (
+    DEVICE_CONSTRAINTS,
+    MODEL_CONSTRAINTS,
+    RANDOM_STATE_CONSTRAINTS,
+    TOKENIZER_CONSTRAINTS,
     Boolean,
     HasMethods,
     InstanceOf,
@@ -45,6 +49,36 @@ from as2rank.transformer.ranker import TransformerRanker
 def test_constraints_accept_and_refuse(constraint, good, bad):
     assert all(constraint.is_satisfied_by(v) for v in good)
     assert not any(constraint.is_satisfied_by(v) for v in bad)
+
+
+def test_named_types_are_looked_up_once_their_module_is_imported():
+    import collections
+    import sys
+
+    assert InstanceOf(("collections.OrderedDict",)).is_satisfied_by(collections.OrderedDict())
+    assert not InstanceOf("collections.OrderedDict").is_satisfied_by({})
+    named = InstanceOf((str, "as2rank_no_such_module.Thing"))
+    assert named.is_satisfied_by("x") and not named.is_satisfied_by(object())
+    assert "as2rank_no_such_module" not in sys.modules
+    assert named.describe() == "an instance of str or as2rank_no_such_module.Thing"
+
+
+@pytest.mark.parametrize(
+    "constraints, good, bad",
+    [
+        (DEVICE_CONSTRAINTS, ["auto", "cpu", "cuda:1", 0], [None, -1, 1.5, True]),
+        (RANDOM_STATE_CONSTRAINTS, [None, 0, np.int64(7), 2**32 - 1, np.random.RandomState(0)],
+         [-1, 2**32, 1.5, True, np.random.default_rng(0)]),
+        (MODEL_CONSTRAINTS, ["minilm-l6", "path/to/model"], [None, 3, object()]),
+        (TOKENIZER_CONSTRAINTS, [None, "bert-base-uncased"], [3, object()]),
+    ],
+)
+def test_shared_constraints_accept_and_refuse(constraints, good, bad):
+    for value in good:
+        check_param("x", value, constraints)
+    for value in bad:
+        with pytest.raises(ValueError, match="^x must be"):
+            check_param("x", value, constraints)
 
 
 @pytest.mark.parametrize(
@@ -105,17 +139,25 @@ TRANSFORMER_RANKERS = [TransformerRanker, CascadeTransformer, Cerberus, Distille
                        ContextEnsemble]
 
 
+#: Shared training parameters whose default differs from TransformerRanker's (the budget measured for the class).
+OWN_BUDGETS = {ContextEnsemble: {"epochs": 2, "learning_rate": 2e-5}}
+
+
 @pytest.mark.parametrize("cls", TRANSFORMER_RANKERS, ids=lambda c: c.__name__)
 def test_shared_training_parameters_follow_each_rankers_own(cls):
-    from as2rank.transformer.parameters import TRAINING_DEFAULTS
+    """Every transformer ranker writes out the shared parameters after its own, in the order of
+    ``TRAINING_CONSTRAINTS`` and with ``TransformerRanker``'s defaults (but its measured budget)."""
+    from as2rank.transformer.parameters import TRAINING_CONSTRAINTS
 
+    shared = list(TRAINING_CONSTRAINTS)
     names = list(inspect.signature(cls).parameters)
-    assert names[-len(TRAINING_DEFAULTS):] == list(TRAINING_DEFAULTS)
+    assert names[-len(shared):] == shared
     assert len(set(names)) == len(names) and "model" == names[0]
     params = cls().get_params()
     assert set(params) == set(names)
-    expected = {**TRAINING_DEFAULTS, **cls._training_defaults}
-    assert {k: params[k] for k in TRAINING_DEFAULTS} == expected
+    reference = TransformerRanker().get_params()
+    expected = {**{k: reference[k] for k in shared}, **OWN_BUDGETS.get(cls, {})}
+    assert {k: params[k] for k in shared} == expected
     # Every argument is stored unchanged, own or shared, keyword or positional; clone round-trips them.
     est = cls("some-model", epochs=7, verbose=True)
     assert (est.model, est.epochs, est.verbose) == ("some-model", 7, True)
@@ -129,18 +171,3 @@ def test_context_ensemble_keeps_its_own_budget_defaults():
     assert (ContextConcat().epochs, ContextConcat().learning_rate) == (4, 5e-5)
     assert TransformerRanker("m", None, 3).num_layers == 3
 
-
-def test_with_training_params_refuses_shared_names_and_catch_alls():
-    from as2rank.transformer.parameters import with_training_params
-
-    def clash(self, model=None, epochs=3):
-        pass
-
-    def catch_all(self, model=None, **kwargs):
-        pass
-
-    for own in (clash, catch_all):
-        with pytest.raises(TypeError, match="own named parameters"):
-            with_training_params(own)
-    with pytest.raises(ValueError, match="Not shared"):
-        with_training_params(lambda self, model=None: None, {"model": 1})

@@ -104,7 +104,7 @@ def test_cascade_adds_the_prior_to_every_exit(tokenizer, tmp_path):
     cascade = small(CascadeTransformer, "bert", tokenizer, lexical_prior=True, exits=(2, 4, 6)).fit(X, y)
     prior = lexical_prior_logits(cascade.lexical_features_, cascade.lexical_coef_, X)
     encoded = cascade._encode(X)
-    from as2rank.neural.backbone import batch_tensors
+    from as2rank.neural.predict import batch_tensors
 
     rows = np.arange(len(X))
     with torch.no_grad():

@@ -8,7 +8,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from as2rank.neural import tokens  # noqa: E402
-from as2rank.neural.backbone import encode_pairs  # noqa: E402
+from as2rank.neural.tokens import encode_pairs  # noqa: E402
 from as2rank.neural.tokens import TOKEN_CACHE, distinct_tokens  # noqa: E402
 from tests.test_transformer import SPECIAL, WORDS  # noqa: E402
 

@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from as2rank.neural.backbone import encode_pairs, token_budget_batches  # noqa: E402
+from as2rank.neural.batching import token_budget_batches  # noqa: E402
+from as2rank.neural.tokens import encode_pairs  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin, check_scores, rank_tiebreak
 from ..data import GroupIndex, check_ranking_data, check_X
 from ..ensemble.teachers import _clone_sharing
-from ..params import HasMethods, Interval, Options, check_param, validate_params
+from ..params import HasMethods, Interval, Options, check_param, validated
 from ..persistence import PersistenceMixin
 from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
 from .heldout import cross_fit
@@ -128,11 +128,11 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         self.target_precision = target_precision
         self.target_coverage = target_coverage
 
-    def _check_params(self):
-        validate_params(self, self._parameter_constraints)
+    def _check_rules(self):
         if self.target_precision is not None and self.target_coverage is not None:
             raise ValueError("Give target_precision or target_coverage, not both.")
 
+    @validated
     def fit(self, X, y, groups=None):
         """Fit the ranker, its calibration, the question-level probability and the threshold.
 
@@ -150,7 +150,6 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         self
         """
         X, y, index = check_ranking_data(X, y, groups, text_columns=())
-        self._check_params()
         if groups is not None:
             X = X.assign(qid=np.asarray(groups))
         if self.cv == "prefit":

@@ -15,6 +15,7 @@ torch network in :mod:`as2rank.cosinet.network`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from numbers import Integral, Real
 
@@ -27,9 +28,10 @@ from .encoding import _encode, _table
 from ..data import GroupIndex, check_ranking_data, check_X, holdout_questions
 from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
 from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
-from .word_vectors import NAMES, OOV_POLICIES, _is_keyed_vectors, load_word_vectors
+from .word_vectors import NAMES, OOV_POLICIES, WordVectors, _is_keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
-from ..params import DTYPE_PRECISIONS, LOSSES, Interval, Options, validate_params
+from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, LOSSES, RANDOM_STATE_CONSTRAINTS, Boolean, InstanceOf,
+                      Interval, Options, validated)
 from ..persistence import PersistenceMixin
 
 __all__ = ["Cosinet", "RNN_TYPES"]
@@ -54,13 +56,16 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     """Cosinet answer-sentence ranker (Bonadiman & Moschitti, 2020), optionally with an RNN over the
     candidate list and listwise training.
 
+    Defaults measured: ``docs/benchmarks/defaults-cosinet.md`` (the training budget over training sizes and
+    data sets); ``docs/benchmarks/cosinet.md`` compares the word vectors.
+
     Parameters
     ----------
     embeddings : str, os.PathLike or gensim.models.KeyedVectors, default="minilm-l6-wordpiece"
         Static word vectors, kept frozen; see :mod:`as2rank.cosinet.word_vectors` for the names (``"glove-6b-50d"``,
         ``"minilm-l6-wordpiece"``), file formats and the out-of-vocabulary policy. The default, the
-        input wordpiece embeddings of the packaged all-MiniLM-L6-v2 (384d), works offline and ranks
-        better than GloVe-50d (``docs/benchmarks/cosinet.md``); the paper used ConceptNet Numberbatch (300d).
+        input wordpiece embeddings of the packaged all-MiniLM-L6-v2 (384d), works offline and ranked
+        better than GloVe-50d; the paper used ConceptNet Numberbatch (300d).
     rnn : {None, "rnn", "birnn", "lstm", "bilstm"}, default="birnn"
         Recurrent layer run over the pair representations of a question's candidates in their retrieval
         order (``position``). Without a ``position`` column it reads them sorted by candidate text, so that no
@@ -85,9 +90,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     epochs : int or "auto", default="auto"
         Passes over the training questions. ``"auto"`` adapts the budget to the data: at least 3 epochs, and
         enough for 200 optimizer steps (``ceil(200 / ceil(n_questions / batch_size))`` when that is more),
-        so 100 training questions get 8 epochs and 300 or more get 3. Measured on
-        ``docs/benchmarks/defaults-cosinet.md``: short schedules leave small training sets far below the
-        lexical baselines. The paper trains 3 epochs (``epochs=3, batch_size=8``).
+        so 100 training questions get 8 epochs and 300 or more get 3: short schedules left small training
+        sets far below the lexical baselines. The paper trains 3 epochs (``epochs=3, batch_size=8``).
     batch_size : int, default=4
         Questions per batch (all the candidates of a question go in the same batch).
     warmup : float, default=0.1
@@ -177,6 +181,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     #: packaged word vectors (:func:`as2rank.persistence.trust.resolve_references`).
     _references = {"embeddings": NAMES}
     _parameter_constraints = {
+        "embeddings": [InstanceOf((str, os.PathLike, WordVectors, "gensim.models.KeyedVectors"),
+                                  "a word-vector name or file path, or a gensim KeyedVectors")],
         "rnn": [None, Options(RNN_TYPES)],
         "rnn_hidden_size": [Interval(Integral, 1, None), None],
         "n_filters": [Interval(Integral, 1, None)],
@@ -184,14 +190,18 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "loss": [Options(LOSSES)],
         "oov": [Options(OOV_POLICIES)],
+        "lowercase": [Boolean()],
         "epochs": [Interval(Integral, 1, None), Options(("auto",))],
         "batch_size": [Interval(Integral, 1, None)],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "warmup": [Interval(Real, 0, 1)],
         "max_grad_norm": [Interval(Real, 0, None, closed="neither"), None],
         **EARLY_STOPPING_CONSTRAINTS,
+        "random_state": RANDOM_STATE_CONSTRAINTS,
+        "device": DEVICE_CONSTRAINTS,
         "precision": [Options(DTYPE_PRECISIONS)],
         "n_threads": [Interval(Integral, 1, None), None],
+        "verbose": [Boolean()],
     }
 
     def __init__(
@@ -244,6 +254,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit / predict
 
+    @validated
     def fit(self, X, y, groups=None, eval_set=None):
         """Train on grouped candidates.
 
@@ -286,6 +297,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         self._train_state = None
         return self
 
+    @validated
     def partial_fit(self, X, y, groups=None, total_rows=None):
         """Train on one chunk of a stream of whole questions: one pass over it, continuing the optimizer and
         the learning-rate schedule of the previous calls.
@@ -372,7 +384,6 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
         """Checked data and parameters, the device, the convolution's dtype and the word-vector source."""
         from ..neural import resolve_device, resolve_precision
 
-        self._check_params()
         X, y, index = check_ranking_data(X, y, groups)
         if (y < 0).any():
             raise ValueError("Cosinet needs non-negative relevance labels (0/1 or graded).")
@@ -501,8 +512,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             state=state,
         )
 
-    def _check_params(self):
-        validate_params(self, self._parameter_constraints)
+    def _check_rules(self):
         check_early_stopping(self)
 
     def _rnn_hidden_size(self):

@@ -97,7 +97,7 @@ class CosinetNetwork(nn.Module):
         if table.dtype != torch.float32:
             # oneDNN builds and keeps a bfloat16 kernel for every new matrix shape (up to its cache sizes):
             # padding the stream with the zero word to one of 8 lengths per octave (at most 1/8 more rows)
-            # keeps memory flat over a long stream of batches (docs/benchmarks/scale.md measures it). The
+            # keeps memory flat over a long stream of batches (the scale-out benchmark measures it). The
             # padded positions are never read back.
             positions = len(stream) - k + 1
             step = 1 << max(0, positions.bit_length() - 4)

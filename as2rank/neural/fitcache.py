@@ -33,6 +33,7 @@ from collections import OrderedDict
 import joblib
 
 from ..digest import content_digest
+from .models import resolve_model
 
 __all__ = ["FIT_CACHE", "FitCache", "fit_key", "source_digest", "source_digests"]
 
@@ -45,8 +46,6 @@ def fit_key(estimator, params: dict, *data) -> str:
 def _local_directory(name: str):
     """The directory ``name`` loads from, as :func:`~as2rank.neural.backbone.load_backbone` resolves it
     (an alias, a local path, or the cached snapshot of a Hugging Face id), or ``None`` when not on disk."""
-    from .backbone import resolve_model
-
     resolved, local = resolve_model(name)
     if local:
         return resolved

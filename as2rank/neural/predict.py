@@ -21,10 +21,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .backbone import batch_tensors, token_budget_batches
+from .backbone import encoder_states, pool
+from .batching import token_budget_batches
 from .devices import autocast, to_device
 
-__all__ = ["PREFETCH", "Predictor", "default_prefetch", "device_batch", "no_progress", "predict_batches", "predict_logits"]
+__all__ = ["PREFETCH", "Predictor", "batch_tensors", "default_prefetch", "device_batch", "no_progress", "predict_batches",
+           "predict_logits", "sentence_embeddings"]
 
 #: Outputs kept on the device before :func:`predict_batches` reads them (16M values: 64 MiB in float32).
 PENDING_VALUES = 1 << 24
@@ -145,7 +147,7 @@ def _prepared(batches, prepare, prefetch: int):
 
 
 def device_batch(encoded: dict, rows, device) -> dict:
-    """The tensors of ``rows`` of ``encoded`` (``as2rank.neural.backbone.batch_tensors``) on ``device``: on a
+    """The tensors of ``rows`` of ``encoded`` (``as2rank.neural.predict.batch_tensors``) on ``device``: on a
     GPU from pinned host memory with non-blocking copies, so that laying out the next batch overlaps the
     device's work."""
     batch = batch_tensors(encoded, rows)
@@ -160,7 +162,7 @@ def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, p
     multi-head module).
 
     Rows are packed into batches of at most ``batch_tokens`` padded tokens (sorted by length, see
-    :func:`~as2rank.neural.backbone.token_budget_batches`).
+    :func:`~as2rank.neural.batching.token_budget_batches`).
 
     Parameters
     ----------
@@ -168,7 +170,7 @@ def predict_logits(module, encoded: dict, device, *, batch_tokens: int, dtype, p
         Maps a batch to one logit per row; already on ``device``, in evaluation mode.
     encoded : dict of ndarray
         Token arrays of shape (n, width) and ``lengths`` of shape (n,) (as
-        :func:`~as2rank.neural.backbone.encode_pairs` returns them).
+        :func:`~as2rank.neural.tokens.encode_pairs` returns them).
     device : torch.device
     batch_tokens : int
         Padded tokens per batch.
@@ -223,3 +225,66 @@ class Predictor:
         """The module's output for every ``encoded`` row (:func:`predict_logits`)."""
         return predict_logits(self.module, encoded, self.device, batch_tokens=self.batch_tokens, dtype=self.dtype,
                               progress=self.progress, prefetch=self.prefetch)
+
+
+def batch_tensors(encoded: dict, rows: np.ndarray) -> dict:
+    """Tensors of ``rows`` of an :func:`~as2rank.neural.tokens.encode_pairs` result, token arrays cut to the batch's longest row
+    (per-row arrays, such as a ``prior`` logit, are taken whole).
+
+    Entries named ``host_*`` stay NumPy arrays (their ``rows``): what a module must know of its batch before
+    it runs, such as the shapes of its intermediate tensors, read without a device-to-host transfer (which
+    on a GPU waits for all the work queued before it).
+    """
+    width = int(encoded["lengths"][rows].max())
+    out = {}
+    for key, value in encoded.items():
+        if key.startswith("host_"):
+            out[key] = value[rows]
+        elif key != "lengths":
+            out[key] = torch.from_numpy(np.ascontiguousarray(value[rows, :width] if value.ndim == 2 else value[rows]))
+    return out
+
+
+def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length: int, batch_tokens: int,
+                        progress, pooling: str = "mean") -> np.ndarray:
+    """Unit-length sentence embeddings: each text's pooled token encodings (:func:`~as2rank.neural.backbone.pool`; by default their mean,
+    padding excluded).
+
+    Parameters
+    ----------
+    encoder : transformers.PreTrainedModel
+        On ``device``, in evaluation mode (a sequence classifier's encoder is used, :func:`~as2rank.neural.backbone.encoder_states`).
+    tokenizer : transformers.PreTrainedTokenizerBase
+    texts : sequence of str
+        Distinct texts (each is encoded as given).
+    device : torch.device
+    dtype : torch.dtype
+        Autocast dtype (``torch.float32``: none); the means are taken in float32.
+    max_length : int
+        Texts are truncated to this many tokens.
+    batch_tokens : int
+        Padded tokens per batch (texts sorted by length, :func:`token_budget_batches`).
+    progress : callable
+        As in :func:`~as2rank.neural.predict.predict_batches`.
+    pooling : {"mean", "cls"}, default="mean"
+        How a text's token encodings become one vector (:func:`~as2rank.neural.backbone.native_pooling` gives a checkpoint's own).
+
+    Returns
+    -------
+    ndarray of float64 of shape (n_texts, hidden_size)
+    """
+    tokens = tokenizer([str(t) for t in texts], truncation=True, max_length=int(max_length), padding="longest",
+                       padding_side="right", return_tensors="np", return_token_type_ids=False,
+                       return_attention_mask=True)
+    ids, mask = tokens["input_ids"].astype(np.int64), tokens["attention_mask"].astype(np.int64)
+    lengths = mask.sum(axis=1)
+
+    def run(rows):
+        width = int(lengths[rows].max())
+        batch = {"input_ids": torch.from_numpy(ids[rows, :width]).to(device),
+                 "attention_mask": torch.from_numpy(mask[rows, :width]).to(device)}
+        pooled = pool(encoder_states(encoder, batch).float(), batch["attention_mask"], pooling)
+        return rows, torch.nn.functional.normalize(pooled, dim=-1)
+
+    batches = token_budget_batches(np.ones(len(ids), dtype=np.int64), lengths, batch_tokens)
+    return predict_batches(batches, run, len(ids), device=device, dtype=dtype, progress=progress, desc="encode")

@@ -25,7 +25,8 @@ import pandas as pd
 from ..data import ragged_arange
 from .fitcache import FitCache
 
-__all__ = ["TOKEN_CACHE", "distinct_tokens", "lay_out", "pair_lengths", "pair_template"]
+__all__ = ["TOKEN_CACHE", "distinct_tokens", "encode_pairs", "lay_out", "pair_lengths", "pair_template",
+           "question_mask"]
 
 
 def _token_bytes(entry) -> int:
@@ -206,3 +207,102 @@ def lay_out(pool: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pad: int, *
         out[key][rows, cols] = np.repeat(np.tile(np.asarray(values, dtype=np.int64), n), flat)
     out["lengths"] = lengths
     return out
+
+
+def encode_pairs(tokenizer, questions, candidates, *, max_length: int = 128, token_types: bool = True) -> dict:
+    """Tokenise (question, candidate) pairs once, padded to the longest pair.
+
+    Parameters
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase
+    questions, candidates : sequence of str
+    max_length : int, default=128
+        Pairs are truncated longest-first to this many tokens.
+    token_types : bool, default=True
+        Return ``token_type_ids`` (segment ids); models with a single segment embedding need False.
+
+    Returns
+    -------
+    dict of ndarray
+        ``input_ids``, ``attention_mask`` (and ``token_type_ids``) of shape (n_pairs, longest), plus
+        ``lengths`` of shape (n_pairs,). Batches slice these to their own longest row (dynamic padding).
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 8:
+        raise ValueError(f"max_length must be an integer >= 8, got {max_length!r}.")
+    questions, candidates = list(questions), list(candidates)
+    if getattr(tokenizer, "is_fast", False) and questions:
+        return _encode_distinct(tokenizer, questions, candidates, int(max_length), token_types)
+    enc = tokenizer(
+        questions,
+        candidates,
+        truncation="longest_first",
+        max_length=int(max_length),
+        padding="longest",
+        padding_side="right",  # batches keep each row's first ``length`` columns
+        return_tensors="np",
+        return_token_type_ids=token_types,
+        return_attention_mask=True,
+    )
+    out = {"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)}
+    if token_types:
+        out["token_type_ids"] = enc["token_type_ids"].astype(np.int64)
+    out["lengths"] = out["attention_mask"].sum(axis=1)
+    return out
+
+
+def _encode_distinct(tokenizer, questions, candidates, max_length, token_types) -> dict:
+    """:func:`encode_pairs` from the tokens of each distinct question and candidate (:func:`distinct_tokens`).
+
+    The same ids as the ``tokenizer(...)`` call (tested), without tokenising a question once per candidate
+    or the per-pair Python post-processing of that call.
+    """
+    codes, pool, text_starts, text_lengths = distinct_tokens(tokenizer, [questions, candidates])
+    prefix, mid, suffix, types = pair_template(tokenizer)
+    specials = np.asarray(prefix + mid + suffix, dtype=np.int64)
+    lengths = text_lengths[codes]
+    kept = np.stack(pair_lengths(lengths[:, 0], lengths[:, 1], max_length - len(specials)), axis=1)
+    text_starts = text_starts[codes] + len(specials)
+    if tokenizer.truncation_side == "left":
+        text_starts += lengths - kept
+    # Pieces of every row: prefix, question, mid, candidate, suffix; the special tokens lead the pool.
+    starts = np.column_stack([np.zeros(len(codes), dtype=np.int64), text_starts[:, 0], np.full(len(codes), len(prefix)),
+                              text_starts[:, 1], np.full(len(codes), len(prefix) + len(mid))])
+    sizes = np.column_stack([np.full(len(codes), len(prefix)), kept[:, 0], np.full(len(codes), len(mid)), kept[:, 1],
+                             np.full(len(codes), len(suffix))])
+    out = lay_out(np.concatenate([specials, pool]), starts, sizes, tokenizer.pad_token_id or 0,
+                  **({"token_type_ids": types} if token_types else {}))
+    if token_types and tokenizer.pad_token_type_id:
+        out["token_type_ids"][out["attention_mask"] == 0] = tokenizer.pad_token_type_id
+    return out
+
+
+def question_mask(input_ids: np.ndarray, tokenizer) -> np.ndarray:
+    """Which tokens of each encoded pair belong to its question: the first token through the first separator.
+
+    Pairs are encoded ``[CLS] question [SEP] candidate [SEP]`` (or the tokenizer's equivalent, e.g. RoBERTa's
+    ``<s> question </s></s> candidate </s>``), so the question segment ends at the first separator token
+    whatever the tokenizer's segment ids say (RoBERTa's are all 0).
+
+    Parameters
+    ----------
+    input_ids : ndarray of int of shape (n_pairs, width)
+    tokenizer : transformers.PreTrainedTokenizerBase
+
+    Returns
+    -------
+    ndarray of int64 of shape (n_pairs, width)
+        1 on the question's tokens, 0 elsewhere (the candidate's tokens and padding).
+
+    Raises
+    ------
+    ValueError
+        If the tokenizer has no separator token.
+    """
+    sep = getattr(tokenizer, "sep_token_id", None)
+    if sep is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no separator token, so a pair's question and candidate tokens cannot "
+            "be told apart: set segment_similarity=False."
+        )
+    is_sep = np.asarray(input_ids) == sep
+    return (np.cumsum(is_sep, axis=1) - is_sep == 0).astype(np.int64)

@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import GroupIndex, check_ranking_data, check_X
-from ..params import Interval, SequenceOf, validate_params
+from ..params import InstanceOf, Interval, SequenceOf, validated
 from ..persistence import PersistenceMixin
 from .rules import _stage_scores, drop_lowest
 
@@ -60,7 +60,10 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
+        # Required: None (the default) and steps without fit and predict are refused by ``_check_rules``.
+        "steps": [InstanceOf((list, tuple), "a non-empty list of rankers"), None],
         "keep": [Interval(Real, 0, 1, closed="right"), SequenceOf(Interval(Real, 0, 1, closed="right"))],
+        "costs": [SequenceOf(Interval(Real, 0, None, closed="neither")), None],
     }
 
     def __init__(self, steps=None, keep=0.5, costs=None):
@@ -68,19 +71,24 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         self.keep = keep
         self.costs = costs
 
-    def _check_steps(self):
+    def _check_rules(self):
+        self._drops()
+
+    def _drops(self) -> list:
+        """The share of each question's rows that each step but the last drops (``1 - keep``), after checking
+        that the steps can run and that ``keep`` has one value per pruning step."""
         if not isinstance(self.steps, (list, tuple)) or not self.steps:
             raise ValueError("steps must be a non-empty list of rankers, e.g. [OverlapRankRanker(), TransformerRanker()].")
         bad = [type(s).__name__ for s in self.steps if not (hasattr(s, "fit") and hasattr(s, "predict"))]
         if bad:
             raise ValueError(f"Every step needs fit and predict; got {bad}.")
-        validate_params(self, self._parameter_constraints)
         n_pruning = len(self.steps) - 1
         keeps = [self.keep] * n_pruning if np.ndim(self.keep) == 0 else list(self.keep)
         if len(keeps) != n_pruning:
             raise ValueError(f"keep must be a scalar or {n_pruning} values (one per step but the last), got {self.keep!r}.")
         return [1.0 - float(k) for k in keeps]
 
+    @validated
     def fit(self, X, y, groups=None):
         """Fit every step on ``(X, y)``.
 
@@ -96,12 +104,12 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         self
         """
         check_ranking_data(X, y, groups)
-        self._check_steps()
         if self.costs is not None and len(self.costs) != len(self.steps):
             raise ValueError(f"costs needs one value per step ({len(self.steps)}), got {self.costs!r}.")
         self.steps_ = [clone(step).fit(X, y, groups=groups) for step in self.steps]
         return self
 
+    @validated
     def predict(self, X, return_cost: bool = False):
         """One score per row, consistent with the sequence of drops.
 
@@ -119,7 +127,7 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
             Only with ``return_cost=True``.
         """
         check_is_fitted(self, "steps_")
-        drops = self._check_steps()
+        drops = self._drops()
         X = check_X(X, text_columns=())
         index = GroupIndex.from_frame(X)
         n_steps = len(self.steps_)

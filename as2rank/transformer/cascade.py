@@ -26,7 +26,7 @@ __all__ = ["CascadeTransformer", "default_exits"]
 #: Prediction runs the layers on length-sorted chunks of at most ``batch_tokens`` padded tokens, cut from groups
 #: of whole questions (drops act per question) of at most this many times ``batch_tokens`` real tokens. Sorted
 #: chunks pad far less than padding each question to its longest candidate, and larger groups leave fewer
-#: part-filled chunks after each drop (``docs/benchmarks/speed.md`` and ``cascade.md`` measure both).
+#: part-filled chunks after each drop (the speed and cascade benchmarks measure both).
 CHUNKS_PER_GROUP = 32
 
 #: Values of ``CascadeTransformer(exit_sampling=...)``.
@@ -75,6 +75,9 @@ class CascadeTransformer(_TransformerEstimator):
     models, not twelve (see :mod:`as2rank.neural.fitcache` for when this holds with ``n_jobs>1``).
     :func:`~as2rank.pruning.rules.tune_alpha` picks per-exit values on a dev set from one encoder pass.
 
+    Defaults measured: ``docs/benchmarks/defaults-cascade.md`` (the training budget and ``segment_similarity``,
+    scored at α=0); ``docs/benchmarks/cascade.md`` compares the ``exit_sampling`` schemes.
+
     Parameters
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
@@ -93,15 +96,15 @@ class CascadeTransformer(_TransformerEstimator):
         Which exits learn from a mini-batch. ``"all"``: every exit, loss = mean of the exits' losses, one
         pass through all layers. ``"uniform"``: one exit drawn uniformly at random (the paper, §4.3; a step
         runs on average 2/3 of the layers). The paper trained on ASNQ (millions of pairs), where a fifth of
-        the updates per classifier is plenty; on WikiQA and the bundled SQuAD sample ``"all"`` ranks better
-        (``docs/benchmarks/cascade.md`` and ``docs/guide/neural.md``).
+        the updates per classifier is plenty; on WikiQA and the bundled SQuAD sample ``"all"`` ranked
+        better.
     lexical_prior : bool, default=True
         Add a lexical model's logit to every exit's logit (see ``TransformerRanker``); the drops then
         rank by the sum too. ``False`` (with ``segment_similarity=False``) trains the pure cascade of the paper.
     segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, at every exit: each exit's logit gains its own
         trained ``w × cos(q, c)`` of its layer's encodings, every ``w`` starting at the coefficient of the
-        pretrained last exit layer's cosine (``docs/benchmarks/defaults-cascade.md`` measures it).
+        pretrained last exit layer's cosine.
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
         pretrained encoder's sentence embeddings.
@@ -109,10 +112,10 @@ class CascadeTransformer(_TransformerEstimator):
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
 reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
-        ``learning_rate=5e-5``), chosen for this class by its own sweep (``docs/benchmarks/defaults-cascade.md``,
-        scored at α=0); the paper's fine-tuning setting is ``epochs=2, learning_rate=2e-5,
-        lexical_prior=False, segment_similarity=False, early_stopping=False``. Early stopping watches the dev MAP of the last exit and is
-        on by default from 300 answered training questions, as for ``TransformerRanker``.
+        ``learning_rate=5e-5``), chosen for this class by its own sweep; the paper's fine-tuning setting is
+        ``epochs=2, learning_rate=2e-5, lexical_prior=False, segment_similarity=False, early_stopping=False``.
+        Early stopping watches the dev MAP of the last exit and is on by default from 300 answered training
+        questions, as for ``TransformerRanker``.
     batch_tokens : int or "auto", default="auto"
         The layers run on chunks of rows of similar length holding at most this many padded tokens (rows ×
         longest row); ``"auto"``: 2048 on the CPU (1024 for the int8 copy on ONNX Runtime), 16384 elsewhere.
@@ -159,16 +162,52 @@ reuse_fit, random_state, verbose
         "exits": [None, SequenceOf(Interval(Integral, 1, None))],
         "exit_sampling": [Options(EXIT_SAMPLING)],
         "alpha": _DROP_RATIOS,
+        "exit_layer": [Interval(Integral, 1, None), None],
     }
 
     def __init__(
-        self, model="minilm-l6", tokenizer=None, exits=None, alpha=0.0, exit_layer=None,
-        exit_sampling="all", lexical_prior=True, segment_similarity=True, similarity_prior=False, max_length=128,
+        self, model="minilm-l6", tokenizer=None, exits=None, alpha=0.0, exit_layer=None, exit_sampling="all",
+        lexical_prior=True, segment_similarity=True, similarity_prior=False, max_length=128,
+        epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.exits = exits
+        self.alpha = alpha
+        self.exit_layer = exit_layer
+        self.exit_sampling = exit_sampling
+        self.lexical_prior = lexical_prior
+        self.segment_similarity = segment_similarity
+        self.similarity_prior = similarity_prior
+        self.max_length = max_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     # ----------------------------------------------------------------- training hooks
     def _check_rules(self):
+        super()._check_rules()
         if self.exits is not None and np.any(np.diff(list(self.exits)) <= 0):
             raise ValueError(f"exits must be increasing positive layer numbers, got {self.exits!r}.")
         # Without exits the depth (hence the number of pruning exits) is known only once the model is loaded.
@@ -208,7 +247,7 @@ reuse_fit, random_state, verbose
         return [0.0] * len(alphas), self.exits_.index(self.exit_layer)
 
     def _run(self, predictor, encoded, index, alphas, last_exit):
-        from ..neural.backbone import token_budget_batches
+        from ..neural.batching import token_budget_batches
         from ..neural.predict import device_batch, predict_batches
 
         # Groups are budgeted by their real tokens: the chunks inside them are cut by length, so a question

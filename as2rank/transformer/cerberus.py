@@ -33,7 +33,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..ensemble.linear import LinearEnsemble
-from ..params import POOLINGS, Interval, Options
+from ..params import POOLINGS, InstanceOf, Interval, Options, SequenceOf
 from .prior import LexicalPrior
 from ..ensemble.teachers import (
     CV_CONSTRAINTS,
@@ -54,6 +54,9 @@ MULTI_TEACHER = ("sum", "round_robin")
 
 #: The distillation entries of the students' ``_parameter_constraints``.
 _DISTILLATION_CONSTRAINTS = {
+    # Required: None (the default) is refused by the teachers' own check (``_check_rules``), as are bad items.
+    "teachers": [InstanceOf((list, tuple), "a non-empty list of fitted rankers, column names of X or score arrays"),
+                 None],
     "kd_alpha": [Interval(Real, 0, 1)],
     "temperature": [Interval(Real, 0, None, closed="neither")],
     "teacher_cv": CV_CONSTRAINTS,
@@ -69,6 +72,7 @@ class _Student(_TransformerEstimator):
     _unsaved_params = ("model", "tokenizer", "teachers", "teacher_cv")
 
     def _check_rules(self):
+        super()._check_rules()
         _check_teachers(self.teachers)
 
     def _row_targets(self, X, y, index):
@@ -125,6 +129,10 @@ class Cerberus(_Student):
     **Hydra** (Tran et al., 2020; the paper's row 13) is this model with teachers of one architecture trained
     with different seeds, e.g. ``teachers=[TransformerRanker(random_state=s).fit(X, y) for s in range(3)]``.
 
+    Defaults measured: ``docs/benchmarks/defaults-cerberus.md`` (the training budget, ``lexical_prior`` and
+    ``segment_similarity``, over training sizes and data sets). ``docs/benchmarks/cerberus.md`` reproduces the
+    paper's models, with their prediction latency and cross-fitted teachers (``teacher_cv``).
+
     Parameters
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
@@ -161,18 +169,16 @@ class Cerberus(_Student):
     segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, for each head: its logit gains a trained
         term ``w_i · cos(question mean, candidate mean)`` of its last block's encodings, every ``w_i`` started
-        from the pretrained encoder's cosines. On by default: in this class's defaults benchmark
-        (``docs/benchmarks/defaults-cerberus.md``) the model with the terms ranked above the one without them in
-        every column measured. ``False`` is the paper's model.
+        from the pretrained encoder's cosines. On by default: in this class's defaults benchmark the model
+        with the terms ranked above the one without them in every column. ``False`` is the paper's model.
     tokenizer, pooling, max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
 device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
-        ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark
-        (``docs/benchmarks/defaults-cerberus.md``) over training sizes and data sets; the paper's setting is
-        ``epochs=2, learning_rate=2e-5, lexical_prior=False``. Early stopping watches the dev MAP of the mean
-        of the heads. With
-        ``precision="int8"`` the body's linear layers are quantized and the stacked heads run in float32.
+        ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark;
+        the paper's setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False``. Early stopping watches
+        the dev MAP of the mean of the heads. With ``precision="int8"`` the body's linear layers are quantized
+        and the stacked heads run in float32.
 
     Attributes
     ----------
@@ -209,19 +215,58 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         **_DISTILLATION_CONSTRAINTS,
         "body_layers": [Interval(Integral, 1, None), None],
         "head_layers": [Interval(Integral, 1, None)],
+        "head_weights": [SequenceOf(Interval(Real, 0, None)), None],
         "pooling": [Options(POOLINGS)],
     }
 
     def __init__(
-        self, model="minilm-l6", teachers=None, body_layers=None, head_layers=1, kd_alpha=0.5,
-        temperature=3.0, head_weights=None, teacher_cv=None, tokenizer=None, pooling="auto",
-        lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=128,
+        self, model="minilm-l6", teachers=None, body_layers=None, head_layers=1, kd_alpha=0.5, temperature=3.0,
+        head_weights=None, teacher_cv=None, tokenizer=None, pooling="auto", lexical_prior=True,
+        similarity_prior=False, segment_similarity=True, max_length=128,
+        epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.teachers = teachers
+        self.body_layers = body_layers
+        self.head_layers = head_layers
+        self.kd_alpha = kd_alpha
+        self.temperature = temperature
+        self.head_weights = head_weights
+        self.teacher_cv = teacher_cv
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.lexical_prior = lexical_prior
+        self.similarity_prior = similarity_prior
+        self.segment_similarity = segment_similarity
+        self.max_length = max_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     # ----------------------------------------------------------------- training hooks
     def _check_rules(self):
-        _check_teachers(self.teachers)
+        super()._check_rules()
         if self.warm_start and hasattr(self, "model_") and len(self.teachers) != self.n_heads_:
             raise ValueError(f"warm_start continues a model with {self.n_heads_} heads, but {len(self.teachers)} teachers were given.")
         self._weights()
@@ -317,6 +362,9 @@ class DistilledRanker(_Student):
     The student without a teacher (the paper's "TANDA (no teacher)") is ``TransformerRanker`` with the same
     parameters; ``kd_alpha=1`` trains exactly like it.
 
+    Defaults measured: ``docs/benchmarks/defaults-distilled.md`` (the training budget, ``lexical_prior`` and
+    ``segment_similarity``, over training sizes and data sets).
+
     Parameters
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
@@ -333,9 +381,8 @@ class DistilledRanker(_Student):
 weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
 batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
-        ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark
-        (``docs/benchmarks/defaults-distilled.md``) over training sizes and data sets. The paper's setting
-        is ``epochs=2, learning_rate=2e-5, lexical_prior=False``.
+        ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark.
+        The paper's setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False``.
     lexical_prior : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the lexical model's logit is added to the
         student's, in training and prediction, so the student learns what the lexical model misses.
@@ -345,9 +392,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the student's logit gains a trained term
         ``w · cos(question mean, candidate mean)`` of its own encodings, ``w`` started from the pretrained
-        encoder's cosines. On by default: in this class's defaults benchmark
-        (``docs/benchmarks/defaults-distilled.md``) the student with the term ranked above the one without it in
-        every column measured. ``False`` is the paper's student.
+        encoder's cosines. On by default: in this class's defaults benchmark the student with the term
+        ranked above the one without it in every column. ``False`` is the paper's student.
 
     Attributes
     ----------
@@ -368,11 +414,48 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     }
 
     def __init__(
-        self, model="minilm-l6", teachers=None, multi_teacher="sum", kd_alpha=0.5, temperature=3.0,
-        teacher_cv=None, tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
-        similarity_prior=False, segment_similarity=True, max_length=128,
+        self, model="minilm-l6", teachers=None, multi_teacher="sum", kd_alpha=0.5, temperature=3.0, teacher_cv=None,
+        tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True, similarity_prior=False,
+        segment_similarity=True, max_length=128,
+        epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.teachers = teachers
+        self.multi_teacher = multi_teacher
+        self.kd_alpha = kd_alpha
+        self.temperature = temperature
+        self.teacher_cv = teacher_cv
+        self.tokenizer = tokenizer
+        self.num_layers = num_layers
+        self.pooling = pooling
+        self.lexical_prior = lexical_prior
+        self.similarity_prior = similarity_prior
+        self.segment_similarity = segment_similarity
+        self.max_length = max_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     # ----------------------------------------------------------------- training hooks
     def _prepare_encoder(self, encoder):

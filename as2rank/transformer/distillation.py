@@ -234,7 +234,7 @@ class CerberusEncoder(nn.Module):
         each faulted in on first touch, and a head block's feed-forward temporaries are ``n_heads`` times
         those of one block. Inference there runs the heads over row blocks whose widest temporary stays under
         that size (all heads still at once for each block), so their temporaries reuse pages instead of
-        faulting in fresh ones (``docs/benchmarks/cerberus.md`` measures the latency). ``predict``'s default
+        faulting in fresh ones (the CERBERUS benchmark measures the latency). ``predict``'s default
         CPU batches (2,048 tokens) stay under it anyway; larger ``batch_tokens`` and direct calls of the
         module get the blocks. Training keeps whole batches, so its steps are the same with or without them.
         """

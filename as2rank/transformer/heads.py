@@ -185,7 +185,7 @@ def segment_cosine(hidden: torch.Tensor, batch: dict) -> torch.Tensor:
     """The cosine of the mean encodings of each row's question and candidate tokens, in float32, shape (rows,).
 
     ``batch["question_mask"]`` marks the question segment of each pair (its first token through the first
-    separator, :func:`~as2rank.neural.backbone.question_mask`); the candidate is ``batch["candidate_mask"]``
+    separator, :func:`~as2rank.neural.tokens.question_mask`); the candidate is ``batch["candidate_mask"]``
     where the rows hold more than the pair (the context rankers' segments), else the rest of the row's real
     tokens. Both means are taken inside the row's own encoding, so the cosine costs no pass of its own.
     """
@@ -333,7 +333,7 @@ class CascadeEncoder(nn.Module):
         rows_per_layer : ndarray of int, shape (exits[last_exit],)
             Rows processed by each layer.
         """
-        from ..neural.backbone import token_budget_batches
+        from ..neural.batching import token_budget_batches
 
         segments = self.segments() if segments is None else segments
         full_mask = batch["attention_mask"]

@@ -4,7 +4,8 @@ A logistic regression on :class:`~as2rank.lexical.baselines.LexicalFeatures` (wo
 reciprocal rank), fitted on the training rows, gives each (question, candidate) pair a logit. A ranker
 trained with this prior adds it to its own logit, in training and in prediction, so that the network learns
 only what the lexical model misses: from the first step the ranking is at least the lexical one, which
-a fine-tuned cross-encoder alone may not reach on little training data (``docs/benchmarks/defaults.md``).
+a fine-tuned cross-encoder alone may not reach on little training data (measured by the defaults benchmark
+of :class:`~as2rank.transformer.ranker.TransformerRanker`).
 With ``similarity_prior=True`` the regression also reads the cosine of the question's and the candidate's
 sentence embeddings from the pretrained encoder the ranker starts from (:mod:`as2rank.transformer.similarity`).
 
@@ -168,7 +169,7 @@ class LexicalPrior:
         """The encoded rows with what the prior adds: the ``question_mask`` of segment similarity and, once
         fitted, the ``prior`` logits."""
         if self.segment_similarity and module.similarity is not None and "question_mask" not in encoded:
-            from ..neural.backbone import question_mask
+            from ..neural.tokens import question_mask
 
             encoded["question_mask"] = question_mask(encoded["input_ids"], est.tokenizer_)
         if hasattr(est, "lexical_coef_"):

@@ -36,6 +36,10 @@ class TransformerRanker(_TransformerEstimator):
     then fit on the target set: the second ``fit`` continues from the fitted weights with a fresh optimizer
     and schedule. :meth:`save_pretrained` also writes the adapted encoder, usable as ``model=`` later.
 
+    Defaults measured: ``docs/benchmarks/defaults.md`` (the training budget, early stopping and the prior and
+    similarity terms, over training sizes and data sets). Prediction speed and accuracy at each ``precision``
+    and ``batch_tokens``: ``docs/benchmarks/speed.md`` and ``docs/benchmarks/cpu_inference.md``.
+
     Parameters
     ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
@@ -51,7 +55,7 @@ class TransformerRanker(_TransformerEstimator):
         What the head reads: the first token's encoding (``"cls"``, as TANDA and the paper) or the mean of
         the token encodings, padding excluded (``"mean"``). ``"auto"`` takes the pooling the checkpoint was
         trained with: ``"mean"`` for sentence-transformers checkpoints such as the default all-MiniLM-L6-v2
-        (whose first-token encoding was never trained; ``docs/benchmarks/cascade.md`` compares both),
+        (whose first-token encoding was never trained),
         ``"cls"`` for BERT, RoBERTa, ELECTRA and the like, and ``"classifier"`` for a checkpoint with a
         sequence-classification head: the checkpoint's own head scores
         (:func:`~as2rank.transformer.heads.classifier_scores`; the logit of a one-label head, ``logit[1] - logit[0]``
@@ -62,9 +66,9 @@ class TransformerRanker(_TransformerEstimator):
         learns what the lexical model misses (:mod:`as2rank.transformer.prior`): a logistic regression on
         :class:`~as2rank.lexical.baselines.LexicalFeatures` (word overlap, IDF-weighted overlap, position), fitted on
         the training rows when a fresh ``fit`` (or the first ``partial_fit``) starts; a warm start keeps the
-        fitted prior. On by default because the defaults benchmark (``docs/benchmarks/defaults.md``) found
-        it best or indistinguishable from the best at every training size of both data sets, while the pure
-        model falls below word overlap on small training sets. ``False`` (with ``segment_similarity=False``)
+        fitted prior. On by default because the defaults benchmark found it best or indistinguishable from
+        the best at every training size of both data sets, while the pure model fell below word overlap on
+        small training sets. ``False`` (with ``segment_similarity=False``)
         trains the pure cross-encoder (the papers' model); the training labels must hold both classes otherwise.
     segment_similarity : bool, default=True
         Add a trained term ``w × cos(q, c)`` to the logit: the cosine of the mean encodings of the pair's
@@ -74,15 +78,15 @@ class TransformerRanker(_TransformerEstimator):
         initialised at random cannot learn from a few hundred questions. A fresh ``fit`` first runs the
         pretrained encoder over the training rows and starts ``w`` at the cosine's coefficient in the
         prior's logistic regression (fitted beside the lexical features, or alone without
-        ``lexical_prior``); training then adapts ``w`` and the encoder together. On by default: the defaults
-        benchmark (``docs/benchmarks/defaults.md``) measures it against the plain head at each training size of
-        both data sets. Needs a tokenizer with a separator token (BERT's ``[SEP]``, RoBERTa's ``</s>``).
+        ``lexical_prior``); training then adapts ``w`` and the encoder together. On by default, as measured
+        against the plain head by the defaults benchmark. Needs a tokenizer with a separator token (BERT's
+        ``[SEP]``, RoBERTa's ``</s>``).
     similarity_prior : bool, default=False
         Give the lexical prior one more feature: the cosine of the question's and the candidate's sentence
         embeddings (the mean of the token encodings) from ``model`` as it was before fine-tuning, frozen
         (:mod:`as2rank.transformer.similarity`). Sentence-transformers checkpoints such as the default were trained
         for exactly that comparison, which a few hundred training questions teach a cross-encoder only in
-        part (``docs/benchmarks/defaults.md`` measures it). Needs ``lexical_prior=True`` and a ``model`` (and
+        part; the defaults benchmark measures it. Needs ``lexical_prior=True`` and a ``model`` (and
         ``tokenizer``) that name files on disk: each ``fit`` records their digests, and a process that loads
         them later (once) refuses files that changed. Costs one more encoder pass per question and per candidate, in
         ``fit`` and in ``predict``.
@@ -90,7 +94,7 @@ class TransformerRanker(_TransformerEstimator):
         Pairs are truncated (longest first) to this many tokens.
     epochs : int, default=4
         Passes over the training data. With ``learning_rate`` and ``lexical_prior``, chosen by the defaults
-        benchmark (``docs/benchmarks/defaults.md``) over training sizes and data sets; the TANDA papers'
+        benchmark; the TANDA papers'
         fine-tuning setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False, segment_similarity=False,
         early_stopping=False``.
     batch_size : int, default=32
@@ -120,7 +124,7 @@ class TransformerRanker(_TransformerEstimator):
         drawn with ``random_state``; they do not train). ``"auto"``: early stopping on the ``eval_set``; without
         one, on ``validation_fraction`` of the answered questions when set, else on 0.1 of them from 300
         answered training questions on, and the whole budget below that
-        (:data:`~as2rank.early_stopping.AUTO_MIN_QUESTIONS`; ``docs/benchmarks/defaults.md`` measures both).
+        (:data:`~as2rank.early_stopping.AUTO_MIN_QUESTIONS`; the defaults benchmark measures both).
         ``True``: always (``validation_fraction`` of 0.1 when not set). ``False``: never (an ``eval_set`` or a
         ``validation_fraction`` is then an error).
     validation_fraction : float, default=None
@@ -139,8 +143,8 @@ class TransformerRanker(_TransformerEstimator):
     batch_tokens : int or "auto", default="auto"
         Prediction batches hold at most this many padded tokens (rows are sorted by length, then scores
         are put back in input order). ``"auto"``: 2048 on the CPU, where small batches stay in cache and pad
-        less, 512 there for the int8 copy on ONNX Runtime (``docs/benchmarks/speed.md`` sweeps both), 16384 on
-        other devices.
+        less, 512 there for the int8 copy on ONNX Runtime (both swept by the speed benchmark), 16384 on other
+        devices.
     device : str, default="auto"
         ``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"``, ...
     precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
@@ -156,9 +160,7 @@ class TransformerRanker(_TransformerEstimator):
         (``activation_ranges_``), so a row's int8 score does not depend on the rows predicted beside it.
         Without ONNX Runtime, torch's dynamically quantized linear layers run instead; they scale each input by
         the range of its whole batch, so their scores move with the other rows of the batch and now and then
-        another top candidate wins (``docs/benchmarks/cpu_inference.md`` measures how often).
-        It can be set on a fitted model with ``set_params``. ``docs/benchmarks/speed.md`` measures the
-        speed and accuracy of each.
+        another top candidate wins. It can be set on a fitted model with ``set_params``.
     n_threads : int, default=None
         torch CPU threads used by ``fit``, ``partial_fit`` and ``predict`` (restored afterwards). ``None``
         keeps torch's setting, which already avoids oversubscription in joblib and Dask workers (see
@@ -230,8 +232,40 @@ class TransformerRanker(_TransformerEstimator):
     def __init__(
         self, model="minilm-l6", tokenizer=None, num_layers=None, pooling="auto", lexical_prior=True,
         segment_similarity=True, similarity_prior=False, max_length=128,
+        epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.num_layers = num_layers
+        self.pooling = pooling
+        self.lexical_prior = lexical_prior
+        self.segment_similarity = segment_similarity
+        self.similarity_prior = similarity_prior
+        self.max_length = max_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     @property
     def _head_modules(self):

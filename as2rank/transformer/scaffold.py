@@ -6,6 +6,7 @@ encoding, the one training loop (:func:`as2rank.neural.train`) with an optional 
 ``partial_fit`` on a stream of chunks, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`),
 numeric precision (autocast, or an int8 copy for prediction on the CPU), pickling to a CPU state and
 ``save_pretrained``/``from_pretrained`` (the directory format of :mod:`as2rank.persistence`). A subclass
+writes out its ``__init__`` (its own parameters, then the shared ones, :mod:`as2rank.transformer.parameters`) and
 supplies the torch module, its loss and its scoring. Importing this module does not import torch.
 """
 
@@ -24,13 +25,13 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..early_stopping import check_early_stopping, check_eval_set, set_training_summary
-from ..params import CHECKPOINT_ALIASES, Interval, check_param, validate_params
-from .parameters import TRAINING_CONSTRAINTS, with_training_params
+from ..params import CHECKPOINT_ALIASES, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, check_param, validated
+from .parameters import TRAINING_CONSTRAINTS
 from .train import train_estimator
 
 #: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
 #: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
-#: less; the ONNX Runtime copy is faster still with smaller ones (``docs/benchmarks/speed.md`` sweeps both).
+#: less; the ONNX Runtime copy is faster still with smaller ones (the speed benchmark sweeps both).
 AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
 
 
@@ -67,9 +68,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
     _unsaved_params = ("model", "tokenizer")
     #: Accepted values of the shared parameters (:func:`as2rank.params.validate_params`); each subclass
     #: extends it with its own parameters.
-    _parameter_constraints = {"max_length": [Interval(Integral, 8, None)], **TRAINING_CONSTRAINTS}
-    #: Shared parameters (:data:`~as2rank.transformer.parameters.TRAINING_DEFAULTS`) whose default differs here.
-    _training_defaults = {}
+    _parameter_constraints = {"model": MODEL_CONSTRAINTS, "tokenizer": TOKENIZER_CONSTRAINTS,
+                              "max_length": [Interval(Integral, 8, None)], **TRAINING_CONSTRAINTS}
     #: Whether ``early_stopping="auto"`` holds out validation questions from large enough training data by
     #: itself (:func:`~as2rank.early_stopping.holdout_fraction`): set where the defaults benchmark measured it.
     _auto_holdout = False
@@ -83,13 +83,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
     #: What the saved state names that prediction opens: the similarity prior's pretrained encoder, packaged
     #: weights or a folder of the model directory (:func:`as2rank.persistence.trust.resolve_references`).
     _references = {"similarity_source_": CHECKPOINT_ALIASES}
-
-    def __init_subclass__(cls, **kwargs):
-        """A subclass's ``__init__`` takes its own parameters; the shared ones are appended to it here
-        (:func:`~as2rank.transformer.parameters.with_training_params`)."""
-        super().__init_subclass__(**kwargs)
-        if "__init__" in cls.__dict__:
-            cls.__init__ = with_training_params(cls.__dict__["__init__"], cls._training_defaults)
 
     # ----------------------------------------------------------------- hooks
     @abstractmethod
@@ -124,7 +117,12 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         return label_loss(outputs, batch, self.loss)
 
     def _check_rules(self) -> None:
-        """Cross-parameter rules of the class, checked after every parameter passed its constraints."""
+        """Cross-parameter rules, checked by :func:`~as2rank.params.validated` after every parameter passed its
+        constraints: those all the transformer estimators share (``validation_fraction`` needs early stopping)
+        and the prior's; a class with rules of its own extends this (calling ``super()._check_rules()``)."""
+        check_early_stopping(self)
+        if self._prior is not None:
+            self._prior.check_params(self)
 
     def _row_targets(self, X, y, index) -> dict:
         """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
@@ -153,7 +151,8 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
 
     def _encode_rows(self, module, X) -> dict:
         """The rows of ``X`` as token arrays for ``module`` (default: question/candidate pairs)."""
-        from ..neural.backbone import encode_pairs, uses_token_types
+        from ..neural.backbone import uses_token_types
+        from ..neural.tokens import encode_pairs
 
         return encode_pairs(
             self.tokenizer_,
@@ -164,16 +163,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         )
 
     # ----------------------------------------------------------------- shared machinery
-    def _check_params(self):
-        """Check every parameter against the class's ``_parameter_constraints``, then the rules that all the
-        transformer estimators share (``validation_fraction`` needs early stopping), the prior's and the
-        class's own (:meth:`_check_rules`)."""
-        validate_params(self, self._parameter_constraints)
-        check_early_stopping(self)
-        if self._prior is not None:
-            self._prior.check_params(self)
-        self._check_rules()
-
     def _fresh_module(self, X, y, groups, eval_set):
         """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block)."""
         module = self._init_module(X, y, groups, eval_set)
@@ -224,6 +213,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in self._inference_params}
         return params if self._prior is None else self._prior.training_params(self, params)
 
+    @validated
     def fit(self, X, y, groups=None, eval_set=None):
         """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
 
@@ -251,7 +241,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         from ..neural.fitcache import FIT_CACHE, fit_key, source_digests
 
         X, y, index = check_ranking_data(X, y, groups)
-        self._check_params()
         device = resolve_device(self.device)
         dev = check_eval_set(self, eval_set)
         warm = bool(self.warm_start) and hasattr(self, "model_")
@@ -302,6 +291,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
             )
 
     @available_if(lambda est: est._streamable)
+    @validated
     def partial_fit(self, X, y, groups=None, total_rows=None):
         """Train on one chunk of a stream of whole questions: one pass over its rows, continuing the optimizer
         and the learning-rate schedule of the previous calls.
@@ -348,7 +338,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         from ..neural.distributed import training_session
 
         X, y, index = check_ranking_data(X, y, groups)
-        self._check_params()
         device = resolve_device(self.device)
         state = TrainingState.resume(getattr(self, "_train_state", None), total_rows, int(self.batch_size))
         if hasattr(self, "model_"):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..neural.backbone import encoder_states, load_backbone, masked_mean, token_budget_batches
+from ..neural.backbone import encoder_states, load_backbone, masked_mean
+from ..neural.batching import token_budget_batches
 from ..neural.fitcache import source_digests
 from ..neural.predict import no_progress, predict_batches
 

@@ -26,7 +26,7 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
     import torch
 
     from ..neural import train
-    from ..neural.backbone import batch_tensors
+    from ..neural.predict import batch_tensors
     from ..neural.batching import length_bucket_batches, length_chunks, question_bucket_batches
     from ..neural.distributed import LocalBatch
     from ..neural.onnx.copies import INT8_COPIES

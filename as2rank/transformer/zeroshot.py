@@ -23,7 +23,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
-from ..params import DTYPE_PRECISIONS, Boolean, Interval, Options, check_param, validate_params
+from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Boolean, Interval,
+                      Options, check_param, validated)
 from ..persistence import PersistenceMixin
 from .prior import fit_lexical_prior, lexical_prior_logits
 from .scaffold import AUTO_BATCH_TOKENS
@@ -112,10 +113,13 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
+        "model": MODEL_CONSTRAINTS,
+        "tokenizer": TOKENIZER_CONSTRAINTS,
         "mode": [Options(MODES)],
         "lexical": [Boolean()],
         "max_length": [Interval(Integral, 8, None)],
         "batch_tokens": [Options(("auto",)), Interval(Integral, 1, None)],
+        "device": DEVICE_CONSTRAINTS,
         "precision": [Options(DTYPE_PRECISIONS)],
         "n_threads": [Interval(Integral, 1, None), None],
         "verbose": [Boolean()],
@@ -148,6 +152,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         self.n_threads = n_threads
         self.verbose = verbose
 
+    @validated
     def fit(self, X, y=None, groups=None):
         """Load the model and validate the data; with ``lexical`` and labels, fit the lexical regression.
 
@@ -174,7 +179,6 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         from ..neural import resolve_device, torch_threads
         from ..neural.backbone import is_sequence_classifier, load_backbone
 
-        validate_params(self, self._parameter_constraints)
         X, y, _ = check_ranking_data(X, y, groups, require_y=False)
         learn = bool(self.lexical) and y is not None
         if learn and len(np.unique(y > 0)) < 2:
@@ -245,7 +249,9 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
 
     def _scores(self, module, tokenizer, mode: str, X, device) -> np.ndarray:
         """The zero-shot score of every row of ``X`` from ``module`` (see :meth:`_scoring_module`), float64."""
-        from ..neural.backbone import encode_pairs, sentence_embeddings, uses_token_types
+        from ..neural.backbone import uses_token_types
+        from ..neural.predict import sentence_embeddings
+        from ..neural.tokens import encode_pairs
         from ..neural.devices import autocast_dtype
         from ..neural.predict import predict_logits
 

@@ -57,7 +57,7 @@ def base_size_encoder() -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from as2rank.neural.backbone import resolve_model
+    from as2rank.neural.models import resolve_model
 
     folder = CACHE / "random-bert-base-size"
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm-l6")[0])

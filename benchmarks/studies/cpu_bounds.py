@@ -153,7 +153,7 @@ def _seconds(run) -> float:
 
 def _batches(encoded, tokens: int) -> list:
     """The default's batches (row indices) of ``encoded``."""
-    from as2rank.neural.backbone import token_budget_batches
+    from as2rank.neural.batching import token_budget_batches
 
     return token_budget_batches(np.ones(len(encoded["lengths"]), dtype=np.int64), encoded["lengths"], tokens)
 
@@ -163,7 +163,7 @@ def second_moments(module, encoded, rows) -> dict:
     """``{linear layer name: X^T X}`` of each linear layer's input (float64) over the real tokens of ``rows``."""
     import torch
 
-    from as2rank.neural.backbone import batch_tensors
+    from as2rank.neural.predict import batch_tensors
 
     moments, real = {}, {}
 

@@ -91,7 +91,7 @@ def rows(est, encoded, threads: int, openvino: bool) -> dict:
     compiles on its first pass (None here, measured there)."""
     import torch
 
-    from as2rank.neural.backbone import batch_tensors
+    from as2rank.neural.predict import batch_tensors
 
     cpu = torch.device("cpu")
     est.set_params(precision="auto")

@@ -55,13 +55,13 @@ def load(data, n_questions):
 
 def one_fit(X, y, X_test, y_test, chunk_rows, threads):
     """Fit with ``CHUNK_ROWS = chunk_rows``: (seconds, tokens run, real tokens, test MAP)."""
-    import as2rank.neural.backbone as backbone
+    import as2rank.neural.predict as predict
     import as2rank.transformer.train as train
     from as2rank import TransformerRanker
     from as2rank.metrics import mean_average_precision
 
     counts = {"run": 0, "real": 0}
-    original = backbone.batch_tensors
+    original = predict.batch_tensors
 
     def counting(encoded, rows):
         if sys._getframe(1).f_code.co_filename == train.__file__:  # the training batches' parts
@@ -70,16 +70,16 @@ def one_fit(X, y, X_test, y_test, chunk_rows, threads):
             counts["real"] += int(lengths.sum())
         return original(encoded, rows)
 
-    saved = backbone.batch_tensors, train.CHUNK_ROWS, train.CHUNK_DEVICES
+    saved = predict.batch_tensors, train.CHUNK_ROWS, train.CHUNK_DEVICES
     # On a GPU too: the two variants differ in the parts alone, wherever they run.
-    backbone.batch_tensors, train.CHUNK_ROWS, train.CHUNK_DEVICES = counting, chunk_rows, ("cpu", "cuda")
+    predict.batch_tensors, train.CHUNK_ROWS, train.CHUNK_DEVICES = counting, chunk_rows, ("cpu", "cuda")
     try:
         est = TransformerRanker(**PARAMS, reuse_fit=False, n_threads=threads)
         start = time.perf_counter()
         est.fit(X, y)
         seconds = time.perf_counter() - start
     finally:
-        backbone.batch_tensors, train.CHUNK_ROWS, train.CHUNK_DEVICES = saved
+        predict.batch_tensors, train.CHUNK_ROWS, train.CHUNK_DEVICES = saved
     score = mean_average_precision(y_test, est.predict(X_test), X_test["qid"], position=X_test["position"])
     return seconds, counts["run"], counts["real"], float(score)
 

@@ -14,14 +14,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..backbone import batch_tensors, token_budget_batches
+from ..batching import token_budget_batches
+from ..predict import batch_tensors
 from ..devices import to_device
 
 __all__ = ["CALIBRATION_ROWS", "activation_ranges", "calibration_rows"]
 
 #: Training rows whose activations set the ranges (evenly spread over the training rows). 128 reproduced the
-#: float32 scores of held-out questions as well as 512 or all of them did (``docs/benchmarks/cpu_inference.md``)
-#: and costs a quarter of 512's forward pass at the end of every fit.
+#: float32 scores of held-out questions as well as 512 or all of them did in the CPU prediction benchmark, and
+#: costs a quarter of 512's forward pass at the end of every fit.
 CALIBRATION_ROWS = 128
 #: Padded tokens per calibration batch.
 _BATCH_TOKENS = 4096
@@ -48,7 +49,7 @@ def activation_ranges(module: nn.Module, encoded: dict, rows: np.ndarray, device
     module : torch.nn.Module
         On ``device``.
     encoded : dict of ndarray
-        Token arrays of shape (n, width) and ``lengths`` (:func:`~as2rank.neural.backbone.encode_pairs`).
+        Token arrays of shape (n, width) and ``lengths`` (:func:`~as2rank.neural.tokens.encode_pairs`).
     rows : ndarray of int
         The rows of ``encoded`` to run.
     device : torch.device

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..backbone import batch_tensors
+from ..predict import batch_tensors
 from .runtime import int8_copy, ranges_key
 
 __all__ = ["INT8_COPIES", "Int8Copies", "dynamic_copy", "onnx_copy"]

@@ -66,7 +66,7 @@ DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 #: SmoothQuant's migration strength α: input channel j of an int8 matrix product is divided by ``s_j = peak_j ** α
 #: / weight_peak_j ** (1 - α)`` (its largest absolute value on the calibration rows, and that of the weights it
 #: meets), shifting the quantization error from the inputs to the weights. 0.8 reproduced float32 scores best
-#: among the strengths of ``docs/benchmarks/cpu_inference.md``; ``None``: no smoothing.
+#: among the strengths the CPU prediction benchmark compares; ``None``: no smoothing.
 SMOOTHING = 0.8
 
 

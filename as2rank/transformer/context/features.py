@@ -21,11 +21,11 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ...data import check_ranking_data, check_X, ragged_arange
-from ...params import CHECKPOINT_ALIASES, InstanceOf, Interval, Options, validate_params
+from ...params import CHECKPOINT_ALIASES, DEVICE_CONSTRAINTS, InstanceOf, Interval, Options, validated
 from ...persistence import PersistenceMixin
 from ...text import bag_of_words, tokenize
 
-__all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextExtractor"]
+__all__ = ["CONTEXTS", "check_contexts", "GLOBAL_METHODS", "ContextExtractor"]
 
 #: The two kinds of context, in the order they enter a model's input: ``ContextExtractor`` adds them as
 #: the columns ``local_context`` and ``global_context``.
@@ -79,6 +79,15 @@ def _sentence_encoder(name: str):
     from ...neural.backbone import load_backbone
 
     return load_backbone(name)
+
+
+
+def check_contexts(contexts) -> tuple:
+    """``contexts`` validated, in input order (local before global)."""
+    ok = isinstance(contexts, (tuple, list)) and len(contexts) > 0 and len(set(contexts)) == len(contexts)
+    if not ok or any(c not in CONTEXTS for c in contexts):
+        raise ValueError(f"contexts must be a non-empty tuple of 'local' and/or 'global', got {contexts!r}.")
+    return tuple(c for c in CONTEXTS if c in contexts)
 
 
 class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
@@ -166,6 +175,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         "documents": [None, InstanceOf(Mapping, description="a mapping {doc_id: [sentences]}")],
         "encoder": [InstanceOf(str, description="a model alias, path or Hugging Face id (str)")],
         "batch_tokens": [Interval(Integral, 1, None)],
+        "device": DEVICE_CONSTRAINTS,
     }
 
     def __init__(
@@ -188,9 +198,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         self.batch_tokens = batch_tokens
         self.device = device
 
-    def _check_params(self):
-        validate_params(self, self._parameter_constraints)
-
+    @validated
     def fit(self, X, y=None, groups=None):
         """Validate the parameters and the input; nothing is learned.
 
@@ -205,11 +213,11 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         -------
         self
         """
-        self._check_params()
         X, _, _ = check_ranking_data(X, y, groups, require_y=False)
         self._check_document_columns(X)
         return self
 
+    @validated
     def transform(self, X, return_report: bool = False):
         """Add the ``local_context`` and ``global_context`` columns.
 
@@ -229,7 +237,6 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
             Only with ``return_report=True``.
         """
         X = check_X(X)
-        self._check_params()
         self._check_document_columns(X)
         docs = self._document_table(X)
         local_rows, local_sents = self._local(docs)
@@ -430,7 +437,8 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         import torch
 
         from ...neural import resolve_device
-        from ...neural.backbone import native_pooling, sentence_embeddings
+        from ...neural.backbone import native_pooling
+        from ...neural.predict import sentence_embeddings
         from ...neural.predict import no_progress
 
         encoder, tokenizer = _sentence_encoder(self.encoder)

@@ -26,21 +26,13 @@ from numbers import Integral
 
 import numpy as np
 
-from .features import CONTEXTS, GLOBAL_METHODS, ContextExtractor
+from .features import CONTEXTS, GLOBAL_METHODS, ContextExtractor, check_contexts
 from ...data import REQUIRED_COLUMNS, check_X
-from ...params import POOLINGS, SUMMARIES, Interval, Options
+from ...params import POOLINGS, SUMMARIES, Interval, Options, SequenceOf, validated
 from ..prior import LexicalPrior
 from ..scaffold import _TransformerEstimator
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextConcat", "ContextEnsemble", "ContextExtractor", "ContextMWA"]
-
-
-def _check_contexts(contexts) -> tuple:
-    """``contexts`` validated, in input order (local before global)."""
-    ok = isinstance(contexts, (tuple, list)) and len(contexts) > 0 and len(set(contexts)) == len(contexts)
-    if not ok or any(c not in CONTEXTS for c in contexts):
-        raise ValueError(f"contexts must be a non-empty tuple of 'local' and/or 'global', got {contexts!r}.")
-    return tuple(c for c in CONTEXTS if c in contexts)
 
 
 # --------------------------------------------------------------------------------------------- rankers
@@ -58,13 +50,14 @@ class _ContextRanker(_TransformerEstimator):
     }
 
     def _contexts(self) -> tuple:
-        return _check_contexts(self.contexts)
+        return check_contexts(self.contexts)
 
     @property
     def _input_columns(self):
         return ("question", "candidate", *(f"{c}_context" for c in self._contexts()))
 
     def _check_rules(self):
+        super()._check_rules()
         self._contexts()
         if self.max_pair_length >= self.max_length:
             raise ValueError(
@@ -82,6 +75,7 @@ class _ContextRanker(_TransformerEstimator):
             )
         check_X(X, text_columns=columns, required=(*REQUIRED_COLUMNS, *columns))
 
+    @validated
     def fit(self, X, y, groups=None, eval_set=None):
         """Fine-tune the backbone and the head(s) (the ``loss`` parameter: pointwise or listwise).
 
@@ -144,8 +138,20 @@ class _ContextRanker(_TransformerEstimator):
         return encoder
 
 
+class ContextConcat(_ContextRanker):
+    """Context concatenation (paper §2.2, Figure 2a): one encoder over the question, the candidate and
+    the contexts, joined with the tokenizer's separators; the pooled encoding feeds a feed-forward head
+    (as :class:`~as2rank.transformer.ranker.TransformerRanker`'s) trained with its ``loss``.
 
-_SHARED_PARAMS_HEAD = """\
+    ``contexts=("local",)`` and ``("global",)`` give the paper's "Local Context" and "Global Context" rows,
+    ``("local", "global")`` its "Context Concat" row; the "No Context" row is
+    :class:`~as2rank.transformer.ranker.TransformerRanker`.
+
+    Defaults measured: ``docs/benchmarks/defaults-concat.md`` (the training budget, ``lexical_prior`` and
+    ``segment_similarity``, over training sizes and data sets).
+
+    Parameters
+    ----------
     model : str or transformers.PretrainedConfig, default="minilm-l6"
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`.
     tokenizer : None, str or tokenizer, default=None
@@ -164,22 +170,12 @@ _SHARED_PARAMS_HEAD = """\
     epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
 reuse_fit, random_state, verbose
-        As in :class:`~as2rank.transformer.ranker.TransformerRanker`{budget}"""
-
-#: The budget of the context rankers that the defaults benchmark covers (``docs/benchmarks/defaults-concat.md``,
-#: ``docs/benchmarks/defaults-mwa.md``); the paper's setting is ``epochs=2, learning_rate=2e-5,
-#: lexical_prior=False``.
-_MEASURED_BUDGET_DOC = _SHARED_PARAMS_HEAD.replace("{budget}", (
-    " (the same defaults, ``epochs=4`` and\n"
-    "        ``learning_rate=5e-5``, measured for this class too: ``docs/benchmarks/defaults-concat.md`` and\n"
-    "        ``docs/benchmarks/defaults-mwa.md``; the paper's TANDA setting is ``epochs=2, learning_rate=2e-5``)."))
-
-_TANDA_BUDGET = (", but ``epochs=2`` and\n"
-                 "        ``learning_rate=2e-5`` (the TANDA papers' setting), measured for this class: on\n"
-                 "        ``docs/benchmarks/defaults-ensemble.md`` the other context rankers' ``epochs=4,\n"
-                 "        learning_rate=5e-5`` does not rank above it and trains twice as many epochs.")
-
-_PRIOR_DOC = """\
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker` (the same defaults, ``epochs=4`` and
+        ``learning_rate=5e-5``, measured for this class too; the paper's TANDA setting is ``epochs=2,
+        learning_rate=2e-5``).
+    contexts : tuple of {"local", "global"}, default=("local", "global")
+        Context columns read (``local_context``, ``global_context``); the local one comes first in the
+        input whatever the order given.
     lexical_prior : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit of a lexical model of the question and
         candidate (:mod:`as2rank.transformer.prior`) added to the network's, in training and prediction. On by default:
@@ -188,52 +184,26 @@ _PRIOR_DOC = """\
         paper's model.
     similarity_prior : bool, default=False
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
-        pretrained encoder's sentence embeddings of the question and the candidate."""
-
-
-_SEGMENT_DOC = """\
+        pretrained encoder's sentence embeddings of the question and the candidate.
     segment_similarity : bool, default=True
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
         ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
         (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
-        On by default: in this class's defaults benchmark (``docs/benchmarks/defaults-{page}.md``) the model with
-        the term ranked above the one without it in every column measured. ``False`` is the paper's model."""
-
-
-_FITTED_DOC = """\
-    tokenizer_ : transformers.PreTrainedTokenizerBase
-    n_layers_ : int
-    pooling_ : {"cls", "mean"}
-    history_ : as2rank.neural.TrainingHistory
-    fit_cache_hit_ : bool
-        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
-        :class:`~as2rank.transformer.ranker.TransformerRanker`."""
-
-
-class ContextConcat(_ContextRanker):
-    __doc__ = f"""Context concatenation (paper §2.2, Figure 2a): one encoder over the question, the candidate and
-    the contexts, joined with the tokenizer's separators; the pooled encoding feeds a feed-forward head
-    (as :class:`~as2rank.transformer.ranker.TransformerRanker`'s) trained with its ``loss``.
-
-    ``contexts=("local",)`` and ``("global",)`` give the paper's "Local Context" and "Global Context" rows,
-    ``("local", "global")`` its "Context Concat" row; the "No Context" row is
-    :class:`~as2rank.transformer.ranker.TransformerRanker`.
-
-    Parameters
-    ----------
-{_MEASURED_BUDGET_DOC}
-    contexts : tuple of {{"local", "global"}}, default=("local", "global")
-        Context columns read (``local_context``, ``global_context``); the local one comes first in the
-        input whatever the order given.
-{_PRIOR_DOC}
-{_SEGMENT_DOC.format(page="concat")}
+        On by default: in this class's defaults benchmark the model with the term ranked above the one without
+        it in every column. ``False`` is the paper's model.
 
     Attributes
     ----------
     model_ : torch.nn.Module
         :class:`~as2rank.transformer.heads.CrossEncoder`: ``model_.encoder``, ``model_.head`` and, with
         ``segment_similarity``, ``model_.similarity``.
-{_FITTED_DOC}
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+    n_layers_ : int
+    pooling_ : {"cls", "mean"}
+    history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.ranker.TransformerRanker`.
 
     Examples
     --------
@@ -244,14 +214,48 @@ class ContextConcat(_ContextRanker):
     """
 
     _prior = LexicalPrior(segment_similarity=True)
-    _parameter_constraints = {**_ContextRanker._parameter_constraints, **_prior.constraints}
+    _parameter_constraints = {**_ContextRanker._parameter_constraints, **_prior.constraints,
+                              "contexts": [SequenceOf(Options(CONTEXTS))]}
 
     def __init__(
-        self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None,
-        pooling="auto", lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=256,
-        max_pair_length=128,
+        self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), num_layers=None, pooling="auto",
+        lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=256, max_pair_length=128,
+        epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.contexts = contexts
+        self.num_layers = num_layers
+        self.pooling = pooling
+        self.lexical_prior = lexical_prior
+        self.similarity_prior = similarity_prior
+        self.segment_similarity = segment_similarity
+        self.max_length = max_length
+        self.max_pair_length = max_pair_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     def _build_module(self, encoder):
         from ..heads import CrossEncoder
@@ -263,7 +267,7 @@ class ContextConcat(_ContextRanker):
 
 
 class ContextMWA(_ContextRanker):
-    __doc__ = f"""Multi-way attention over context (paper §2.2, Figure 2c; Tan et al., IJCAI 2018).
+    """Multi-way attention over context (paper §2.2, Figure 2c; Tan et al., IJCAI 2018).
 
     One encoder reads the same concatenation as :class:`ContextConcat`, with the segment of every token
     kept. A :class:`~as2rank.transformer.context.network.MultiwayAttention` layer per context lets the question and
@@ -279,17 +283,53 @@ class ContextMWA(_ContextRanker):
     The attention layers start at random and learn at ``head_lr_multiplier × learning_rate``, as the
     head does.
 
+    Defaults measured: ``docs/benchmarks/defaults-mwa.md`` (the training budget, ``lexical_prior`` and
+    ``segment_similarity``, over training sizes and data sets).
+
     Parameters
     ----------
-{_MEASURED_BUDGET_DOC}
-    contexts : tuple of {{"local", "global"}}, default=("local", "global")
+    model : str or transformers.PretrainedConfig, default="minilm-l6"
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`.
+    tokenizer : None, str or tokenizer, default=None
+        Required when ``model`` is a config.
+    num_layers : int, default=None
+        Keep only the first ``num_layers`` transformer blocks.
+    pooling : {"auto", "cls", "mean"}, default="auto"
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker` (``"auto"``: mean pooling for the default
+        sentence-transformers backbone, the first token elsewhere).
+    max_length : int, default=256
+        Tokens of the whole input, special tokens included.
+    max_pair_length : int, default=128
+        Tokens reserved for the question and candidate with their special tokens (shortened longest first
+        beyond it, as ``TransformerRanker(max_length=128)`` does); the contexts share the rest of
+        ``max_length`` (see :mod:`as2rank.transformer.context.segments`).
+    epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
+early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
+reuse_fit, random_state, verbose
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker` (the same defaults, ``epochs=4`` and
+        ``learning_rate=5e-5``, measured for this class too; the paper's TANDA setting is ``epochs=2,
+        learning_rate=2e-5``).
+    contexts : tuple of {"local", "global"}, default=("local", "global")
         Contexts attended to (one multi-way attention layer each).
-{_PRIOR_DOC}
-{_SEGMENT_DOC.format(page="mwa")}
+    lexical_prior : bool, default=True
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit of a lexical model of the question and
+        candidate (:mod:`as2rank.transformer.prior`) added to the network's, in training and prediction. On by default:
+        in the defaults benchmark the best swept setting of every training size of both data sets used it,
+        and without it the model falls far below word overlap on small training sets. ``False`` is the
+        paper's model.
+    similarity_prior : bool, default=False
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
+        pretrained encoder's sentence embeddings of the question and the candidate.
+    segment_similarity : bool, default=True
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
+        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
+        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
+        On by default: in this class's defaults benchmark the model with the term ranked above the one without
+        it in every column. ``False`` is the paper's model.
     attention_dim : int, default=16
         Size of the scoring space of the concat, dot and minus ways (their per-row tensors are
         query tokens × context tokens × ``attention_dim``).
-    summary : {{"pair", "sequence"}}, default="pair"
+    summary : {"pair", "sequence"}, default="pair"
         What the classifier reads beside the attended views: the mean encoding of the question and
         candidate tokens (``"pair"``), or the whole sequence pooled by ``pooling``, context tokens
         included (``"sequence"``, as :class:`ContextConcat` reads it). On WikiQA ``"pair"`` ranks better
@@ -301,7 +341,13 @@ class ContextMWA(_ContextRanker):
     model_ : torch.nn.Module
         :class:`~as2rank.transformer.context.network.MultiwayContextEncoder`: ``model_.encoder``, ``model_.attention``
         (one layer per context), ``model_.head`` and, with ``segment_similarity``, ``model_.similarity``.
-{_FITTED_DOC}
+    tokenizer_ : transformers.PreTrainedTokenizerBase
+    n_layers_ : int
+    pooling_ : {"cls", "mean"}
+    history_ : as2rank.neural.TrainingHistory
+    fit_cache_hit_ : bool
+        Whether the last ``fit`` reused an identical earlier fit's weights (``reuse_fit``), as in
+        :class:`~as2rank.transformer.ranker.TransformerRanker`.
 
     Examples
     --------
@@ -317,16 +363,53 @@ class ContextMWA(_ContextRanker):
     _parameter_constraints = {
         **_prior.constraints,
         **_ContextRanker._parameter_constraints,
+        "contexts": [SequenceOf(Options(CONTEXTS))],
         "attention_dim": [Interval(Integral, 1, None)],
         "summary": [Options(SUMMARIES)],
     }
 
     def __init__(
-        self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), attention_dim=16,
-        summary="pair", num_layers=None, pooling="auto", lexical_prior=True, similarity_prior=False,
-        segment_similarity=True, max_length=256, max_pair_length=128,
+        self, model="minilm-l6", tokenizer=None, contexts=("local", "global"), attention_dim=16, summary="pair",
+        num_layers=None, pooling="auto", lexical_prior=True, similarity_prior=False, segment_similarity=True,
+        max_length=256, max_pair_length=128,
+        epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.contexts = contexts
+        self.attention_dim = attention_dim
+        self.summary = summary
+        self.num_layers = num_layers
+        self.pooling = pooling
+        self.lexical_prior = lexical_prior
+        self.similarity_prior = similarity_prior
+        self.segment_similarity = segment_similarity
+        self.max_length = max_length
+        self.max_pair_length = max_pair_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     def _check_rules(self):
         super()._check_rules()
@@ -347,7 +430,7 @@ class ContextMWA(_ContextRanker):
 
 
 class ContextEnsemble(_ContextRanker):
-    __doc__ = f"""Context ensemble (paper §2.2, Figure 2b): two encoders, one over question + candidate + local
+    """Context ensemble (paper §2.2, Figure 2b): two encoders, one over question + candidate + local
     context and one over question + candidate + global context.
 
     ``fit`` first trains each encoder for AS2 on its own, as a :class:`ContextConcat` with
@@ -361,13 +444,50 @@ class ContextEnsemble(_ContextRanker):
     default is that of its :class:`ContextConcat` encoders, whose fits have the same prior. Its members train at
     the ensemble's own budget and ``segment_similarity``, not at :class:`ContextConcat`'s defaults.
 
+    Defaults measured: ``docs/benchmarks/defaults-ensemble.md`` (the training budget, ``lexical_prior`` and
+    ``segment_similarity``, over training sizes and data sets).
+
     Parameters
     ----------
-{_SHARED_PARAMS_HEAD.replace("{budget}", _TANDA_BUDGET)}
+    model : str or transformers.PretrainedConfig, default="minilm-l6"
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`.
+    tokenizer : None, str or tokenizer, default=None
+        Required when ``model`` is a config.
+    num_layers : int, default=None
+        Keep only the first ``num_layers`` transformer blocks.
+    pooling : {"auto", "cls", "mean"}, default="auto"
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker` (``"auto"``: mean pooling for the default
+        sentence-transformers backbone, the first token elsewhere).
+    max_length : int, default=256
+        Tokens of the whole input, special tokens included.
+    max_pair_length : int, default=128
+        Tokens reserved for the question and candidate with their special tokens (shortened longest first
+        beyond it, as ``TransformerRanker(max_length=128)`` does); the contexts share the rest of
+        ``max_length`` (see :mod:`as2rank.transformer.context.segments`).
+    epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
+early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
+reuse_fit, random_state, verbose
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`, but ``epochs=2`` and
+        ``learning_rate=2e-5`` (the TANDA papers' setting), measured for this class: the other
+        context rankers' ``epochs=4, learning_rate=5e-5`` does not rank above it and trains twice
+        as many epochs.
     unfreeze_layers : int, default=3
         Top blocks of each encoder fine-tuned in the joint stage (0: the classifier only).
-{_PRIOR_DOC}
-{_SEGMENT_DOC.format(page="ensemble")}
+    lexical_prior : bool, default=True
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit of a lexical model of the question and
+        candidate (:mod:`as2rank.transformer.prior`) added to the network's, in training and prediction. On by default:
+        in the defaults benchmark the best swept setting of every training size of both data sets used it,
+        and without it the model falls far below word overlap on small training sets. ``False`` is the
+        paper's model.
+    similarity_prior : bool, default=False
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the prior also reads the similarity of the
+        pretrained encoder's sentence embeddings of the question and the candidate.
+    segment_similarity : bool, default=True
+        As in :class:`~as2rank.transformer.ranker.TransformerRanker`: the logit gains a trained term
+        ``w · cos(question mean, candidate mean)``, the means of the question's and the candidate's segments
+        (not the contexts') in the row's own encoding, ``w`` started from the pretrained encoder's cosines.
+        On by default: in this class's defaults benchmark the model with the term ranked above the one without
+        it in every column. ``False`` is the paper's model.
         In the joint stage the term reads the local encoding; ``w`` starts from the trained local encoder's cosines.
 
     Attributes
@@ -377,9 +497,9 @@ class ContextEnsemble(_ContextRanker):
         ``model_.global_encoder``, ``model_.head`` and, with ``segment_similarity``, ``model_.similarity``.
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
-    pooling_ : {{"cls", "mean"}}
+    pooling_ : {"cls", "mean"}
     member_histories_ : dict
-        ``{{"local": TrainingHistory, "global": TrainingHistory}}`` of the two encoders' own training.
+        ``{"local": TrainingHistory, "global": TrainingHistory}`` of the two encoders' own training.
     history_ : as2rank.neural.TrainingHistory
         The joint fine-tuning.
     fit_cache_hit_ : bool
@@ -396,14 +516,45 @@ class ContextEnsemble(_ContextRanker):
         **_prior.constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
     }
-    # The TANDA papers' budget: on docs/benchmarks/defaults-ensemble.md the longer one does not rank above it.
-    _training_defaults = {"epochs": 2, "learning_rate": 2e-5}
-
     def __init__(
         self, model="minilm-l6", tokenizer=None, unfreeze_layers=3, num_layers=None, pooling="auto",
         lexical_prior=True, similarity_prior=False, segment_similarity=True, max_length=256, max_pair_length=128,
+        epochs=2, batch_size=32, loss="pointwise", learning_rate=2e-5, head_lr_multiplier=10.0, weight_decay=0.01,
+        warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
+        warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        """Declares the own parameters; the shared ones follow (:mod:`as2rank.transformer.parameters`)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.unfreeze_layers = unfreeze_layers
+        self.num_layers = num_layers
+        self.pooling = pooling
+        self.lexical_prior = lexical_prior
+        self.similarity_prior = similarity_prior
+        self.segment_similarity = segment_similarity
+        self.max_length = max_length
+        self.max_pair_length = max_pair_length
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.head_lr_multiplier = head_lr_multiplier
+        self.weight_decay = weight_decay
+        self.warmup = warmup
+        self.max_grad_norm = max_grad_norm
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.eval_every = eval_every
+        self.warm_start = warm_start
+        self.freeze_embeddings = freeze_embeddings
+        self.batch_tokens = batch_tokens
+        self.device = device
+        self.precision = precision
+        self.n_threads = n_threads
+        self.reuse_fit = reuse_fit
+        self.random_state = random_state
+        self.verbose = verbose
 
     def _contexts(self):
         return CONTEXTS
