@@ -25,8 +25,16 @@ def data():
     return X[keep].reset_index(drop=True), y[keep.to_numpy()]
 
 
+def _burn(seconds):
+    """Spend ``seconds`` of CPU time (latency is measured in CPU time: a sleep costs none)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
 class _Delayed(RankerMixin, BaseEstimator):
-    """Word overlap that waits ``fit_s`` in fit and ``predict_s`` in every predict (a costly model's stand-in)."""
+    """Word overlap that waits ``fit_s`` in fit and computes ``predict_s`` in every predict (a costly model's
+    stand-in)."""
 
     def __init__(self, fit_s=0.0, predict_s=0.0, negate=False):
         self.fit_s, self.predict_s, self.negate = fit_s, predict_s, negate
@@ -37,13 +45,13 @@ class _Delayed(RankerMixin, BaseEstimator):
         return self
 
     def predict(self, X):
-        time.sleep(self.predict_s)
+        _burn(self.predict_s)
         scores = self.inner_.predict(X)
         return -scores if self.negate else scores
 
 
 class _Slowed(RankerMixin, BaseEstimator):
-    """``estimator`` with ``predict_s`` of waiting in every predict."""
+    """``estimator`` with ``predict_s`` of computing in every predict."""
 
     def __init__(self, estimator, predict_s=0.05):
         self.estimator, self.predict_s = estimator, predict_s
@@ -53,7 +61,7 @@ class _Slowed(RankerMixin, BaseEstimator):
         return self
 
     def predict(self, X):
-        time.sleep(self.predict_s)
+        _burn(self.predict_s)
         return self.fitted_.predict(X)
 
 
@@ -67,7 +75,7 @@ def test_chooses_the_cheapest_model_tied_with_the_best(data):
     table = sel.results_table()
     # The same scores: tied (p = 1), so the lower latency wins.
     assert (table["map"].iloc[0] == table["map"].iloc[1]) and table["tied_with_best"].all()
-    # "slow" sleeps 20 ms per call; its steady latency leaves out only the waits for a CPU around the sleep.
+    # "slow" computes 20 ms per call: its latency is that CPU time.
     assert sel.best_name_ == "fast" and table.set_index("model").loc["slow", "latency_ms"] >= 15
     assert sel.cv_results_["chosen"].sum() == 1 and sel.cv_results_["model"][sel.best_index_] == "fast"
     np.testing.assert_array_equal(sel.predict(X), WordOverlapRanker().fit(X, y).predict(X))
@@ -81,7 +89,7 @@ def test_a_significantly_better_model_wins_and_the_budget_is_respected(data):
     assert sel.best_name_ == "Lexical+LR" and table.loc["WO", "p_vs_best"] < 0.05
     # Refitted on all the data: the same predictions as a fit of a clone.
     np.testing.assert_allclose(sel.predict(X), _lexical_lr().fit(X, y).predict(X))
-    # A budget below the better model's latency (it waits 50 ms) picks the fast one, saying why.
+    # A budget below the better model's latency (it computes 50 ms) picks the fast one, saying why.
     assert table.loc["Lexical+LR", "latency_ms"] >= 50
     with pytest.warns(UserWarning, match="latency budget"):
         tight = RankerSelector(candidates=candidates, max_latency_ms=45, refit=False, verbose=False).fit(X, y)
@@ -262,31 +270,40 @@ def test_few_shared_questions_after_a_budget_stop_are_warned_about():
 
 def test_successive_halving_sizes_every_first_fold_into_its_share():
     """Cheapest first, each candidate's first fold gets an equal share of half the budget left after the probe
-    (what the cheaper ones left): the largest of 1, 1/2, 1/4, ... of the fold's training questions whose estimate
-    (halved: estimates err long) fits; one that does not fit at 40 questions is excluded, with a budget that would
-    include it."""
+    (what the cheaper ones left): the largest of 1, 1/2, 1/4, ... of the fold's training questions whose estimate,
+    in wall time at the machine's pace, fits; one that does not fit at 40 questions is excluded, with the smallest
+    budget in whole minutes that includes it."""
     from as2rank.app.selection import _Run
-    from as2rank.app.selection_measures import fold_estimate, halvings, subsample
+    from as2rank.app.selection_measures import first_fold_sizes, fold_estimate, halvings, subsample
 
     keys = np.repeat(np.arange(480), 5).astype(str)  # 480 questions of 5 rows
+    y = np.tile([1, 0, 0, 0, 0], 480)
     train, test = np.arange(0, 1600), np.arange(1600, 2400)  # 320 training questions, 160 test questions
-    runs = [_Run("cheap", None, cost=(1.0, 0.001, 1.0)),    # ~3.6 s a fold: fits whole
-            _Run("mid", None, cost=(2.0, 0.2, 10.0)),       # ~332 s whole, ~172 s on 1/2
-            _Run("dear", None, cost=(5.0, 5.0, 50.0))]      # ~1055 s even on 40 questions
-    RankerSelector(time_budget=1000.0)._size_first_folds(runs, [(train, test)], keys, probe_s=100.0)
-    # Half of the 900 s left, 450 s: cheap's share is 150 s (it takes 3.6 / 2 = 1.8 s); mid's (450 - 1.8) / 2 =
-    # 224 s, and its whole fold's 332 / 2 = 166 s fits; dear's 282 s cannot hold even 1055 / 2 s.
-    assert runs[0].fraction == 1.0 and runs[1].fraction == 1.0
-    assert runs[1].fold_estimate_s == pytest.approx(fold_estimate(runs[1].cost, len(train)))
-    assert runs[2].status.startswith("excluded: a fold on 40 training questions") and "--time-budget" in runs[2].status
-    needed = int(runs[2].status.rsplit("--time-budget ", 1)[1].split()[0])
-    again = [_Run("cheap", None, cost=(1.0, 0.001, 1.0)), _Run("mid", None, cost=(2.0, 0.2, 10.0)),
-             _Run("dear", None, cost=(5.0, 5.0, 50.0))]
-    RankerSelector(time_budget=float(needed))._size_first_folds(again, [(train, test)], keys, probe_s=100.0)
-    assert again[2].status == "ok" and again[2].fraction == 0.125  # the budget it named includes it
-    tight = [_Run("mid", None, cost=(2.0, 0.2, 10.0))]
-    RankerSelector(time_budget=300.0)._size_first_folds(tight, [(train, test)], keys, probe_s=100.0)
-    assert tight[0].fraction == 0.5  # 100 s share: 332 / 2 does not fit, 172 / 2 does
+
+    def runs():
+        return [_Run("cheap", None, cost=(1.0, 0.001, 1.0)),    # ~3.6 s a fold: fits whole
+                _Run("mid", None, cost=(2.0, 0.2, 10.0)),       # ~332 s whole, ~172 s on 1/2
+                _Run("dear", None, cost=(5.0, 5.0, 50.0))]      # ~1055 s even on 40 questions
+
+    first = runs()
+    RankerSelector(time_budget=1000.0)._size_first_folds(first, [(train, test)], keys, y, probe_s=100.0)
+    # Half of the 900 s left, 450 s: cheap's share is 150 s (it takes 3.6 s); mid's (450 - 3.6) / 2 = 223 s holds
+    # its fold on 1/2 (172 s), not the whole (332 s); dear's 274 s cannot hold even 1055 s.
+    assert first[0].fraction == 1.0 and first[1].fraction == 0.5
+    assert first[1].fold_estimate_s == pytest.approx(fold_estimate(first[1].cost, 800))
+    assert first[2].status.startswith("excluded: a fold on 40 training questions") and "--time-budget" in first[2].status
+    needed = int(first[2].status.rsplit("--time-budget ", 1)[1].split()[0])
+    assert needed % 60 == 0
+    for budget, included in ((needed, True), (needed - 60, False)):  # the smallest whole-minute budget
+        again = runs()
+        RankerSelector(time_budget=float(budget))._size_first_folds(again, [(train, test)], keys, y, probe_s=100.0)
+        assert (again[2].status == "ok") is included
+    # On a machine running at half speed (pace 2), the same budget holds mid only on 1/4 of the questions.
+    slow = runs()
+    RankerSelector(time_budget=1000.0)._size_first_folds(slow, [(train, test)], keys, y, probe_s=100.0, pace=2.0)
+    assert slow[1].fraction == 0.25 and slow[1].fold_estimate_s == pytest.approx(fold_estimate(slow[1].cost, 400))
+    assert first_fold_sizes([{1.0: 10.0, 0.5: 6.0}, {1.0: 9.0, 0.5: 4.0}], 10.0) == [0.5, 0.5]
+    assert first_fold_sizes([{1.0: 50.0}, {1.0: 50.0}], 10.0) == [1.0, None]  # the first always runs
     assert halvings(320) == [1.0, 0.5, 0.25, 0.125] and halvings(50) == [1.0]
     half, quarter = subsample(train, keys, 0.5, seed=(0, 0)), subsample(train, keys, 0.25, seed=(0, 0))
     assert len(np.unique(keys[half])) == 160 and set(keys[quarter]) <= set(keys[half])  # nested
@@ -296,7 +313,7 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
 def test_a_halved_candidate_trains_on_fewer_questions_and_is_scored_on_the_same_ones(data, monkeypatch):
     X, y = data
 
-    def halve_lexical(self, runs, folds, keys, probe_s):
+    def halve_lexical(self, runs, folds, keys, y, probe_s, pace=1.0):
         next(r for r in runs if r.name == "Lexical+LR").fraction = 0.5
 
     monkeypatch.setattr(RankerSelector, "_size_first_folds", halve_lexical)
@@ -307,3 +324,23 @@ def test_a_halved_candidate_trains_on_fewer_questions_and_is_scored_on_the_same_
     assert half == pytest.approx(np.ceil(whole / 2), abs=1)  # half of each fold's training questions
     assert table.loc["WO", "n_questions"] == table.loc["Lexical+LR", "n_questions"] == sel.n_questions_
     assert "| Lexical+LR |" in sel.format_table()
+
+
+def test_fit_work_counts_the_epochs_a_fit_will_run():
+    """The probe's unit of fit cost: rows once for a model without epochs; rows per epoch otherwise, answered
+    questions only under a listwise loss, and ``epochs="auto"`` resolved from the questions as Cosinet does (at
+    least 200 steps: 8 questions at 4 per step run 100 epochs, 800 run 3)."""
+    from as2rank.app.selection_measures import fit_work, probe_estimator
+    from as2rank import Cosinet
+
+    keys = np.repeat(np.arange(800), 5).astype(str)
+    y = np.tile([1, 0, 0, 0, 0], 800)
+    y[:5] = 0  # the first question has no correct answer
+    assert fit_work(WordOverlapRanker(), keys, y) == 4000
+    assert fit_work(None, keys[:10], y[:10]) == 10
+    listwise = Cosinet(loss="listwise", batch_size=4)
+    assert fit_work(listwise, keys, y) == 3 * 3995
+    assert fit_work(listwise, keys[5:45], y[5:45]) == 100 * 40
+    assert fit_work(Cosinet(loss="pointwise", epochs=2), keys[:45], y[:45]) == 2 * 45
+    once = probe_estimator(listwise)
+    assert once.epochs == 1 and fit_work(once, keys, y) == 3995 and listwise.epochs == "auto"

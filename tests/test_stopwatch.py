@@ -49,3 +49,14 @@ def test_busy_neighbours_leave_the_steady_time_of_cpu_work_near_its_cpu_time():
     lap = watch.lap
     assert lap.wall > 1.2  # the neighbours took the CPU from it ...
     assert lap.steady == pytest.approx(lap.cpu, rel=0.15)  # ... and the steady time leaves that out
+
+
+def test_pace_is_wall_per_steady_second_and_never_below_one():
+    from as2rank.app.stopwatch import Lap, Pace
+
+    pace = Pace()
+    assert pace.ratio == 1.0  # nothing timed yet
+    pace.add(Lap(wall=2.0, cpu=1.0, waited=1.0))  # half the wall time waited for a CPU
+    pace.add(Lap(wall=1.0, cpu=1.0, waited=0.0))
+    assert pace.ratio == 1.5
+    assert Pace(wall=1.0, steady=2.0).ratio == 1.0

@@ -503,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_selection_args(p):
     g = p.add_argument_group("model selection (select, fit --model auto)")
     g.add_argument("--candidates", help="comma-separated suite model names (default: RR if --position, WO+RR, "
-                   "Lexical+LR, Zero-shot, Cosinet+BiRNN, Transformer)")
+                   "Lexical+LR, Zero-shot, Cosinet+BiRNN, Transformer, and Transformer (MPNet) where a GPU is)")
     g.add_argument("--cv", type=int, default=3, help="grouped cross-validation folds (default 3)")
     g.add_argument("--max-latency-ms", type=float, help="latency budget: milliseconds to rank one question")
     g.add_argument("--time-budget", type=float, default=1200.0,

@@ -26,22 +26,24 @@ from ..base import RankerMixin
 from ..data import check_ranking_data
 from ..evaluation import per_question
 from ..metrics import paired_significance
-from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validate_params
-from .selection_measures import (answering, duration, fit_predict, fold_estimate, halvings, latency_ms, n_questions_of,
-                                 some_questions, subsample)
-from .stopwatch import Stopwatch
+from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validated
+from .selection_measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings,
+                                 latency_ms, n_questions_of, probe_estimator, some_questions, subsample)
+from .selection_report import choose
+from .stopwatch import Pace, Stopwatch
 
-__all__ = ["DEFAULT_CANDIDATES", "RankerSelector", "choose"]
+__all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "RankerSelector"]
 
 #: The candidates of ``RankerSelector(candidates="default")``: names of :data:`as2rank.app.suite.ENTRIES`, cheapest
-#: first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read). A candidate whose
-#: packages are missing (the MPNet Transformer's five packaged wheels) is listed as skipped with the command that
-#: installs them.
+#: first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read), the candidates of
+#: :data:`GPU_CANDIDATES` only where a GPU is. A candidate whose packages are missing is listed as skipped with the
+#: command that installs them.
 DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer", "Transformer (MPNet)")
 
-#: How far the probe's estimate of a first fold may exceed the real time: a fit on a few questions pays the
-#: start-up costs of every new batch shape, which a long fit amortises; measured up to about 2x on a CPU.
-_PROBE_SLACK = 2.0
+#: Default candidates that join only where a GPU is: on a CPU the BASE-size encoder trains about 20 times slower
+#: than MiniLM, and one fold on the fewest training questions successive halving allows does not fit the default
+#: budget. Name it in ``candidates`` to measure it on a CPU.
+GPU_CANDIDATES = ("Transformer (MPNet)",)
 
 #: When the time budget stopped a candidate early, fewer shared questions than this (or than half the most any
 #: candidate scored) are warned about.
@@ -51,8 +53,9 @@ _FEW_SHARED = 100
 #: a busy machine, slower than the steady estimates, still fits them; the rest goes to further folds.
 _FIRST_FOLDS_SHARE = 0.5
 
-#: The share of ``time_budget`` that timing the candidates (the probe) aims to stay within.
-_PROBE_SHARE = 0.05
+#: The share of ``time_budget`` (wall time) that timing the candidates (the probe) aims to stay within: what the
+#: tiny rounds take cannot shrink, so it aims below the 5 % it promises.
+_PROBE_SHARE = 0.04
 
 
 @dataclass
@@ -71,7 +74,7 @@ class _Run:
     fold_steady_s: list = field(default_factory=list)  # steady seconds of each fold done (fit and predict)
     latency_ms: float = np.nan
     latency_wall_ms: float = np.nan
-    cost: tuple = ()  # the probe's (fixed fit seconds, fit seconds per training pair, predict seconds of a fold)
+    cost: tuple = ()  # the probe's (fixed fit seconds, fit seconds per unit of fit_work, predict seconds of a fold)
     fraction: float = 1.0  # of a fold's training questions it trains on (successive halving)
     train_questions: list = field(default_factory=list)  # training questions of each fold done
     stopped: str = ""
@@ -87,8 +90,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
     Every candidate is cross-validated with whole questions per fold; its out-of-fold average precision is
     collected per question. The best candidate is the one with the highest MAP on the questions that every
     evaluated candidate scored; each other candidate is compared with it by a paired randomisation test over
-    the questions both scored. The choice is the candidate with the lowest latency (median time to rank one
-    question's candidates on this machine) among those within ``max_latency_ms`` whose MAP is not
+    the questions both scored. The choice is the candidate with the lowest latency (median CPU time to rank one
+    question's candidates on one thread of this machine) among those within ``max_latency_ms`` whose MAP is not
     significantly below the best's; it is then refitted on all the data (``best_estimator_``).
 
     Parameters
@@ -103,16 +106,17 @@ class RankerSelector(RankerMixin, BaseEstimator):
     max_latency_ms : float, default=None
         Latency budget: only candidates whose median latency per question is at most this are chosen.
     time_budget : float, default=1200
-        Seconds the selection may take before the refit: the probe (a few small fits per candidate, aiming at
+        Seconds the selection may take before the refit: the probe (a few small fits per candidate, within
         5 % of the budget, a line each as it goes) and the cross-validation. Half of what the probe leaves is
         shared among the candidates' first folds, cheapest first; a candidate whose fold does not fit its share
         trains on 1/2, 1/4, ... of each fold's training questions (at least 40; successive halving) and is
         scored on the same test questions as the others (``train_questions`` in ``cv_results_``); one that
-        does not fit even then is excluded, with the budget that would include it. Every candidate's first
-        fold runs before any second one; a first fold is judged on the probe's estimate, which errs long (a
-        fit on a few questions pays start-up costs that a long one amortises): it runs unless half the estimate
-        overruns what is left; a later fold runs when the candidate's last fold's time fits in what is left. The
-        first candidate's first fold always runs: something is always measured. ``None``: no limit.
+        does not fit even then is excluded, with the budget that would include it. Estimates are steady seconds
+        (what the work takes on a quiet machine), planned against the budget at the pace the machine runs now
+        (wall per steady second so far). Every candidate's first fold runs before any second one; a first fold
+        runs when the probe's estimate fits in what is left (halved further if need be), a later fold when the
+        candidate's last fold's time does. The first candidate's first fold always runs: something is always
+        measured. ``None``: no limit.
     alpha : float, default=0.05
         Significance level of the paired tests.
     refit : bool, default=True
@@ -133,8 +137,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
         ``fit_s`` (mean wall seconds per fold), ``fold_estimate_s`` (the probe's estimate of a fold, fit and
         predict) beside ``fold_steady_s`` (what the folds took, mean), both in steady seconds (wall time less the
         waits for a CPU that other processes held, :mod:`as2rank.app.stopwatch`), ``latency_ms`` (median over
-        questions of the least steady time of 3 calls) beside ``latency_wall_ms`` (median wall time of one
-        call), ``within_budget``, ``chosen``; ``ece`` (expected calibration
+        questions of the least CPU time of 3 calls on one thread: a property of the model, not of the load)
+        beside ``latency_wall_ms`` (median wall time of one call at the process's threads), ``within_budget``, ``chosen``; ``ece`` (expected calibration
         error of sigmoid-calibrated candidate probabilities) and ``answer_f1`` (answer-triggering F1 over every
         scored question, those without a correct candidate included, at the threshold of the best F1), each
         fold judged by maps learned on the other folds (NaN with fewer than 3 folds done).
@@ -173,6 +177,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------------------------------ fitting
+    @validated
     def fit(self, X, y, groups=None):
         """Cross-validate the candidates, choose one and (``refit=True``) refit it on all the data.
 
@@ -189,7 +194,6 @@ class RankerSelector(RankerMixin, BaseEstimator):
         -------
         self
         """
-        validate_params(self, self._parameter_constraints)
         X, y, index = check_ranking_data(X, y, groups)
         keys = index.keys[index.codes]
         answered = int((index.max(y) > 0).sum())
@@ -201,22 +205,24 @@ class RankerSelector(RankerMixin, BaseEstimator):
                 f"the data has {answered}."
             )
         folds = list(splitter.split(X, y, keys))
-        runs = self._runs("position" in X.columns)
         started = time.perf_counter()
         budget = "no time limit" if self.time_budget is None else f"a time budget of {duration(self.time_budget)}"
         self._say(f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} "
                   f"pairs; {len(folds)} grouped folds; {budget}. Timing each candidate on a few questions:")
-        self._probe(runs, X, y, keys, folds)
+        runs = self._runs("position" in X.columns)  # after the first line: building them loads torch
+        pace = Pace()  # how much slower than steady time the machine runs now (the laps so far)
+        self._probe(runs, X, y, keys, folds, pace)
         runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
         probe_s = time.perf_counter() - started
-        self._size_first_folds(runs, folds, keys, probe_s)
-        self._say(self._plan(runs, folds, probe_s))
+        self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio)
+        self._say(self._plan(runs, folds, probe_s, pace.ratio))
         # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
         # measuring every candidate once before measuring any of them again.
         for k in range(len(folds)):
             for run in runs:
-                if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, started):
-                    self._run_fold(run, k, X, y, keys, folds, runs)
+                if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, y, started,
+                                                                           pace.ratio):
+                    self._run_fold(run, k, X, y, keys, folds, runs, pace)
         table = self._results(runs, {r.name: answering(r.scores, X, y, index) for r in runs})
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
         table.loc[self.best_index_, "chosen"] = True
@@ -247,7 +253,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
 
         entries = {e.name: e for e in ENTRIES}
         if isinstance(self.candidates, str):
-            named = [n for n in DEFAULT_CANDIDATES if has_position or n != "RR"]
+            gpu = _has_gpu()
+            named = [n for n in DEFAULT_CANDIDATES if (has_position or n != "RR") and (gpu or n not in GPU_CANDIDATES)]
         elif isinstance(self.candidates, dict):
             named = list(self.candidates.items())
         else:
@@ -274,15 +281,18 @@ class RankerSelector(RankerMixin, BaseEstimator):
             raise ValueError("No candidate can run: " + "; ".join(f"{r.name} {r.status}" for r in runs))
         return runs
 
-    def _probe(self, runs, X, y, keys, folds) -> None:
+    def _probe(self, runs, X, y, keys, folds, pace) -> None:
         """Estimate each candidate's fold time from fits on a few questions of the first fold, one line each.
 
-        Three timed rounds: a tiny one that loads what the model loads once (weights, spaCy), the tiny one
-        again (the fixed cost of a fit and a predict), and a larger one (the cost per pair: up to 5 % of the
-        questions, fewer when the tiny rounds say it would overrun the candidate's share of
-        :data:`_PROBE_SHARE` of the budget); the estimate is the fixed cost plus the cost per pair times the
-        fold's pairs. Times are steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the machine
-        takes from them is left out, so the plan does not depend on it.
+        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one that loads what the
+        model loads once (weights, word vectors), the tiny one again (the fixed cost of a fit and a predict), and a
+        larger one (up to 5 % of the questions, fewer when the tiny rounds say it would overrun the candidate's
+        share of :data:`_PROBE_SHARE` of the budget). A fit's cost is fixed seconds plus seconds per unit of
+        :func:`fit_work` (pairs through the model, once per epoch), which counts the epochs a fold's fit will run
+        (``epochs="auto"`` runs at least 200 steps however few the questions); a predict's, its fixed cost plus a
+        cost per pair. Times are steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the machine
+        takes from them is left out, so the estimates do not depend on it. The share of the budget is counted in
+        wall time, which ``pace`` (updated here) relates to steady time.
         """
         train, test = folds[0]
         rng = np.random.default_rng(self.random_state)
@@ -294,10 +304,11 @@ class RankerSelector(RankerMixin, BaseEstimator):
         for run in runs:
             if run.status != "ok":
                 continue
+            probe_est = probe_estimator(run.estimator)
             try:
                 with Stopwatch() as watch:
-                    first = fit_predict(run.estimator, X, y, *tiny)
-                    small = fit_predict(run.estimator, X, y, *tiny)
+                    first = fit_predict(probe_est, X, y, *tiny)
+                    small = fit_predict(probe_est, X, y, *tiny)
                     # As many questions as the rest of this candidate's share affords at the tiny rounds' cost
                     # per question (an upper bound: it includes the fixed cost), between 8 and 5 % of them; drawn
                     # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
@@ -307,49 +318,62 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
                                                   fraction=max(0.0, fraction), minimum=minimum)
                                   for rows, minimum in ((train, 8), (test, 4)))
-                    large = fit_predict(run.estimator, X, y, *probe)
+                    large = fit_predict(probe_est, X, y, *probe)
             except Exception as exc:  # a candidate that cannot run on this data is reported, not fatal
                 run.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                 self._say(f"  {run.name:<14} {run.status}")
                 continue
             finally:
                 waiting -= 1
-            spent += watch.lap.steady
-            per_pair = [max(0.0, large[k] - small[k]) / max(1, len(probe[k]) - len(tiny[k])) for k in (0, 1)]
-            run.cost = (max(0.0, small[0] - per_pair[0] * len(tiny[0])), per_pair[0],
-                        small[1] + per_pair[1] * (len(test) - len(tiny[1])))
-            estimate = run.fold_estimate_s = run.probe_estimate_s = fold_estimate(run.cost, len(train))
+            spent += watch.lap.wall
+            pace.add(watch.lap)
+            work = [fit_work(probe_est, keys[rows], y[rows]) for rows in (tiny[0], probe[0])]
+            if work[1] >= 1.5 * work[0] and large[0] > small[0]:
+                per_unit = (large[0] - small[0]) / (work[1] - work[0])
+            else:  # too little between the rounds to tell a fixed cost from a cost per unit: all per unit
+                per_unit = large[0] / max(work[1], 1.0)
+            per_pair = max(0.0, large[1] - small[1]) / max(1, len(probe[1]) - len(tiny[1]))
+            run.cost = (max(0.0, small[0] - per_unit * work[0]), per_unit,
+                        small[1] + per_pair * (len(test) - len(tiny[1])))
+            estimate = run.fold_estimate_s = run.probe_estimate_s = self._estimate(run, train, keys, y, 1.0)
             self._say(f"  {run.name:<14} ~{duration(estimate)} per fold (timed in {duration(watch.lap.steady)})")
 
-    def _size_first_folds(self, runs, folds, keys, probe_s) -> None:
-        """Successive halving over training questions: each candidate, cheapest first, trains its folds on the
-        largest of 1, 1/2, 1/4, ... of a fold's training questions (at least :data:`MIN_TRAIN_QUESTIONS`) whose
-        estimate fits its share of :data:`_FIRST_FOLDS_SHARE` of the budget left after the probe (an equal
-        share of what the candidates before it left). A candidate that does not fit even at the smallest size is
-        excluded, with the budget that would include it; the first always runs."""
+    def _estimate(self, run, train, keys, y, fraction) -> float:
+        """The probe's estimate of a fold of ``run`` that trains on ``fraction`` of the questions of ``train``."""
+        rows = subsample(train, keys, fraction, seed=(self.random_state, 0))
+        return fold_estimate(run.cost, fit_work(run.estimator, keys[rows], y[rows]))
+
+    def _size_first_folds(self, runs, folds, keys, y, probe_s, pace=1.0) -> None:
+        """Successive halving over training questions (:func:`first_fold_sizes`): each candidate, cheapest first,
+        trains its folds on the largest of 1, 1/2, 1/4, ... of a fold's training questions (at least
+        :data:`MIN_TRAIN_QUESTIONS`) whose estimate, in wall time at this ``pace``, fits its share of
+        :data:`_FIRST_FOLDS_SHARE` of the budget left after the probe. A candidate that does not fit even at the
+        smallest size is excluded, with the smallest budget (in whole minutes) that would include it."""
         if self.time_budget is None:
             return
         train = folds[0][0]
         n_questions = len(pd.unique(keys[train]))
-        first = _FIRST_FOLDS_SHARE * (float(self.time_budget) - probe_s)
+        sizes = halvings(n_questions)
         ok = [r for r in runs if r.status == "ok"]
-        for i, run in enumerate(ok):
-            allowance = first / (len(ok) - i)
-            sizes = halvings(n_questions)
-            fits = [f for f in sizes if fold_estimate(run.cost, f * len(train)) / _PROBE_SLACK <= allowance]
-            if not fits and i > 0:
-                needed = fold_estimate(run.cost, sizes[-1] * len(train)) / _PROBE_SLACK * (len(ok) - i)
-                used = _FIRST_FOLDS_SHARE * (float(self.time_budget) - probe_s) - first  # by the cheaper ones
-                budget = probe_s + (used + needed) / _FIRST_FOLDS_SHARE
-                run.status = (f"excluded: a fold on {n_questions_of(sizes[-1], n_questions)} training questions needs "
-                              f"~{duration(fold_estimate(run.cost, sizes[-1] * len(train)))}; --time-budget "
-                              f"{60 * int(np.ceil(budget / 60)):.0f} would include it")
-                continue
-            run.fraction = fits[0] if fits else sizes[-1]
-            run.fold_estimate_s = run.probe_estimate_s = fold_estimate(run.cost, run.fraction * len(train))
-            first -= run.fold_estimate_s / _PROBE_SLACK
+        steady = [{f: self._estimate(run, train, keys, y, f) for f in sizes} for run in ok]
+        wall = [{f: seconds * pace for f, seconds in e.items()} for e in steady]
 
-    def _plan(self, runs, folds, probe_s) -> str:
+        def sizes_for(budget):
+            return first_fold_sizes(wall, _FIRST_FOLDS_SHARE * (budget - probe_s))
+
+        chosen = sizes_for(float(self.time_budget))
+        for i, (run, size) in enumerate(zip(ok, chosen)):
+            if size is None:
+                minutes = int(np.ceil(float(self.time_budget) / 60))
+                while sizes_for(60.0 * minutes)[i] is None:
+                    minutes += 1
+                run.status = (f"excluded: a fold on {n_questions_of(sizes[-1], n_questions)} training questions needs "
+                              f"~{duration(wall[i][sizes[-1]])}; --time-budget {60 * minutes} would include it")
+                continue
+            run.fraction = size
+            run.fold_estimate_s = run.probe_estimate_s = steady[i][size]
+
+    def _plan(self, runs, folds, probe_s, pace=1.0) -> str:
         share = "" if self.time_budget is None else f" ({100 * probe_s / float(self.time_budget):.0f} % of the budget)"
         lines = [
             f"Timing took {duration(probe_s)}{share}. Plan (cheapest first; every candidate's first fold, then the "
@@ -360,12 +384,11 @@ class RankerSelector(RankerMixin, BaseEstimator):
         planned = dict.fromkeys((r.name for r in ok), 0)
         for k in range(len(folds)):  # the rule of _admits, on the estimates
             for i, run in enumerate(ok):
-                est = run.fold_estimate_s
-                if (k == 0 and (i == 0 or est / _PROBE_SLACK <= left)) or (k > 0 and planned[run.name] == k
-                                                                              and est <= left):
+                est = run.fold_estimate_s * pace
+                if (k == 0 and (i == 0 or est <= left)) or (k > 0 and planned[run.name] == k and est <= left):
                     planned[run.name] += 1
                     left -= est
-        total = sum(planned[r.name] * r.fold_estimate_s for r in ok)
+        total = sum(planned[r.name] * r.fold_estimate_s * pace for r in ok)
         for run in runs:
             if run.status != "ok":
                 lines.append(f"  {run.name:<14} {run.status}")
@@ -374,36 +397,35 @@ class RankerSelector(RankerMixin, BaseEstimator):
             shown = f"{n} of {len(folds)} folds" if 0 < n < len(folds) else f"{n} folds" if n else "skipped: beyond the time budget"
             size = "" if run.fraction == 1 else f", training on {run.fraction:.3g} of each fold's questions"
             lines.append(f"  {run.name:<14} ~{duration(run.fold_estimate_s)} per fold{size} -> {shown}")
-        lines.append(f"Estimated: ~{duration(probe_s + total)} in all (estimates err long)"
+        slower = "" if pace < 1.1 else f" at this machine's pace ({pace:.1f}x the steady time: other work shares it)"
+        lines.append(f"Estimated: ~{duration(probe_s + total)} in all{slower}"
                      + (", then the refit of the choice." if self.refit else "."))
         return "\n".join(lines)
 
-    def _admits(self, run, k, runs, folds, keys, started) -> bool:
-        """Whether ``run``'s fold ``k`` fits in the time budget; marks the run stopped (or skipped) if not. A
-        first fold that no longer fits at its planned size (the machine ran slower than planned) is halved
-        further while its size stays at least ``MIN_TRAIN_QUESTIONS``."""
+    def _admits(self, run, k, runs, folds, keys, y, started, pace=1.0) -> bool:
+        """Whether ``run``'s fold ``k`` fits, in wall time at this ``pace``, in what is left of the time budget;
+        marks the run stopped (or skipped) if not. A first fold that no longer fits at its planned size (the
+        machine ran slower than planned) is halved further while its size stays at least
+        ``MIN_TRAIN_QUESTIONS``."""
         if self.time_budget is None or (k == 0 and not any(r.per_question for r in runs)):
             return True  # the first candidate's first fold always runs: something is always measured
         left = float(self.time_budget) - (time.perf_counter() - started)
-        # A first fold is judged on the probe's estimate, which errs long: it runs unless even the estimate's
-        # lower bound (a factor _PROBE_SLACK) overruns what is left; later folds on the last fold's time.
-        if run.fold_estimate_s / (_PROBE_SLACK if k == 0 else 1.0) <= left:
+        if run.fold_estimate_s * pace <= left:
             return True
         if k == 0:
             train = folds[0][0]
-            smaller = [f for f in halvings(len(pd.unique(keys[train]))) if f < run.fraction
-                       and fold_estimate(run.cost, f * len(train)) / _PROBE_SLACK <= left]
+            smaller = [(f, e) for f in halvings(len(pd.unique(keys[train]))) if f < run.fraction
+                       and (e := self._estimate(run, train, keys, y, f)) * pace <= left]
             if smaller:
-                run.fraction = smaller[0]
-                run.fold_estimate_s = run.probe_estimate_s = fold_estimate(run.cost, run.fraction * len(train))
+                run.fraction, run.fold_estimate_s = smaller[0]
+                run.probe_estimate_s = run.fold_estimate_s
                 return True
-        if k == 0:  # never run: skipped, not stopped
-            run.status = f"skipped: a fold (~{duration(run.fold_estimate_s)}) exceeds the time budget left"
+            run.status = f"skipped: a fold (~{duration(run.fold_estimate_s * pace)}) exceeds the time budget left"
         else:
             run.stopped = f"time budget, after {k} of {len(folds)} folds"
         return False
 
-    def _run_fold(self, run, k, X, y, keys, folds, runs) -> None:
+    def _run_fold(self, run, k, X, y, keys, folds, runs, pace) -> None:
         """Fit ``run`` on its share (``run.fraction``) of fold ``k``'s training questions and score it on all of
         the fold's test questions; after its first fold, time its latency with that fold's model; stop it when
         it is significantly below another candidate."""
@@ -422,6 +444,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         run.fit_s.append(fit.lap.wall)
         run.train_questions.append(len(pd.unique(keys[train])))
         run.fold_steady_s.append(fold.lap.steady)
+        pace.add(fold.lap)
         run.fold_estimate_s = fold.lap.steady * 1.1  # the next fold: like this one, with a margin for noise
         self._say(f"  {run.name:<14} fold {k + 1}/{len(folds)}: MAP {100 * run.fold_maps[-1]:.2f}, fit "
                   f"{duration(fit.lap.wall)}, predict {duration(fold.lap.wall - fit.lap.wall)}")
@@ -538,51 +561,12 @@ class RankerSelector(RankerMixin, BaseEstimator):
         return tags
 
 
-def choose(table: pd.DataFrame, *, max_latency_ms=None) -> tuple[int, str]:
-    """The choice of :class:`RankerSelector` from its results: the candidate with the lowest latency among
-    those within ``max_latency_ms`` that are not significantly below the best (``tied_with_best``).
+def _has_gpu() -> bool:
+    """Whether torch is installed and sees a CUDA device."""
+    import importlib.util
 
-    When no candidate within the budget is tied with the best, the one with the best shared MAP within the
-    budget is chosen; when none is within it, the fastest; both with a warning. A pure function of the
-    results, so that the choice under another budget needs no new cross-validation.
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
 
-    Parameters
-    ----------
-    table : pandas.DataFrame
-        ``RankerSelector.cv_results_`` as a frame (``results_table()``).
-    max_latency_ms : float, default=None
-
-    Returns
-    -------
-    index : int
-        The row of ``table`` chosen.
-    reason : str
-        Why, in words.
-    """
-    evaluated = table[table["n_folds"] > 0]
-    if evaluated.empty:
-        raise ValueError("No candidate was evaluated: " + "; ".join(f"{m} {s}" for m, s in zip(table["model"],
-                                                                                              table["status"])))
-    best = evaluated.loc[evaluated["p_vs_best"].isna()].iloc[0]
-    eligible = evaluated if max_latency_ms is None else evaluated[evaluated["latency_ms"] <= max_latency_ms]
-    tied = eligible[eligible["tied_with_best"]]
-    if len(tied):
-        pick = tied.sort_values(["latency_ms", "fit_s"]).iloc[0]
-        if pick["model"] == best["model"]:
-            why = "the best MAP"
-        else:
-            why = (f"not significantly below the best ({best['model']}, MAP {100 * best['map_shared']:.2f}; "
-                   f"p = {pick['p_vs_best']:.3f})")
-        reason = (f"{pick['model']}: MAP {100 * pick['map_shared']:.2f} on the shared questions, {why}, "
-                  f"{pick['latency_ms']:.1f} ms per question")
-    elif len(eligible):
-        pick = eligible.sort_values("map_shared", ascending=False).iloc[0]
-        reason = (f"{pick['model']}: the best MAP within {max_latency_ms:g} ms per question "
-                  f"({100 * pick['map_shared']:.2f}), significantly below {best['model']} "
-                  f"({100 * best['map_shared']:.2f}, {best['latency_ms']:.1f} ms)")
-        warnings.warn(f"No model within the latency budget matches the best; chose {reason}.", stacklevel=3)
-    else:
-        pick = evaluated.sort_values("latency_ms").iloc[0]
-        reason = f"{pick['model']}: the fastest ({pick['latency_ms']:.1f} ms), none is within {max_latency_ms:g} ms"
-        warnings.warn(f"No candidate meets max_latency_ms={max_latency_ms:g}; chose {reason}.", stacklevel=3)
-    return int(pick.name), reason
+    return bool(torch.cuda.is_available())

@@ -4,6 +4,9 @@ question, and how well its out-of-fold scores answer or abstain. NumPy/pandas on
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
@@ -15,7 +18,7 @@ from .stopwatch import Stopwatch
 #: The fewest training questions of a fold that successive halving trains a candidate on.
 MIN_TRAIN_QUESTIONS = 40
 
-#: Calls per question of the latency measurement; the least steady time counts.
+#: Calls per question of the latency measurement; the least CPU time counts.
 LATENCY_REPEATS = 3
 
 #: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
@@ -46,11 +49,66 @@ def answering(fold_scores, X, y, index: GroupIndex) -> dict:
     return {"ece": report["ece"], "answer_f1": report["f1"]}
 
 
-def fold_estimate(cost: tuple, train_rows: float) -> float:
-    """The probe's estimate of a fold with ``train_rows`` training pairs (fit and predict, steady seconds) from its
-    ``cost``: (fixed fit seconds, fit seconds per training pair, predict seconds of a fold)."""
-    fixed, per_pair, predict = cost
-    return fixed + per_pair * train_rows + predict
+def fold_estimate(cost: tuple, work: float) -> float:
+    """The probe's estimate of a fold whose fit does ``work`` (:func:`fit_work`; fit and predict, steady seconds)
+    from its ``cost``: (fixed fit seconds, fit seconds per unit of work, predict seconds of a fold)."""
+    fixed, per_unit, predict = cost
+    return fixed + per_unit * work + predict
+
+
+def fit_work(estimator, keys, y) -> float:
+    """What a fit of ``estimator`` on rows of question ``keys`` and labels ``y`` does, in pairs passed through its
+    model: the rows it trains on once per epoch for an estimator with an ``epochs`` parameter (those of answered
+    questions under ``loss="listwise"``; ``epochs="auto"`` resolved as :class:`~as2rank.cosinet.Cosinet` does, from
+    ``batch_size`` questions per step), the rows once otherwise. An upper bound where early stopping ends a fit
+    sooner. A fit's cost is nearly proportional to it where a fit's schedule is not (a minimum number of steps
+    makes a small fit as long as a large one)."""
+    params = estimator.get_params(deep=False) if hasattr(estimator, "get_params") else {}
+    if "epochs" not in params:
+        return float(len(keys))
+    codes = pd.factorize(keys)[0]
+    trained = np.ones(len(keys), dtype=bool)
+    if params.get("loss") == "listwise":
+        trained = (np.bincount(codes, weights=np.asarray(y) > 0) > 0)[codes]
+    epochs = params["epochs"]
+    if epochs == "auto":
+        from ..cosinet.estimator import resolve_epochs
+
+        epochs = resolve_epochs("auto", -(-len(np.unique(codes[trained])) // int(params.get("batch_size", 1))))
+    return float(epochs) * float(trained.sum())
+
+
+def probe_estimator(estimator):
+    """A clone of ``estimator`` for the probe's fits: one epoch where it has ``epochs`` (the cost of an epoch is
+    what the probe measures; :func:`fit_work` counts a fold's epochs) and never a cached fit (a cache hit is not
+    a fit to time)."""
+    est = clone(estimator)
+    params = est.get_params(deep=False)
+    return est.set_params(**{k: v for k, v in (("epochs", 1), ("reuse_fit", False)) if k in params})
+
+
+def first_fold_sizes(estimates: list, total: float) -> list:
+    """Successive halving's training size of each candidate's first folds, cheapest first: the largest size whose
+    estimate fits an equal share of what the candidates before it left of ``total`` seconds, or None (excluded)
+    when even the smallest does not; the first candidate always runs, at its smallest size if need be.
+
+    Parameters
+    ----------
+    estimates : list of dict
+        Per candidate, in order, ``{fraction of the training questions: estimated seconds of a fold}``, largest
+        fraction first.
+    total : float
+        Seconds for the first folds of all of them.
+    """
+    sizes = []
+    for i, estimate in enumerate(estimates):
+        allowance = total / (len(estimates) - i)
+        fits = [f for f, seconds in estimate.items() if seconds <= allowance]
+        size = fits[0] if fits else (list(estimate)[-1] if i == 0 else None)
+        sizes.append(size)
+        if size is not None:
+            total -= estimate[size]
+    return sizes
 
 
 def halvings(n_questions: int) -> list:
@@ -101,23 +159,47 @@ def fit_predict(estimator, X, y, train, test) -> tuple[float, float]:
 def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float]:
     """Milliseconds to rank one question's candidates alone (one ``predict`` call per question) over up to
     :data:`LATENCY_QUESTIONS` questions of ``X_test``, after one warm-up call: the median over questions of
-    the least steady time of :data:`LATENCY_REPEATS` calls (a property of the model, not of the machine's
-    load), and the median wall time of the first calls."""
+    the least CPU time of :data:`LATENCY_REPEATS` calls on one thread (what a question costs the machine,
+    whatever else runs on it: one thread waits at no barrier of a thread pool, and a thread's CPU time leaves out
+    the waits for a CPU), and the median wall time of one call at the process's threads (what it took here)."""
     codes, _ = pd.factorize(X_test["qid"])
     rng = np.random.default_rng(seed)
     picked = rng.permutation(codes.max() + 1)[:LATENCY_QUESTIONS]
     frames = [X_test[codes == q] for q in picked]
     estimator.predict(frames[0])
-    steady, wall = [], []
+    wall = []
     for frame in frames:
-        laps = []
-        for _ in range(LATENCY_REPEATS):
-            with Stopwatch() as watch:
-                estimator.predict(frame)
-            laps.append(watch.lap)
-        steady.append(min(lap.steady for lap in laps))
-        wall.append(laps[0].wall)
-    return 1000.0 * float(np.median(steady)), 1000.0 * float(np.median(wall))
+        with Stopwatch() as watch:
+            estimator.predict(frame)
+        wall.append(watch.lap.wall)
+    cpu = []
+    with one_thread():
+        estimator.predict(frames[0])
+        for frame in frames:
+            laps = []
+            for _ in range(LATENCY_REPEATS):
+                with Stopwatch() as watch:
+                    estimator.predict(frame)
+                laps.append(watch.lap.cpu)
+            cpu.append(min(laps))
+    return 1000.0 * float(np.median(cpu)), 1000.0 * float(np.median(wall))
+
+
+@contextmanager
+def one_thread():
+    """Run the block on one thread: torch's (when it is loaded) and the BLAS and OpenMP pools'."""
+    from threadpoolctl import threadpool_limits
+
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    try:
+        with threadpool_limits(limits=1):
+            if torch is not None:
+                torch.set_num_threads(1)
+            yield
+    finally:
+        if torch is not None:
+            torch.set_num_threads(before)
 
 
 def duration(seconds: float) -> str:

@@ -1,12 +1,15 @@
-"""How :class:`~as2rank.app.selection.RankerSelector` shows its results: a Markdown table and a plot of MAP
-against latency. NumPy/pandas only; the plot imports matplotlib when called."""
+"""How :class:`~as2rank.app.selection.RankerSelector` chooses from its results and shows them: the choice
+(:func:`choose`), a Markdown table and a plot of MAP against latency. NumPy/pandas only; the plot imports
+matplotlib when called."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["format_selection", "plot_selection"]
+__all__ = ["choose", "format_selection", "plot_selection"]
 
 
 def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms=None, reason=None) -> str:
@@ -46,8 +49,8 @@ def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms
         f"MAP over the questions each model scored out of fold (± across folds); shared: over the "
         f"{int(evaluated['n_questions'].min()) if len(evaluated) else 0} questions every model scored. ≈ best: not "
         f"significantly below the best (paired randomisation test over questions, p ≥ {alpha:g}). Latency: median "
-        "over questions of the time to rank one question's candidates on this machine (the least of 3 calls, less "
-        "the waits for a CPU that other programs held). ECE (calibration error of the candidate "
+        "over questions of the CPU time to rank one question's candidates on one thread of this machine (the least "
+        "of 3 calls). ECE (calibration error of the candidate "
         "probabilities) and answer F1 (answering a question only when its top candidate is likely correct, over "
         "every question, those without a correct candidate included): each fold judged by a calibration and a "
         "threshold learned on the other folds; – with fewer than 3 folds."
@@ -96,3 +99,53 @@ def plot_selection(table: pd.DataFrame, *, max_latency_ms=None, ax=None):
     ax.set_ylabel("out-of-fold MAP (%)")
     ax.legend(loc="lower right")
     return ax
+
+
+def choose(table: pd.DataFrame, *, max_latency_ms=None) -> tuple[int, str]:
+    """The choice of :class:`RankerSelector` from its results: the candidate with the lowest latency among
+    those within ``max_latency_ms`` that are not significantly below the best (``tied_with_best``).
+
+    When no candidate within the budget is tied with the best, the one with the best shared MAP within the
+    budget is chosen; when none is within it, the fastest; both with a warning. A pure function of the
+    results, so that the choice under another budget needs no new cross-validation.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``RankerSelector.cv_results_`` as a frame (``results_table()``).
+    max_latency_ms : float, default=None
+
+    Returns
+    -------
+    index : int
+        The row of ``table`` chosen.
+    reason : str
+        Why, in words.
+    """
+    evaluated = table[table["n_folds"] > 0]
+    if evaluated.empty:
+        raise ValueError("No candidate was evaluated: " + "; ".join(f"{m} {s}" for m, s in zip(table["model"],
+                                                                                              table["status"])))
+    best = evaluated.loc[evaluated["p_vs_best"].isna()].iloc[0]
+    eligible = evaluated if max_latency_ms is None else evaluated[evaluated["latency_ms"] <= max_latency_ms]
+    tied = eligible[eligible["tied_with_best"]]
+    if len(tied):
+        pick = tied.sort_values(["latency_ms", "fit_s"]).iloc[0]
+        if pick["model"] == best["model"]:
+            why = "the best MAP"
+        else:
+            why = (f"not significantly below the best ({best['model']}, MAP {100 * best['map_shared']:.2f}; "
+                   f"p = {pick['p_vs_best']:.3f})")
+        reason = (f"{pick['model']}: MAP {100 * pick['map_shared']:.2f} on the shared questions, {why}, "
+                  f"{pick['latency_ms']:.1f} ms per question")
+    elif len(eligible):
+        pick = eligible.sort_values("map_shared", ascending=False).iloc[0]
+        reason = (f"{pick['model']}: the best MAP within {max_latency_ms:g} ms per question "
+                  f"({100 * pick['map_shared']:.2f}), significantly below {best['model']} "
+                  f"({100 * best['map_shared']:.2f}, {best['latency_ms']:.1f} ms)")
+        warnings.warn(f"No model within the latency budget matches the best; chose {reason}.", stacklevel=3)
+    else:
+        pick = evaluated.sort_values("latency_ms").iloc[0]
+        reason = f"{pick['model']}: the fastest ({pick['latency_ms']:.1f} ms), none is within {max_latency_ms:g} ms"
+        warnings.warn(f"No candidate meets max_latency_ms={max_latency_ms:g}; chose {reason}.", stacklevel=3)
+    return int(pick.name), reason
