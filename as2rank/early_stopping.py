@@ -22,7 +22,7 @@ from .data import check_ranking_data
 from .params import Boolean, Interval, Options
 
 __all__ = ["AUTO_MIN_QUESTIONS", "CONSTRAINTS", "DEFAULT_VALIDATION_FRACTION", "check_early_stopping", "check_eval_set",
-           "holdout_fraction", "set_training_summary"]
+           "holdout_fraction", "training_summary"]
 
 #: Share of the answered training questions held out by ``early_stopping=True`` without ``validation_fraction``.
 DEFAULT_VALIDATION_FRACTION = 0.1
@@ -80,9 +80,9 @@ def holdout_fraction(estimator, index, y):
     return None
 
 
-def set_training_summary(estimator, history) -> None:
-    """Set ``history_``, ``validation_scores_`` (the validation MAP of each evaluation) and ``best_iteration_``
-    (the optimizer step whose weights were kept: the last one without evaluations)."""
-    estimator.history_ = history
-    estimator.validation_scores_ = np.asarray(history.eval_scores, dtype=np.float64)
-    estimator.best_iteration_ = int(history.best_step if history.best_step is not None else history.n_steps)
+def training_summary(history) -> tuple:
+    """What a fit keeps of a training ``history`` as its ``history_``, ``validation_scores_`` (the validation MAP
+    of each evaluation) and ``best_iteration_`` (the optimizer step whose weights were kept: the last one
+    without evaluations)."""
+    best = int(history.best_step if history.best_step is not None else history.n_steps)
+    return history, np.asarray(history.eval_scores, dtype=np.float64), best

@@ -219,7 +219,7 @@ def test_lr_multipliers_scale_one_submodule():
 
 def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
     ranker, X = fitted
-    from as2rank.transformer.scaffold import AUTO_BATCH_TOKENS
+    from as2rank.transformer.parameters import AUTO_BATCH_TOKENS
 
     assert TransformerRanker().batch_tokens == "auto" and CascadeTransformer().batch_tokens == "auto"
     ranker.set_params(batch_tokens="auto")

@@ -60,3 +60,24 @@ def test_pace_is_wall_per_steady_second_and_never_below_one():
     pace.add(Lap(wall=1.0, cpu=1.0, waited=0.0))
     assert pace.ratio == 1.5
     assert Pace(wall=1.0, steady=2.0).ratio == 1.0
+
+
+def test_free_cores_is_between_one_and_the_cores_this_process_may_use():
+    import os
+
+    from as2rank.app.stopwatch import free_cores
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert 1 <= free_cores(window=0.05) <= cores
+
+
+def test_threads_limits_torch_inside_the_block_and_restores_it():
+    torch = pytest.importorskip("torch")
+    from as2rank.app.selection_measures import threads
+
+    before = torch.get_num_threads()
+    with threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with threads(None):
+        assert torch.get_num_threads() == before

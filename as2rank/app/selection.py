@@ -11,6 +11,7 @@ library's fit cache. NumPy-only until a neural candidate is fitted.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -28,9 +29,9 @@ from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validated
 from .selection_measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings,
-                                 latency_ms, n_questions_of, probe_estimator, some_questions, subsample)
+                                 latency_ms, n_questions_of, probe_estimator, some_questions, subsample, threads)
 from .selection_report import choose
-from .stopwatch import Pace, Stopwatch
+from .stopwatch import Pace, Stopwatch, free_cores
 
 __all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "RankerSelector"]
 
@@ -152,6 +153,10 @@ class RankerSelector(RankerMixin, BaseEstimator):
         Why it was chosen, in words.
     n_questions_ : int
         Questions with a correct answer in the data (those the metrics score).
+    n_threads_ : int or None
+        The threads the candidates fitted and predicted on during the selection: the cores that other work left
+        idle when it started, where that was fewer than this process may use (``None``: the libraries'
+        defaults).
     """
 
     _parameter_constraints = {
@@ -206,23 +211,31 @@ class RankerSelector(RankerMixin, BaseEstimator):
             )
         folds = list(splitter.split(X, y, keys))
         started = time.perf_counter()
+        # Threads beyond the cores other work leaves idle wait at every barrier of a thread pool for a thread
+        # that another process holds: the candidates fit and predict on the idle ones.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        idle = free_cores()
+        self.n_threads_ = idle if idle < cores else None
         budget = "no time limit" if self.time_budget is None else f"a time budget of {duration(self.time_budget)}"
+        busy = ("" if self.n_threads_ is None else
+                f"; {cores - idle} of {cores} cores busy with other work, so fits use {idle} thread{'s' * (idle > 1)}")
         self._say(f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} "
-                  f"pairs; {len(folds)} grouped folds; {budget}. Timing each candidate on a few questions:")
+                  f"pairs; {len(folds)} grouped folds; {budget}{busy}. Timing each candidate on a few questions:")
         runs = self._runs("position" in X.columns)  # after the first line: building them loads torch
         pace = Pace()  # how much slower than steady time the machine runs now (the laps so far)
-        self._probe(runs, X, y, keys, folds, pace)
-        runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
-        probe_s = time.perf_counter() - started
-        self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio)
-        self._say(self._plan(runs, folds, probe_s, pace.ratio))
-        # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
-        # measuring every candidate once before measuring any of them again.
-        for k in range(len(folds)):
-            for run in runs:
-                if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, y, started,
-                                                                           pace.ratio):
-                    self._run_fold(run, k, X, y, keys, folds, runs, pace)
+        with threads(self.n_threads_):
+            self._probe(runs, X, y, keys, folds, pace)
+            runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
+            probe_s = time.perf_counter() - started
+            self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio)
+            self._say(self._plan(runs, folds, probe_s, pace.ratio))
+            # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
+            # measuring every candidate once before measuring any of them again.
+            for k in range(len(folds)):
+                for run in runs:
+                    if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, y, started,
+                                                                               pace.ratio):
+                        self._run_fold(run, k, X, y, keys, folds, runs, pace)
         table = self._results(runs, {r.name: answering(r.scores, X, y, index) for r in runs})
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
         table.loc[self.best_index_, "chosen"] = True

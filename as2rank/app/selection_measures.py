@@ -173,7 +173,7 @@ def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float
             estimator.predict(frame)
         wall.append(watch.lap.wall)
     cpu = []
-    with one_thread():
+    with threads(1):
         estimator.predict(frames[0])
         for frame in frames:
             laps = []
@@ -186,16 +186,20 @@ def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float
 
 
 @contextmanager
-def one_thread():
-    """Run the block on one thread: torch's (when it is loaded) and the BLAS and OpenMP pools'."""
+def threads(n: int | None):
+    """Run the block on at most ``n`` threads: torch's (when it is loaded) and the BLAS and OpenMP pools';
+    ``None`` leaves them as they are."""
+    if n is None:
+        yield
+        return
     from threadpoolctl import threadpool_limits
 
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None
     try:
-        with threadpool_limits(limits=1):
+        with threadpool_limits(limits=n):
             if torch is not None:
-                torch.set_num_threads(1)
+                torch.set_num_threads(min(n, before))
             yield
     finally:
         if torch is not None:

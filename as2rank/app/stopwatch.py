@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 
-__all__ = ["Lap", "Pace", "Stopwatch"]
+__all__ = ["Lap", "Pace", "Stopwatch", "free_cores"]
 
 #: A thread counts as working during a lap when it ran at least this share of the busiest thread's time.
 _WORKING = 0.1
@@ -94,3 +94,28 @@ def _waited(before, after) -> float:
     busiest = max((run for run, _ in deltas), default=0)
     working = [wait for run, wait in deltas if busiest and run >= _WORKING * busiest]
     return sum(working) / len(working) / 1e9 if working else 0.0
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all CPUs since boot, from the first line of ``/proc/stat``."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    return values[3] + values[4], sum(values)  # idle and iowait; user ... steal
+
+
+def free_cores(window: float = 0.25) -> int:
+    """The cores of this process's CPU set that other processes leave idle, measured over ``window`` seconds
+    (at least 1); all of them where the kernel has no such accounting. A thread pool wider than this waits at
+    each of its barriers for a thread that another process holds."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        idle0, total0 = _cpu_times()
+        time.sleep(window)
+        idle1, total1 = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return cores
+    share = (idle1 - idle0) / max(total1 - total0, 1)
+    return max(1, min(cores, round(share * (os.cpu_count() or cores))))

@@ -27,7 +27,7 @@ from ..base import RankerMixin
 from .encoding import _encode, _table
 from ..data import GroupIndex, check_ranking_data, check_X, holdout_questions
 from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
-from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, set_training_summary
+from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, training_summary
 from .word_vectors import NAMES, OOV_POLICIES, WordVectors, _is_keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
 from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, LOSSES, RANDOM_STATE_CONSTRAINTS, Boolean, InstanceOf,
@@ -292,7 +292,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             )
         with training_session(self.n_threads, device, self.random_state) as (setup, rng):
             self._init_module(source.dim)
-            set_training_summary(self, self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev))
+            history = self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev)
+        self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         return self
@@ -342,8 +343,8 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
                 self._init_module(source.dim)
             if len(train_groups):
                 history = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
-                set_training_summary(self, history if not hasattr(self, "history_") or state.runs == 1
-                                     else self.history_.extend(history))
+                self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
+                    history if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(history))
             else:
                 state.runs += 1
         # Rows of questions listwise training leaves out still count as passed: the schedule follows the data.

@@ -19,7 +19,8 @@ from ..data import GroupIndex, check_X, ragged_arange
 from ..params import Interval, Options, SequenceOf
 from ..pruning.rules import _DROP_RATIOS, _drop_ratios, _report, _stage_scores
 from .prior import LexicalPrior
-from .scaffold import AUTO_BATCH_TOKENS, _TransformerEstimator
+from .parameters import AUTO_BATCH_TOKENS
+from .scaffold import _TransformerEstimator
 
 __all__ = ["CascadeTransformer", "default_exits"]
 

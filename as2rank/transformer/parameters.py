@@ -23,7 +23,12 @@ from ..params import (
     Options,
 )
 
-__all__ = ["TRAINING_CONSTRAINTS"]
+__all__ = ["AUTO_BATCH_TOKENS", "TRAINING_CONSTRAINTS"]
+
+#: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
+#: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
+#: less; the ONNX Runtime copy is faster still with smaller ones (the speed benchmark sweeps both).
+AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
 
 #: Accepted values of the shared parameters (``_parameter_constraints`` entries), in signature order.
 TRAINING_CONSTRAINTS = {

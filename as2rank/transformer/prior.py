@@ -142,17 +142,16 @@ class LexicalPrior:
             params = {**params, "similarity_source": (est.model, est.tokenizer)}
         return params
 
-    def fit(self, est, module, X, y) -> None:
-        """Fit the prior of a fresh fit on the training rows (in ``fit``, before training): set ``est``'s prior
-        attributes and the module's segment-similarity weights."""
-        for name in self.attrs:
-            est.__dict__.pop(name, None)
-        extra = []
+    def fit(self, est, module, X, y) -> dict:
+        """Fit the prior of a fresh fit on the training rows (in ``fit``, before training): the module's
+        segment-similarity weights are set; returns the estimator's prior attributes (among :attr:`attrs`), which
+        its ``fit`` sets."""
+        fitted, extra = {}, []
         if est.similarity_prior:
             from .similarity import similarity_source
 
-            est.similarity_source_ = similarity_source(est.model, est.tokenizer)
-            extra.append(self._similarity(est, X))
+            fitted["similarity_source_"] = similarity_source(est.model, est.tokenizer)
+            extra.append(self._similarity(est, X, fitted["similarity_source_"]))
         terms = self._segment_cosines(est, module, X)
         if terms is not None:
             extra.append(terms)
@@ -163,7 +162,8 @@ class LexicalPrior:
                 _init_segment_weights(module, float(coef[-2]))
                 coef = np.delete(coef, -2)
             if est.lexical_prior:
-                est.lexical_features_, est.lexical_coef_ = features, coef
+                fitted["lexical_features_"], fitted["lexical_coef_"] = features, coef
+        return fitted
 
     def add_inputs(self, est, module, X, encoded: dict) -> dict:
         """The encoded rows with what the prior adds: the ``question_mask`` of segment similarity and, once
@@ -173,19 +173,19 @@ class LexicalPrior:
 
             encoded["question_mask"] = question_mask(encoded["input_ids"], est.tokenizer_)
         if hasattr(est, "lexical_coef_"):
-            extra = self._similarity(est, X) if hasattr(est, "similarity_source_") else None
+            extra = self._similarity(est, X, est.similarity_source_) if hasattr(est, "similarity_source_") else None
             encoded["prior"] = lexical_prior_logits(est.lexical_features_, est.lexical_coef_, X, extra)
         return encoded
 
     @staticmethod
-    def _similarity(est, X) -> np.ndarray:
+    def _similarity(est, X, source) -> np.ndarray:
         """The similarity feature of the rows of ``X``, shape (n_rows, 1) (:mod:`as2rank.transformer.similarity`),
         on the estimator's device and at its prediction dtype, whether fitting or predicting."""
         from ..neural import autocast_dtype, resolve_device
         from .similarity import pair_similarity
 
         device = resolve_device(est.device)
-        return pair_similarity(est.similarity_source_, X["question"].to_numpy(), X["candidate"].to_numpy(),
+        return pair_similarity(source, X["question"].to_numpy(), X["candidate"].to_numpy(),
                                device=device, dtype=autocast_dtype(est.precision, device),
                                max_length=est.max_length)[:, None]
 

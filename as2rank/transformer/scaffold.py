@@ -24,15 +24,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
-from ..early_stopping import check_early_stopping, check_eval_set, set_training_summary
+from ..early_stopping import check_early_stopping, check_eval_set, training_summary
 from ..params import CHECKPOINT_ALIASES, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, check_param, validated
-from .parameters import TRAINING_CONSTRAINTS
+from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS
 from .train import train_estimator
-
-#: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
-#: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
-#: less; the ONNX Runtime copy is faster still with smaller ones (the speed benchmark sweeps both).
-AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
 
 
 class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
@@ -164,10 +159,13 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
 
     # ----------------------------------------------------------------- shared machinery
     def _fresh_module(self, X, y, groups, eval_set):
-        """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block)."""
+        """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block), whose
+        attributes replace those of an earlier fit."""
         module = self._init_module(X, y, groups, eval_set)
         if self._prior is not None:
-            self._prior.fit(self, module, X, y)
+            for name in self._prior.attrs:
+                self.__dict__.pop(name, None)
+            self.__dict__.update(self._prior.fit(self, module, X, y))
         return module
 
     def _check_continuation(self) -> None:
@@ -270,7 +268,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
             if not warm:
                 self.model_ = self._fresh_module(X, y, groups, eval_set)
-            set_training_summary(self, train_estimator(self, X, y, index, targets, rng, setup, dev=dev))
+            history, ranges = train_estimator(self, X, y, index, targets, rng, setup, dev=dev)
+        self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
+        if ranges is not None:
+            self.activation_ranges_ = ranges
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
         self._train_state = None
         self.fit_cache_hit_ = False
@@ -284,11 +285,9 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         from ..neural.distributed import is_main_process
 
         if self.verbose and is_main_process():
-            print(
-                f"{type(self).__name__}.fit: weights reused from an identical earlier fit in this process, not "
-                "trained; to train, set reuse_fit=False or call as2rank.neural.fitcache.FIT_CACHE.clear().",
-                file=sys.stderr,
-            )
+            print(f"{type(self).__name__}.fit: weights reused from an identical earlier fit in this process, not "
+                  "trained; to train, set reuse_fit=False or call as2rank.neural.fitcache.FIT_CACHE.clear().",
+                  file=sys.stderr)
 
     @available_if(lambda est: est._streamable)
     @validated
@@ -343,14 +342,15 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         if hasattr(self, "model_"):
             self._check_continuation()
         dtype = self._compute_dtype(device, training=True)
-        with training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs) as (
-            setup,
-            rng,
-        ):
+        session = training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs)
+        with session as (setup, rng):
             if not hasattr(self, "model_"):
                 self.model_ = self._fresh_module(X, y, groups, None)
-            history = train_estimator(self, X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
-        set_training_summary(self, history if state.runs == 1 else self.history_.extend(history))
+            history, ranges = train_estimator(self, X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+        self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
+            history if state.runs == 1 else self.history_.extend(history))
+        if ranges is not None:
+            self.activation_ranges_ = ranges
         self.fit_cache_hit_ = False
         self._train_state = state
         return self

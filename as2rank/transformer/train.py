@@ -22,7 +22,8 @@ CHUNK_DEVICES = ("cpu",)
 
 def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None):
     """Run the training loop on validated data and its ``_row_targets``: ``fit`` (``state=None``; an
-    optional dev set) or one ``partial_fit`` call (one pass, continuing ``state``). Returns the history."""
+    optional dev set) or one ``partial_fit`` call (one pass, continuing ``state``). Returns the history and the
+    int8 copy's activation ranges from the weights just trained (None for a module that is not exported)."""
     import torch
 
     from ..neural import train
@@ -125,10 +126,10 @@ def train_estimator(est, X, y, index, targets, rng, setup, dev=None, state=None)
         accelerator=setup.accelerator,
         state=state,
     )
-    if getattr(module, "onnx_exportable", False):
-        # The fixed input ranges of the int8 copy (static quantization), from the weights just trained.
-        from ..neural.onnx.calibration import activation_ranges, calibration_rows
+    if not getattr(module, "onnx_exportable", False):
+        return history, None
+    # The fixed input ranges of the int8 copy (static quantization), from the weights just trained.
+    from ..neural.onnx.calibration import activation_ranges, calibration_rows
 
-        est.activation_ranges_ = activation_ranges(module, encoded, calibration_rows(train_rows), device,
-                                                    previous=getattr(est, "activation_ranges_", None) if state else None)
-    return history
+    return history, activation_ranges(module, encoded, calibration_rows(train_rows), device,
+                                      previous=getattr(est, "activation_ranges_", None) if state else None)

@@ -27,7 +27,7 @@ from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, MODEL_CONSTRAINTS, T
                       Options, check_param, validated)
 from ..persistence import PersistenceMixin
 from .prior import fit_lexical_prior, lexical_prior_logits
-from .scaffold import AUTO_BATCH_TOKENS
+from .parameters import AUTO_BATCH_TOKENS
 
 __all__ = ["MODES", "ZeroShotRanker"]
 
