@@ -287,10 +287,11 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
 
     first = runs()
     RankerSelector(time_budget=1000.0)._size_first_folds(first, [(train, test)], keys, y, probe_s=100.0)
-    # Half of the 900 s left, 450 s: cheap's share is 150 s (it takes 3.6 s); mid's (450 - 3.6) / 2 = 223 s holds
-    # its fold on 1/2 (172 s), not the whole (332 s); dear's 274 s cannot hold even 1055 s.
-    assert first[0].fraction == 1.0 and first[1].fraction == 0.5
-    assert first[1].fold_estimate_s == pytest.approx(fold_estimate(first[1].cost, 800))
+    # Half of the 900 s left, 450 s. At their smallest sizes (40 questions) the three need 2.2 + 52 + 1055 s: dear
+    # cannot be measured and is excluded. Cheap gets its 2.2 s plus half of the 396 s beyond both smallest sizes
+    # and fits whole (3.6 s); mid gets 52 s plus all the 394 s left beyond them and fits whole (332 s).
+    assert first[0].fraction == 1.0 and first[1].fraction == 1.0
+    assert first[1].fold_estimate_s == pytest.approx(fold_estimate(first[1].cost, 1600))
     assert first[2].status.startswith("excluded: a fold on 40 training questions") and "--time-budget" in first[2].status
     needed = int(first[2].status.rsplit("--time-budget ", 1)[1].split()[0])
     assert needed % 60 == 0
@@ -298,12 +299,15 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
         again = runs()
         RankerSelector(time_budget=float(budget))._size_first_folds(again, [(train, test)], keys, y, probe_s=100.0)
         assert (again[2].status == "ok") is included
-    # On a machine running at half speed (pace 2), the same budget holds mid only on 1/4 of the questions.
+    # On a machine running at half speed (pace 2), the same budget holds mid only on half of the questions.
     slow = runs()
     RankerSelector(time_budget=1000.0)._size_first_folds(slow, [(train, test)], keys, y, probe_s=100.0, pace=2.0)
-    assert slow[1].fraction == 0.25 and slow[1].fold_estimate_s == pytest.approx(fold_estimate(slow[1].cost, 400))
+    assert slow[1].fraction == 0.5 and slow[1].fold_estimate_s == pytest.approx(fold_estimate(slow[1].cost, 800))
     assert first_fold_sizes([{1.0: 10.0, 0.5: 6.0}, {1.0: 9.0, 0.5: 4.0}], 10.0) == [0.5, 0.5]
     assert first_fold_sizes([{1.0: 50.0}, {1.0: 50.0}], 10.0) == [1.0, None]  # the first always runs
+    # A cheap candidate early in the order leaves what a dear one needs at its smallest size.
+    assert first_fold_sizes([{1.0: 300.0, 0.5: 150.0, 0.25: 80.0}, {1.0: 900.0, 0.5: 400.0, 0.25: 250.0}],
+                            400.0) == [0.25, 0.25]
     assert halvings(320) == [1.0, 0.5, 0.25, 0.125] and halvings(50) == [1.0]
     half, quarter = subsample(train, keys, 0.5, seed=(0, 0)), subsample(train, keys, 0.25, seed=(0, 0))
     assert len(np.unique(keys[half])) == 160 and set(keys[quarter]) <= set(keys[half])  # nested

@@ -109,7 +109,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
     time_budget : float, default=1200
         Seconds the selection may take before the refit: the probe (a few small fits per candidate, within
         5 % of the budget, a line each as it goes) and the cross-validation. Half of what the probe leaves is
-        shared among the candidates' first folds, cheapest first; a candidate whose fold does not fit its share
+        shared among the candidates' first folds, cheapest first, each keeping what the later ones need to run at
+        their smallest size; a candidate whose fold does not fit its share
         trains on 1/2, 1/4, ... of each fold's training questions (at least 40; successive halving) and is
         scored on the same test questions as the others (``train_questions`` in ``cv_results_``); one that
         does not fit even then is excluded, with the budget that would include it. Estimates are steady seconds
@@ -217,8 +218,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         idle = free_cores()
         self.n_threads_ = idle if idle < cores else None
         budget = "no time limit" if self.time_budget is None else f"a time budget of {duration(self.time_budget)}"
-        busy = ("" if self.n_threads_ is None else
-                f"; {cores - idle} of {cores} cores busy with other work, so fits use {idle} thread{'s' * (idle > 1)}")
+        busy = "" if self.n_threads_ is None else f"; other work keeps cores busy, so fits use {idle} of {cores} threads"
         self._say(f"RankerSelector: {index.n_groups:,} questions ({answered:,} with a correct answer), {len(X):,} "
                   f"pairs; {len(folds)} grouped folds; {budget}{busy}. Timing each candidate on a few questions:")
         runs = self._runs("position" in X.columns)  # after the first line: building them loads torch
@@ -297,8 +297,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
     def _probe(self, runs, X, y, keys, folds, pace) -> None:
         """Estimate each candidate's fold time from fits on a few questions of the first fold, one line each.
 
-        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one that loads what the
-        model loads once (weights, word vectors), the tiny one again (the fixed cost of a fit and a predict), and a
+        Two timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one (the fixed cost of a
+        fit and a predict, loading the weights or word vectors included, as every fold loads them) and a
         larger one (up to 5 % of the questions, fewer when the tiny rounds say it would overrun the candidate's
         share of :data:`_PROBE_SHARE` of the budget). A fit's cost is fixed seconds plus seconds per unit of
         :func:`fit_work` (pairs through the model, once per epoch), which counts the epochs a fold's fit will run
@@ -320,12 +320,11 @@ class RankerSelector(RankerMixin, BaseEstimator):
             probe_est = probe_estimator(run.estimator)
             try:
                 with Stopwatch() as watch:
-                    first = fit_predict(probe_est, X, y, *tiny)
                     small = fit_predict(probe_est, X, y, *tiny)
                     # As many questions as the rest of this candidate's share affords at the tiny rounds' cost
                     # per question (an upper bound: it includes the fixed cost), between 8 and 5 % of them; drawn
                     # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
-                    share = (allowance - spent) / waiting - sum(first) - sum(small)
+                    share = (allowance - spent) / waiting - sum(small)
                     per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
                     fraction = min(0.05, share / max(per_question, 1e-9) / n_questions)
                     probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
@@ -360,7 +359,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
         """Successive halving over training questions (:func:`first_fold_sizes`): each candidate, cheapest first,
         trains its folds on the largest of 1, 1/2, 1/4, ... of a fold's training questions (at least
         :data:`MIN_TRAIN_QUESTIONS`) whose estimate, in wall time at this ``pace``, fits its share of
-        :data:`_FIRST_FOLDS_SHARE` of the budget left after the probe. A candidate that does not fit even at the
+        :data:`_FIRST_FOLDS_SHARE` of the budget left after the probe (beyond what the others need at their
+        smallest size). A candidate that does not fit even at the
         smallest size is excluded, with the smallest budget (in whole minutes) that would include it."""
         if self.time_budget is None:
             return

@@ -88,9 +88,11 @@ def probe_estimator(estimator):
 
 
 def first_fold_sizes(estimates: list, total: float) -> list:
-    """Successive halving's training size of each candidate's first folds, cheapest first: the largest size whose
-    estimate fits an equal share of what the candidates before it left of ``total`` seconds, or None (excluded)
-    when even the smallest does not; the first candidate always runs, at its smallest size if need be.
+    """Successive halving's training size of each candidate's first folds, cheapest first. Every candidate is
+    first given its smallest size; while those do not fit in ``total`` seconds, the dearest candidates are
+    excluded (None; the first always runs). Each then gets the largest size whose estimate fits its smallest
+    one plus an equal share of what the candidates before it left beyond the smallest sizes of all the rest,
+    so that a candidate early in the order never takes what a later one needs to be measured at all.
 
     Parameters
     ----------
@@ -100,14 +102,20 @@ def first_fold_sizes(estimates: list, total: float) -> list:
     total : float
         Seconds for the first folds of all of them.
     """
-    sizes = []
+    smallest = [list(e.values())[-1] for e in estimates]
+    included = [True] * len(estimates)
+    while sum(s for s, keep in zip(smallest, included) if keep) > total and sum(included) > 1:
+        included[max(i for i, keep in enumerate(included) if keep)] = False
+    sizes, left = [], total
     for i, estimate in enumerate(estimates):
-        allowance = total / (len(estimates) - i)
-        fits = [f for f, seconds in estimate.items() if seconds <= allowance]
-        size = fits[0] if fits else (list(estimate)[-1] if i == 0 else None)
+        if not included[i]:
+            sizes.append(None)
+            continue
+        later = [s for s, keep in zip(smallest[i:], included[i:]) if keep]
+        allowance = smallest[i] + max(0.0, left - sum(later)) / len(later)
+        size = next((f for f, seconds in estimate.items() if seconds <= allowance), list(estimate)[-1])
         sizes.append(size)
-        if size is not None:
-            total -= estimate[size]
+        left -= estimate[size]
     return sizes
 
 
