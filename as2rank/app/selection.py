@@ -297,9 +297,9 @@ class RankerSelector(RankerMixin, BaseEstimator):
     def _probe(self, runs, X, y, keys, folds, pace) -> None:
         """Estimate each candidate's fold time from fits on a few questions of the first fold, one line each.
 
-        Two timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one (the fixed cost of a
-        fit and a predict, loading the weights or word vectors included, as every fold loads them) and a
-        larger one (up to 5 % of the questions, fewer when the tiny rounds say it would overrun the candidate's
+        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one that pays what a
+        class loads once in a process (spaCy, cached word vectors), the tiny one again (the fixed cost of a fit and
+        a predict) and a larger one (up to 5 % of the questions, fewer when the tiny rounds say it would overrun the candidate's
         share of :data:`_PROBE_SHARE` of the budget). A fit's cost is fixed seconds plus seconds per unit of
         :func:`fit_work` (pairs through the model, once per epoch), which counts the epochs a fold's fit will run
         (``epochs="auto"`` runs at least 200 steps however few the questions); a predict's, its fixed cost plus a
@@ -320,11 +320,12 @@ class RankerSelector(RankerMixin, BaseEstimator):
             probe_est = probe_estimator(run.estimator)
             try:
                 with Stopwatch() as watch:
+                    first = fit_predict(probe_est, X, y, *tiny)  # pays what a class loads once (spaCy, vectors)
                     small = fit_predict(probe_est, X, y, *tiny)
                     # As many questions as the rest of this candidate's share affords at the tiny rounds' cost
                     # per question (an upper bound: it includes the fixed cost), between 8 and 5 % of them; drawn
                     # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
-                    share = (allowance - spent) / waiting - sum(small)
+                    share = (allowance - spent) / waiting - sum(first) - sum(small)
                     per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
                     fraction = min(0.05, share / max(per_question, 1e-9) / n_questions)
                     probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
