@@ -122,6 +122,8 @@ def _write_json(path, data) -> None:
 
 
 def _select(args) -> int:
+    if not args.quiet:  # at once: reading and checking a large table takes seconds before the selector speaks
+        print(f"as2rank select: reading {args.data}", file=sys.stderr, flush=True)
     X, y = _read_table(args.data, args, labels=True)
     selector = _selector(args, refit=False).fit(X, y)
     print(selector.format_table())

@@ -103,7 +103,7 @@ def _cpu_times() -> tuple[int, int]:
     return values[3] + values[4], sum(values)  # idle and iowait; user ... steal
 
 
-def free_cores(window: float = 0.25) -> int:
+def free_cores(window: float = 0.1) -> int:
     """The cores of this process's CPU set that other processes leave idle, measured over ``window`` seconds
     (at least 1); all of them where the kernel has no such accounting. A thread pool wider than this waits at
     each of its barriers for a thread that another process holds."""
