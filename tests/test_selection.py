@@ -287,8 +287,8 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
 
     first = runs()
     RankerSelector(time_budget=1000.0)._size_first_folds(first, [(train, test)], keys, y, probe_s=100.0)
-    # Half of the 900 s left, 450 s. At their smallest sizes (40 questions) the three need 2.2 + 52 + 1055 s: dear
-    # cannot be measured and is excluded. Cheap gets its 2.2 s plus half of the 396 s beyond both smallest sizes
+    # Half of the 900 s left, 450 s, or all of it when the smallest folds need more. At their smallest sizes (40
+    # questions) the three need 2.2 + 52 + 1055 s, more than the 900 s: dear cannot be measured and is excluded. Cheap gets its 2.2 s plus half of the 396 s beyond both smallest sizes
     # and fits whole (3.6 s); mid gets 52 s plus all the 394 s left beyond them and fits whole (332 s).
     assert first[0].fraction == 1.0 and first[1].fraction == 1.0
     assert first[1].fold_estimate_s == pytest.approx(fold_estimate(first[1].cost, 1600))
@@ -305,6 +305,14 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
     assert slow[1].fraction == 0.5 and slow[1].fold_estimate_s == pytest.approx(fold_estimate(slow[1].cost, 800))
     assert first_fold_sizes([{1.0: 10.0, 0.5: 6.0}, {1.0: 9.0, 0.5: 4.0}], 10.0) == [0.5, 0.5]
     assert first_fold_sizes([{1.0: 50.0}, {1.0: 50.0}], 10.0) == [1.0, None]  # the first always runs
+    # 50 s left: cheap and mid need 4.4 + 104 s at pace 2, beyond even all of it: mid is excluded. 200 s left:
+    # half of it excludes mid, all of it includes it, so the first folds take all of it.
+    few = runs()[:2]
+    RankerSelector(time_budget=950.0)._size_first_folds(few, [(train, test)], keys, y, probe_s=900.0, pace=2.0)
+    assert few[0].status == "ok" and few[1].status.startswith("excluded")
+    few = runs()[:2]
+    RankerSelector(time_budget=1100.0)._size_first_folds(few, [(train, test)], keys, y, probe_s=900.0, pace=2.0)
+    assert few[0].status == "ok" and few[1].status == "ok"
     # A cheap candidate early in the order leaves what a dear one needs at its smallest size.
     assert first_fold_sizes([{1.0: 300.0, 0.5: 150.0, 0.25: 80.0}, {1.0: 900.0, 0.5: 400.0, 0.25: 250.0}],
                             400.0) == [0.25, 0.25]

@@ -121,8 +121,13 @@ def _write_json(path, data) -> None:
         temporary.write_text(json.dumps(data, indent=2))
 
 
+#: Bytes of a table from which ``select`` says that it reads it before it does.
+_LARGE_TABLE = 1 << 20
+
+
 def _select(args) -> int:
-    if not args.quiet:  # at once: reading and checking a large table takes seconds before the selector speaks
+    if not args.quiet and Path(args.data).is_file() and Path(args.data).stat().st_size > _LARGE_TABLE:
+        # At once: reading and checking a large table takes seconds before the selector speaks.
         print(f"as2rank select: reading {args.data}", file=sys.stderr, flush=True)
     X, y = _read_table(args.data, args, labels=True)
     selector = _selector(args, refit=False).fit(X, y)

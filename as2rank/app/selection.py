@@ -373,7 +373,11 @@ class RankerSelector(RankerMixin, BaseEstimator):
         wall = [{f: seconds * pace for f, seconds in e.items()} for e in steady]
 
         def sizes_for(budget):
-            return first_fold_sizes(wall, _FIRST_FOLDS_SHARE * (budget - probe_s))
+            # Measuring every candidate comes first: when the first folds' share excludes one that all that the
+            # probe left would include, the first folds may take all of it.
+            shared = first_fold_sizes(wall, _FIRST_FOLDS_SHARE * (budget - probe_s))
+            whole = first_fold_sizes(wall, budget - probe_s)
+            return whole if whole.count(None) < shared.count(None) else shared
 
         chosen = sizes_for(float(self.time_budget))
         for i, (run, size) in enumerate(zip(ok, chosen)):
