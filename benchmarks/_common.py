@@ -467,6 +467,13 @@ def folders(template: str) -> tuple[Path, Path]:
     return (STUDY_RESULTS, STUDY_DOCS) if is_study(template) else (RESULTS, DOCS)
 
 
+def user_paths(text: str) -> str:
+    """``text`` with the temporary folders a run wrote its user's files to shown as ``path/to/``."""
+    import re
+
+    return re.sub(r"/tmp/[^/\s]+/", "path/to/", text)
+
+
 def _environment():
     import jinja2
 
@@ -478,7 +485,7 @@ def _environment():
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(pct=pct, pval=pval, num=num)
+    env.filters.update(pct=pct, pval=pval, num=num, user_paths=user_paths)
     return env
 
 
