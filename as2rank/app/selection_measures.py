@@ -59,7 +59,7 @@ def fold_estimate(cost: tuple, work: float) -> float:
 def fit_work(estimator, keys, y) -> float:
     """What a fit of ``estimator`` on rows of question ``keys`` and labels ``y`` does, in pairs passed through its
     model: the rows it trains on once per epoch for an estimator with an ``epochs`` parameter (those of answered
-    questions under ``loss="listwise"``; ``epochs="auto"`` resolved as :class:`~as2rank.cosinet.Cosinet` does, from
+    questions under ``loss="listwise"``; ``epochs="auto"`` resolved as :class:`~as2rank.cosinet.estimator.Cosinet` does, from
     ``batch_size`` questions per step), the rows once otherwise. An upper bound where early stopping ends a fit
     sooner. A fit's cost is nearly proportional to it where a fit's schedule is not (a minimum number of steps
     makes a small fit as long as a large one)."""

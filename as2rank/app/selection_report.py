@@ -102,7 +102,7 @@ def plot_selection(table: pd.DataFrame, *, max_latency_ms=None, ax=None):
 
 
 def choose(table: pd.DataFrame, *, max_latency_ms=None) -> tuple[int, str]:
-    """The choice of :class:`RankerSelector` from its results: the candidate with the lowest latency among
+    """The choice of :class:`~as2rank.app.selection.RankerSelector` from its results: the candidate with the lowest latency among
     those within ``max_latency_ms`` that are not significantly below the best (``tied_with_best``).
 
     When no candidate within the budget is tied with the best, the one with the best shared MAP within the

@@ -247,7 +247,7 @@ def batch_tensors(encoded: dict, rows: np.ndarray) -> dict:
 
 def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length: int, batch_tokens: int,
                         progress, pooling: str = "mean") -> np.ndarray:
-    """Unit-length sentence embeddings: each text's pooled token encodings (:func:`~as2rank.neural.backbone.pool`; by default their mean,
+    """Unit-length sentence embeddings: each text's pooled token encodings (``as2rank.neural.backbone.pool``; by default their mean,
     padding excluded).
 
     Parameters
@@ -263,7 +263,7 @@ def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length:
     max_length : int
         Texts are truncated to this many tokens.
     batch_tokens : int
-        Padded tokens per batch (texts sorted by length, :func:`token_budget_batches`).
+        Padded tokens per batch (texts sorted by length, :func:`~as2rank.neural.batching.token_budget_batches`).
     progress : callable
         As in :func:`~as2rank.neural.predict.predict_batches`.
     pooling : {"mean", "cls"}, default="mean"
