@@ -342,9 +342,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             if not fitted:
                 self._init_module(source.dim)
             if len(train_groups):
-                history = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
-                self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
-                    history if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(history))
+                new = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
+                history = new if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(new)
+                self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
             else:
                 state.runs += 1
         # Rows of questions listwise training leaves out still count as passed: the schedule follows the data.
@@ -429,9 +429,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
 
     def _train_groups(self, index, y):
         """The questions training uses: all of them pointwise, those with a positive listwise."""
-        if self.loss == "listwise":
-            return np.flatnonzero(index.max(y) > 0)
-        return np.arange(index.n_groups)
+        return np.flatnonzero(index.max(y) > 0) if self.loss == "listwise" else np.arange(index.n_groups)
 
     def _init_module(self, dim):
         """Build the network (inside ``seeded``: its initialisation is random)."""
