@@ -41,9 +41,9 @@ __all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "RankerSelector"]
 #: command that installs them.
 DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer", "Transformer (MPNet)")
 
-#: Default candidates that join only where a GPU is: on a CPU the BASE-size encoder trains about 20 times slower
-#: than MiniLM, and one fold on the fewest training questions successive halving allows does not fit the default
-#: budget. Name it in ``candidates`` to measure it on a CPU.
+#: Default candidates that join only where a GPU is: on a CPU the BASE-size encoder trains far slower than MiniLM,
+#: and one fold on the fewest training questions successive halving allows does not fit the default budget (the
+#: defaults benchmark times it). Name it in ``candidates`` to measure it on a CPU.
 GPU_CANDIDATES = ("Transformer (MPNet)",)
 
 #: When the time budget stopped a candidate early, fewer shared questions than this (or than half the most any

@@ -55,8 +55,8 @@ class Lap:
 
 @dataclass
 class Pace:
-    """Wall seconds per steady second over the laps added so far: 1 on a quiet machine, about 2 beside as many
-    busy processes as there are cores. It turns a steady estimate into the wall time the work will take here and
+    """Wall seconds per steady second over the laps added so far: 1 on a quiet machine, more where other processes
+    share the cores. It turns a steady estimate into the wall time the work will take here and
     now, which is what a wall-clock budget has to hold."""
 
     wall: float = 0.0
