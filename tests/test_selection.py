@@ -325,7 +325,7 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
 def test_a_halved_candidate_trains_on_fewer_questions_and_is_scored_on_the_same_ones(data, monkeypatch):
     X, y = data
 
-    def halve_lexical(self, runs, folds, keys, y, probe_s, pace=1.0):
+    def halve_lexical(self, runs, folds, keys, y, probe_s, pace=1.0, lengths=None):
         next(r for r in runs if r.name == "Lexical+LR").fraction = 0.5
 
     monkeypatch.setattr(RankerSelector, "_size_first_folds", halve_lexical)
@@ -356,3 +356,72 @@ def test_fit_work_counts_the_epochs_a_fit_will_run():
     assert fit_work(Cosinet(loss="pointwise", epochs=2), keys[:45], y[:45]) == 2 * 45
     once = probe_estimator(listwise)
     assert once.epochs == 1 and fit_work(once, keys, y) == 3995 and listwise.epochs == "auto"
+
+
+def test_the_probes_work_pads_a_neural_models_batches():
+    """A neural model's rows cost the longest of their batch, sorted by length (a few rows in one batch cost what
+    the longest does); a lexical model's, their lengths; an epoch's batches are of ``batch_size`` rows."""
+    from as2rank import Cosinet, ZeroShotRanker
+    from as2rank.app.selection_measures import BATCH_ROWS, fit_work, padded_length, read_work
+
+    assert padded_length([5, 1, 3, 10, 2], 2) == 2 * 2 + 2 * 5 + 10  # [1 2] [3 5] [10]
+    assert padded_length([5, 1, 3], None) == padded_length([5, 1, 3], 1) == 9 and padded_length([], 4) == 0
+    lengths = np.arange(1.0, 2 * BATCH_ROWS + 1)  # 1 .. 64: two batches, the longest 32 and 64
+    assert read_work(WordOverlapRanker(), lengths) == lengths.sum()
+    assert read_work(ZeroShotRanker(), lengths) == BATCH_ROWS * (BATCH_ROWS + 2 * BATCH_ROWS)
+    keys = np.repeat(np.arange(4), 2).astype(str)
+    y = np.tile([1, 0], 4)
+    # 2 epochs of [1 2 3] [4 5 6] [7 8] at 3 rows a batch
+    assert fit_work(Cosinet(loss="pointwise", epochs=2, batch_size=3), keys, y, np.arange(1.0, 9)) == 2 * (9 + 18 + 16)
+
+
+def test_the_probes_questions_have_both_labels_where_they_can():
+    """``some_questions`` draws answered questions with a wrong candidate too before those with only correct
+    ones, so that a one-question probe fit sees both labels."""
+    from as2rank.app.selection_measures import some_questions
+
+    keys = np.repeat(np.arange(6), 2).astype(str)
+    y = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0])  # q0, q3, q4: only correct; q1: none; q2, q5: both
+    rows = np.arange(12)
+    for seed in range(20):
+        one = some_questions(rows, keys, y, np.random.default_rng(seed), fraction=0.0, minimum=1)
+        assert set(keys[one]) <= {"2", "5"} and len(one) == 2 and set(y[one]) == {0, 1}
+    every = some_questions(rows, keys, y, np.random.default_rng(0), fraction=1.0, minimum=1)
+    assert set(keys[every]) == {"0", "2", "3", "4", "5"} and (np.diff(every) > 0).all()
+
+
+class _Counted(RankerMixin, BaseEstimator):
+    """Word overlap whose first ``slow_calls`` predicts compute 20 ms and later ones 1 ms, counting the calls."""
+
+    def __init__(self, slow_calls=0):
+        self.slow_calls = slow_calls
+
+    def fit(self, X, y, groups=None):
+        self.inner_, self.calls_ = WordOverlapRanker().fit(X, y), 0
+        return self
+
+    def predict(self, X):
+        self.calls_ += 1
+        _burn(0.02 if self.calls_ <= self.slow_calls else 0.001)
+        return self.inner_.predict(X)
+
+
+def test_latency_is_the_least_cpu_time_over_rounds_that_run_until_enough_is_spent(data, monkeypatch):
+    """Rounds of one call per question (20 questions) after a warm-up call at the process's threads (one per
+    question, for the wall time) and one on one thread: at least 3 rounds, more while under ``LATENCY_CPU_S``
+    seconds are spent; the least of a question's calls counts, so a slow start (the first 2 rounds) does not."""
+    import as2rank.app.selection_measures as measures
+
+    X, y = data
+    monkeypatch.setattr(measures, "LATENCY_CPU_S", 0.2)
+    est = _Counted(slow_calls=1 + 20 + 1 + 2 * 20).fit(X, y)
+    cpu_ms, wall_ms = measures.latency_ms(est, X, seed=0)
+    # 0.2 s at 1 ms a call after two rounds of 20 ms: 0.8 s spent by round 2, so 3 rounds and no more
+    assert est.calls_ == 1 + 20 + 1 + 3 * 20 and 0.9 <= cpu_ms < 5 and wall_ms >= 15
+    # Fast calls (1 ms and the overlap's own few ms): more rounds, whole ones, until 0.6 s is spent.
+    monkeypatch.setattr(measures, "LATENCY_CPU_S", 0.6)
+    est = _Counted().fit(X, y)
+    start = time.process_time()
+    cpu_ms, _ = measures.latency_ms(est, X, seed=0)
+    rounds = (est.calls_ - 22) / 20
+    assert rounds == int(rounds) and 3 < rounds <= 100 and time.process_time() - start >= 0.6 and cpu_ms >= 0.9

@@ -29,7 +29,8 @@ from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validated
 from .selection_measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings,
-                                 latency_ms, n_questions_of, probe_estimator, some_questions, subsample, threads)
+                                 has_gpu, latency_ms, n_questions_of, probe_estimator, read_work, some_questions,
+                                 subsample, threads)
 from .selection_report import choose
 from .stopwatch import Pace, Stopwatch, free_cores
 
@@ -54,9 +55,13 @@ _FEW_SHARED = 100
 #: a busy machine, slower than the steady estimates, still fits them; the rest goes to further folds.
 _FIRST_FOLDS_SHARE = 0.5
 
-#: The share of ``time_budget`` (wall time) that timing the candidates (the probe) aims to stay within: what the
-#: tiny rounds take cannot shrink, so it aims below the 5 % it promises.
-_PROBE_SHARE = 0.04
+#: The share of ``time_budget`` (wall time, counted from the start of ``fit``) that planning aims to stay within:
+#: what the tiny rounds take cannot shrink, so it aims below the 5 % it promises.
+_PROBE_SHARE = 0.025
+
+#: The largest share of the questions a probe's larger round fits and predicts: a cheap model's cost per pair
+#: falls with the size of a call, so its round is as large as its share of the time allows, up to this.
+_PROBE_MAX_FRACTION = 0.25
 
 
 @dataclass
@@ -139,7 +144,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
         ``fit_s`` (mean wall seconds per fold), ``fold_estimate_s`` (the probe's estimate of a fold, fit and
         predict) beside ``fold_steady_s`` (what the folds took, mean), both in steady seconds (wall time less the
         waits for a CPU that other processes held, :mod:`as2rank.app.stopwatch`), ``latency_ms`` (median over
-        questions of the least CPU time of 3 calls on one thread: a property of the model, not of the load)
+        questions of the least CPU time of its calls on one thread, over rounds spread in time: a property of the
+        model, not of the load)
         beside ``latency_wall_ms`` (median wall time of one call at the process's threads), ``within_budget``, ``chosen``; ``ece`` (expected calibration
         error of sigmoid-calibrated candidate probabilities) and ``answer_f1`` (answer-triggering F1 over every
         scored question, those without a correct candidate included, at the threshold of the best F1), each
@@ -202,6 +208,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         """
         X, y, index = check_ranking_data(X, y, groups)
         keys = index.keys[index.codes]
+        lengths = (X["question"].str.len() + X["candidate"].str.len()).to_numpy(dtype=np.float64)
         answered = int((index.max(y) > 0).sum())
         splitter = self._splitter()
         n_splits = splitter.get_n_splits(X, y, keys)
@@ -224,17 +231,17 @@ class RankerSelector(RankerMixin, BaseEstimator):
         runs = self._runs("position" in X.columns)  # after the first line: building them loads torch
         pace = Pace()  # how much slower than steady time the machine runs now (the laps so far)
         with threads(self.n_threads_):
-            self._probe(runs, X, y, keys, folds, pace)
+            self._probe(runs, X, y, keys, folds, pace, started, lengths)
             runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
             probe_s = time.perf_counter() - started
-            self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio)
+            self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio, lengths)
             self._say(self._plan(runs, folds, probe_s, pace.ratio))
             # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
             # measuring every candidate once before measuring any of them again.
             for k in range(len(folds)):
                 for run in runs:
                     if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, y, started,
-                                                                               pace.ratio):
+                                                                               pace.ratio, lengths):
                         self._run_fold(run, k, X, y, keys, folds, runs, pace)
         table = self._results(runs, {r.name: answering(r.scores, X, y, index) for r in runs})
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
@@ -266,7 +273,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
 
         entries = {e.name: e for e in ENTRIES}
         if isinstance(self.candidates, str):
-            gpu = _has_gpu()
+            gpu = has_gpu()
             named = [n for n in DEFAULT_CANDIDATES if (has_position or n != "RR") and (gpu or n not in GPU_CANDIDATES)]
         elif isinstance(self.candidates, dict):
             named = list(self.candidates.items())
@@ -294,24 +301,28 @@ class RankerSelector(RankerMixin, BaseEstimator):
             raise ValueError("No candidate can run: " + "; ".join(f"{r.name} {r.status}" for r in runs))
         return runs
 
-    def _probe(self, runs, X, y, keys, folds, pace) -> None:
+    def _probe(self, runs, X, y, keys, folds, pace, started, lengths) -> None:
         """Estimate each candidate's fold time from fits on a few questions of the first fold, one line each.
 
-        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one that pays what a
-        class loads once in a process (spaCy, cached word vectors), the tiny one again (the fixed cost of a fit and
-        a predict) and a larger one (up to 5 % of the questions, fewer when the tiny rounds say it would overrun the candidate's
-        share of :data:`_PROBE_SHARE` of the budget). A fit's cost is fixed seconds plus seconds per unit of
-        :func:`fit_work` (pairs through the model, once per epoch), which counts the epochs a fold's fit will run
-        (``epochs="auto"`` runs at least 200 steps however few the questions); a predict's, its fixed cost plus a
-        cost per pair. Times are steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the machine
-        takes from them is left out, so the estimates do not depend on it. The share of the budget is counted in
-        wall time, which ``pace`` (updated here) relates to steady time.
+        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one (one training
+        and one test question) that pays what a class loads once in a process (spaCy, cached word vectors), the
+        tiny one again (the fixed cost of a fit and a predict) and a larger one (at least 6 training and 3 test
+        questions, at most :data:`_PROBE_MAX_FRACTION` of them: as many as the candidate's share of what is left
+        of :data:`_PROBE_SHARE` of the budget affords at the tiny rounds' cost); a round under a second is
+        repeated and its least time kept (:func:`fit_predict`). A fit's cost is fixed seconds plus seconds per
+        unit of :func:`fit_work` (characters through the model, each batch padded to its longest, once per
+        epoch), which counts the epochs a fold's fit will run (``epochs="auto"`` runs at least 200 steps however
+        few the questions); a predict's, its fixed cost plus a cost per unit of :func:`read_work`. Times are
+        steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the machine takes from them is left
+        out, so the estimates do not depend on it. The share of the budget is counted in wall time, which
+        ``pace`` (updated here) relates to steady time.
         """
         train, test = folds[0]
         rng = np.random.default_rng(self.random_state)
-        tiny = (some_questions(train, keys, y, rng, fraction=0.0, minimum=4),
-                some_questions(test, keys, y, rng, fraction=0.0, minimum=2))
-        allowance = np.inf if self.time_budget is None else _PROBE_SHARE * float(self.time_budget)
+        tiny = (some_questions(train, keys, y, rng, fraction=0.0, minimum=1),
+                some_questions(test, keys, y, rng, fraction=0.0, minimum=1))
+        allowance = (np.inf if self.time_budget is None
+                     else _PROBE_SHARE * float(self.time_budget) - (time.perf_counter() - started))
         spent, waiting = 0.0, sum(r.status == "ok" for r in runs)
         n_questions = len(pd.unique(keys))
         for run in runs:
@@ -321,17 +332,17 @@ class RankerSelector(RankerMixin, BaseEstimator):
             try:
                 with Stopwatch() as watch:
                     first = fit_predict(probe_est, X, y, *tiny)  # pays what a class loads once (spaCy, vectors)
-                    small = fit_predict(probe_est, X, y, *tiny)
+                    small = fit_predict(probe_est, X, y, *tiny, repeats=3)
                     # As many questions as the rest of this candidate's share affords at the tiny rounds' cost
-                    # per question (an upper bound: it includes the fixed cost), between 8 and 5 % of them; drawn
-                    # as a prefix of one permutation, so that a smaller round's questions are in a larger one's.
+                    # per question (an upper bound: it includes the fixed cost), between the minimum and
+                    # _PROBE_MAX_FRACTION of them.
                     share = (allowance - spent) / waiting - sum(first) - sum(small)
                     per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
-                    fraction = min(0.05, share / max(per_question, 1e-9) / n_questions)
+                    fraction = min(_PROBE_MAX_FRACTION, share / max(per_question, 1e-9) / n_questions)
                     probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
                                                   fraction=max(0.0, fraction), minimum=minimum)
-                                  for rows, minimum in ((train, 8), (test, 4)))
-                    large = fit_predict(probe_est, X, y, *probe)
+                                  for rows, minimum in ((train, 6), (test, 3)))
+                    large = fit_predict(probe_est, X, y, *probe, repeats=3)
             except Exception as exc:  # a candidate that cannot run on this data is reported, not fatal
                 run.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                 self._say(f"  {run.name:<14} {run.status}")
@@ -340,23 +351,24 @@ class RankerSelector(RankerMixin, BaseEstimator):
                 waiting -= 1
             spent += watch.lap.wall
             pace.add(watch.lap)
-            work = [fit_work(probe_est, keys[rows], y[rows]) for rows in (tiny[0], probe[0])]
+            work = [fit_work(probe_est, keys[rows], y[rows], lengths[rows]) for rows in (tiny[0], probe[0])]
             if work[1] >= 1.5 * work[0] and large[0] > small[0]:
                 per_unit = (large[0] - small[0]) / (work[1] - work[0])
             else:  # too little between the rounds to tell a fixed cost from a cost per unit: all per unit
                 per_unit = large[0] / max(work[1], 1.0)
-            per_pair = max(0.0, large[1] - small[1]) / max(1, len(probe[1]) - len(tiny[1]))
-            run.cost = (max(0.0, small[0] - per_unit * work[0]), per_unit,
-                        small[1] + per_pair * (len(test) - len(tiny[1])))
-            estimate = run.fold_estimate_s = run.probe_estimate_s = self._estimate(run, train, keys, y, 1.0)
+            read = [read_work(probe_est, lengths[rows]) for rows in (tiny[1], probe[1], test)]
+            per_read = max(0.0, large[1] - small[1]) / max(1.0, read[1] - read[0])
+            run.cost = (max(0.0, small[0] - per_unit * work[0]), per_unit, small[1] + per_read * (read[2] - read[0]))
+            estimate = run.fold_estimate_s = run.probe_estimate_s = self._estimate(run, train, keys, y, 1.0, lengths)
             self._say(f"  {run.name:<14} ~{duration(estimate)} per fold (timed in {duration(watch.lap.steady)})")
 
-    def _estimate(self, run, train, keys, y, fraction) -> float:
+    def _estimate(self, run, train, keys, y, fraction, lengths=None) -> float:
         """The probe's estimate of a fold of ``run`` that trains on ``fraction`` of the questions of ``train``."""
         rows = subsample(train, keys, fraction, seed=(self.random_state, 0))
-        return fold_estimate(run.cost, fit_work(run.estimator, keys[rows], y[rows]))
+        return fold_estimate(run.cost, fit_work(run.estimator, keys[rows], y[rows],
+                                                None if lengths is None else lengths[rows]))
 
-    def _size_first_folds(self, runs, folds, keys, y, probe_s, pace=1.0) -> None:
+    def _size_first_folds(self, runs, folds, keys, y, probe_s, pace=1.0, lengths=None) -> None:
         """Successive halving over training questions (:func:`first_fold_sizes`): each candidate, cheapest first,
         trains its folds on the largest of 1, 1/2, 1/4, ... of a fold's training questions (at least
         :data:`MIN_TRAIN_QUESTIONS`) whose estimate, in wall time at this ``pace``, fits its share of
@@ -369,7 +381,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         n_questions = len(pd.unique(keys[train]))
         sizes = halvings(n_questions)
         ok = [r for r in runs if r.status == "ok"]
-        steady = [{f: self._estimate(run, train, keys, y, f) for f in sizes} for run in ok]
+        steady = [{f: self._estimate(run, train, keys, y, f, lengths) for f in sizes} for run in ok]
         wall = [{f: seconds * pace for f, seconds in e.items()} for e in steady]
 
         def sizes_for(budget):
@@ -420,7 +432,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
                      + (", then the refit of the choice." if self.refit else "."))
         return "\n".join(lines)
 
-    def _admits(self, run, k, runs, folds, keys, y, started, pace=1.0) -> bool:
+    def _admits(self, run, k, runs, folds, keys, y, started, pace=1.0, lengths=None) -> bool:
         """Whether ``run``'s fold ``k`` fits, in wall time at this ``pace``, in what is left of the time budget;
         marks the run stopped (or skipped) if not. A first fold that no longer fits at its planned size (the
         machine ran slower than planned) is halved further while its size stays at least
@@ -433,7 +445,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         if k == 0:
             train = folds[0][0]
             smaller = [(f, e) for f in halvings(len(pd.unique(keys[train]))) if f < run.fraction
-                       and (e := self._estimate(run, train, keys, y, f)) * pace <= left]
+                       and (e := self._estimate(run, train, keys, y, f, lengths)) * pace <= left]
             if smaller:
                 run.fraction, run.fold_estimate_s = smaller[0]
                 run.probe_estimate_s = run.fold_estimate_s
@@ -578,13 +590,3 @@ class RankerSelector(RankerMixin, BaseEstimator):
         tags.input_tags.string = True
         return tags
 
-
-def _has_gpu() -> bool:
-    """Whether torch is installed and sees a CUDA device."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())

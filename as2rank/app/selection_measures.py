@@ -18,8 +18,19 @@ from .stopwatch import Stopwatch
 #: The fewest training questions of a fold that successive halving trains a candidate on.
 MIN_TRAIN_QUESTIONS = 40
 
-#: Calls per question of the latency measurement; the least CPU time counts.
+#: The fewest rounds of one call per question in the latency measurement; the least CPU time of each counts.
 LATENCY_REPEATS = 3
+
+#: CPU seconds the latency rounds go on for (at least :data:`LATENCY_REPEATS`, at most 100 rounds): a call of a few
+#: milliseconds runs slower in some seconds than in others on a shared host, and the least over rounds spread
+#: over this long is the one those seconds do not inflate.
+LATENCY_CPU_S = 2.0
+
+#: A probe round shorter than this many seconds is repeated (up to 3 times) and the least time kept.
+REPEAT_UNDER_S = 1.0
+
+#: Rows a neural model runs at once, in length order, in the probe's cost model (:func:`read_work`).
+BATCH_ROWS = 32
 
 #: Questions whose one-question prediction is timed for the latency of a candidate (the median is reported).
 LATENCY_QUESTIONS = 20
@@ -51,21 +62,24 @@ def answering(fold_scores, X, y, index: GroupIndex) -> dict:
 
 def fold_estimate(cost: tuple, work: float) -> float:
     """The probe's estimate of a fold whose fit does ``work`` (:func:`fit_work`; fit and predict, steady seconds)
-    from its ``cost``: (fixed fit seconds, fit seconds per unit of work, predict seconds of a fold)."""
+    from its ``cost``: (fixed fit seconds, fit seconds per unit of work, predict seconds of a fold's test rows)."""
     fixed, per_unit, predict = cost
     return fixed + per_unit * work + predict
 
 
-def fit_work(estimator, keys, y) -> float:
-    """What a fit of ``estimator`` on rows of question ``keys`` and labels ``y`` does, in pairs passed through its
-    model: the rows it trains on once per epoch for an estimator with an ``epochs`` parameter (those of answered
-    questions under ``loss="listwise"``; ``epochs="auto"`` resolved as :class:`~as2rank.cosinet.estimator.Cosinet` does, from
-    ``batch_size`` questions per step), the rows once otherwise. An upper bound where early stopping ends a fit
-    sooner. A fit's cost is nearly proportional to it where a fit's schedule is not (a minimum number of steps
-    makes a small fit as long as a large one)."""
+def fit_work(estimator, keys, y, lengths=None) -> float:
+    """What a fit of ``estimator`` on rows of question ``keys`` and labels ``y`` does: the rows' ``lengths``
+    (characters of question and candidate; 1 per row when None) passed through its model, padded as
+    :func:`read_work` pads them; the rows it trains on once per epoch for an estimator with an ``epochs``
+    parameter (those of answered questions under ``loss="listwise"``; ``epochs="auto"`` resolved as
+    :class:`~as2rank.cosinet.estimator.Cosinet` does, from ``batch_size`` questions per step, and batches of
+    ``batch_size`` rows), the rows once otherwise. An upper bound where early stopping ends a fit sooner. A fit's
+    cost is nearly proportional to it where a fit's schedule is not (a minimum number of steps makes a small fit
+    as long as a large one)."""
     params = estimator.get_params(deep=False) if hasattr(estimator, "get_params") else {}
+    lengths = np.ones(len(keys)) if lengths is None else np.asarray(lengths, dtype=np.float64)
     if "epochs" not in params:
-        return float(len(keys))
+        return read_work(estimator, lengths)
     codes = pd.factorize(keys)[0]
     trained = np.ones(len(keys), dtype=bool)
     if params.get("loss") == "listwise":
@@ -75,7 +89,27 @@ def fit_work(estimator, keys, y) -> float:
         from ..cosinet.estimator import resolve_epochs
 
         epochs = resolve_epochs("auto", -(-len(np.unique(codes[trained])) // int(params.get("batch_size", 1))))
-    return float(epochs) * float(trained.sum())
+    return float(epochs) * padded_length(lengths[trained], params.get("batch_size"))
+
+
+def read_work(estimator, lengths) -> float:
+    """What passing rows of these ``lengths`` through ``estimator``'s model once costs: a neural model's (one
+    with a ``batch_size`` or ``batch_tokens`` parameter) rows sorted by length into batches of
+    :data:`BATCH_ROWS`, each row costing the longest of its batch (a few rows in one batch cost what their longest
+    does; many cost little more than their lengths); another's, the lengths."""
+    params = estimator.get_params(deep=False) if hasattr(estimator, "get_params") else {}
+    neural = "batch_size" in params or "batch_tokens" in params
+    return padded_length(lengths, BATCH_ROWS if neural else None)
+
+
+def padded_length(lengths, batch_size=None) -> float:
+    """The summed length of rows sorted by length into batches of ``batch_size``, each row counting the longest
+    of its batch (its own where ``batch_size`` is None or not a whole number of rows)."""
+    lengths = np.sort(np.asarray(lengths, dtype=np.float64))
+    if not isinstance(batch_size, (int, np.integer)) or batch_size <= 1 or not len(lengths):
+        return float(lengths.sum())
+    ends = np.minimum(np.arange(batch_size, len(lengths) + batch_size, batch_size), len(lengths))
+    return float((lengths[ends - 1] * np.diff(ends, prepend=0)).sum())
 
 
 def probe_estimator(estimator):
@@ -145,31 +179,43 @@ def subsample(rows, keys, fraction: float, seed) -> np.ndarray:
 
 def some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.ndarray:
     """Rows of a random ``fraction`` (at least ``minimum``) of the questions among ``rows`` that have a correct
-    answer (so that every probe fit sees both labels), in their original order."""
+    answer, those with a wrong one too drawn first (so that every probe fit sees both labels), in their original
+    order."""
     question = pd.factorize(keys[rows])[0]
-    answered = np.flatnonzero(np.bincount(question, weights=y[rows] > 0) > 0)
-    take = min(len(answered), max(minimum, int(np.ceil(fraction * (question.max() + 1)))))
+    correct = np.bincount(question, weights=y[rows] > 0) > 0
+    wrong = np.bincount(question, weights=y[rows] <= 0) > 0
+    both, only = np.flatnonzero(correct & wrong), np.flatnonzero(correct & ~wrong)
+    take = min(len(both) + len(only), max(minimum, int(np.ceil(fraction * (question.max() + 1)))))
     chosen = np.zeros(question.max() + 1, dtype=bool)
-    chosen[rng.permutation(answered)[:take]] = True
+    chosen[np.concatenate([rng.permutation(both), rng.permutation(only)])[:take]] = True
     return rows[chosen[question]]
 
 
-def fit_predict(estimator, X, y, train, test) -> tuple[float, float]:
-    """Steady seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``."""
-    est = clone(estimator)
-    with Stopwatch() as fit:
-        est.fit(X.iloc[train], y[train])
-    with Stopwatch() as predict:
-        est.predict(X.iloc[test])
-    return fit.lap.steady, predict.lap.steady
+def fit_predict(estimator, X, y, train, test, *, repeats: int = 1) -> tuple[float, float]:
+    """Steady seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``: the
+    least of up to ``repeats`` rounds, repeated only while a round takes under :data:`REPEAT_UNDER_S` (a call
+    this short varies by more than itself with what the host does in that second)."""
+    fit_s = predict_s = np.inf
+    for _ in range(repeats):
+        est = clone(estimator)
+        with Stopwatch() as fit:
+            est.fit(X.iloc[train], y[train])
+        with Stopwatch() as predict:
+            est.predict(X.iloc[test])
+        fit_s, predict_s = min(fit_s, fit.lap.steady), min(predict_s, predict.lap.steady)
+        if fit.lap.steady + predict.lap.steady >= REPEAT_UNDER_S:
+            break
+    return fit_s, predict_s
 
 
 def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float]:
     """Milliseconds to rank one question's candidates alone (one ``predict`` call per question) over up to
     :data:`LATENCY_QUESTIONS` questions of ``X_test``, after one warm-up call: the median over questions of
-    the least CPU time of :data:`LATENCY_REPEATS` calls on one thread (what a question costs the machine,
-    whatever else runs on it: one thread waits at no barrier of a thread pool, and a thread's CPU time leaves out
-    the waits for a CPU), and the median wall time of one call at the process's threads (what it took here)."""
+    the least CPU time of a question's calls on one thread, in rounds of one call per question (at least
+    :data:`LATENCY_REPEATS`, until :data:`LATENCY_CPU_S` CPU seconds are spent), which is what a question costs
+    the machine whatever else runs on it (one thread waits at no barrier of a thread pool, a thread's CPU time
+    leaves out the waits for a CPU, and the least over rounds spread in time leaves out the host's slow
+    seconds); and the median wall time of one call at the process's threads (what it took here)."""
     codes, _ = pd.factorize(X_test["qid"])
     rng = np.random.default_rng(seed)
     picked = rng.permutation(codes.max() + 1)[:LATENCY_QUESTIONS]
@@ -180,17 +226,18 @@ def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float
         with Stopwatch() as watch:
             estimator.predict(frame)
         wall.append(watch.lap.wall)
-    cpu = []
+    least = np.full(len(frames), np.inf)
     with threads(1):
         estimator.predict(frames[0])
-        for frame in frames:
-            laps = []
-            for _ in range(LATENCY_REPEATS):
+        spent, rounds = 0.0, 0
+        while rounds < LATENCY_REPEATS or (spent < LATENCY_CPU_S and rounds < 100):
+            for i, frame in enumerate(frames):
                 with Stopwatch() as watch:
                     estimator.predict(frame)
-                laps.append(watch.lap.cpu)
-            cpu.append(min(laps))
-    return 1000.0 * float(np.median(cpu)), 1000.0 * float(np.median(wall))
+                least[i] = min(least[i], watch.lap.cpu)
+                spent += watch.lap.cpu
+            rounds += 1
+    return 1000.0 * float(np.median(least)), 1000.0 * float(np.median(wall))
 
 
 @contextmanager
@@ -212,6 +259,17 @@ def threads(n: int | None):
     finally:
         if torch is not None:
             torch.set_num_threads(before)
+
+
+def has_gpu() -> bool:
+    """Whether torch is installed and sees a CUDA device."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def duration(seconds: float) -> str:

@@ -50,7 +50,7 @@ def format_selection(table: pd.DataFrame, *, alpha: float = 0.05, max_latency_ms
         f"{int(evaluated['n_questions'].min()) if len(evaluated) else 0} questions every model scored. ≈ best: not "
         f"significantly below the best (paired randomisation test over questions, p ≥ {alpha:g}). Latency: median "
         "over questions of the CPU time to rank one question's candidates on one thread of this machine (the least "
-        "of 3 calls). ECE (calibration error of the candidate "
+        "over at least 3 rounds of calls). ECE (calibration error of the candidate "
         "probabilities) and answer F1 (answering a question only when its top candidate is likely correct, over "
         "every question, those without a correct candidate included): each fold judged by a calibration and a "
         "threshold learned on the other folds; – with fewer than 3 folds."
