@@ -59,9 +59,9 @@ _FIRST_FOLDS_SHARE = 0.5
 #: what the tiny rounds take cannot shrink, so it aims below the 5 % it promises.
 _PROBE_SHARE = 0.025
 
-#: The largest share of the questions a probe's larger round fits and predicts: a cheap model's cost per pair
+#: The largest share of the questions a probe's larger round fits and predicts: a cheap model's cost per row
 #: falls with the size of a call, so its round is as large as its share of the time allows, up to this.
-_PROBE_MAX_FRACTION = 0.25
+_PROBE_MAX_FRACTION = 0.5
 
 
 @dataclass
@@ -308,8 +308,9 @@ class RankerSelector(RankerMixin, BaseEstimator):
         and one test question) that pays what a class loads once in a process (spaCy, cached word vectors), the
         tiny one again (the fixed cost of a fit and a predict) and a larger one (at least 6 training and 3 test
         questions, at most :data:`_PROBE_MAX_FRACTION` of them: as many as the candidate's share of what is left
-        of :data:`_PROBE_SHARE` of the budget affords at the tiny rounds' cost); a round under a second is
-        repeated and its least time kept (:func:`fit_predict`). A fit's cost is fixed seconds plus seconds per
+        of :data:`_PROBE_SHARE` of the budget affords at the tiny rounds' cost). The tiny round again is
+        repeated while under half a second and its least time kept (:func:`fit_predict`); the larger one is not: a
+        repeat on the same texts would hit the caches that a fold's new texts miss. A fit's cost is fixed seconds plus seconds per
         unit of :func:`fit_work` (characters through the model, each batch padded to its longest, once per
         epoch), which counts the epochs a fold's fit will run (``epochs="auto"`` runs at least 200 steps however
         few the questions); a predict's, its fixed cost plus a cost per unit of :func:`read_work`. Times are
@@ -342,7 +343,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
                                                   fraction=max(0.0, fraction), minimum=minimum)
                                   for rows, minimum in ((train, 6), (test, 3)))
-                    large = fit_predict(probe_est, X, y, *probe, repeats=3)
+                    large = fit_predict(probe_est, X, y, *probe)
             except Exception as exc:  # a candidate that cannot run on this data is reported, not fatal
                 run.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                 self._say(f"  {run.name:<14} {run.status}")

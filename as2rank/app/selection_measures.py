@@ -26,8 +26,8 @@ LATENCY_REPEATS = 3
 #: over this long is the one those seconds do not inflate.
 LATENCY_CPU_S = 2.0
 
-#: A probe round shorter than this many seconds is repeated (up to 3 times) and the least time kept.
-REPEAT_UNDER_S = 1.0
+#: A probe round shorter than this many seconds is repeated (up to 3 times, where asked) and the least time kept.
+REPEAT_UNDER_S = 0.5
 
 #: Rows a neural model runs at once, in length order, in the probe's cost model (:func:`read_work`).
 BATCH_ROWS = 32
