@@ -92,7 +92,7 @@ def test_lexical_features_keep_their_idf(toy, tmp_path):
     features.save_pretrained(tmp_path / "f")
     assert_pickle_free(tmp_path / "f")
     loaded = LexicalFeatures.from_pretrained(tmp_path / "f")
-    assert loaded.vocabulary_ == features.vocabulary_ and loaded._unseen_idf == features._unseen_idf
+    assert loaded.vocabulary_ == features.vocabulary_ and loaded.unseen_idf_ == features.unseen_idf_
     unseen = X.assign(question=X["question"] + " zebra", candidate=X["candidate"] + " zebra")
     for frame in (X, unseen):  # a token unseen in fit gets the saved largest IDF
         pd.testing.assert_frame_equal(loaded.transform(frame), features.transform(frame))

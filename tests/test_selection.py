@@ -425,3 +425,21 @@ def test_latency_is_the_least_cpu_time_over_rounds_that_run_until_enough_is_spen
     cpu_ms, _ = measures.latency_ms(est, X, seed=0)
     rounds = (est.calls_ - 22) / 20
     assert rounds == int(rounds) and 3 < rounds <= 100 and time.process_time() - start >= 0.6 and cpu_ms >= 0.9
+
+
+def test_the_probe_predicts_training_questions_it_did_not_fit_on():
+    """The fold's test questions stay unread until the fold predicts them (caches warm with what was read): the
+    probe fits a fraction of the training questions and predicts as many others of them as that fraction of the
+    test questions."""
+    from as2rank.app.selection_measures import probe_rows
+
+    keys = np.repeat(np.arange(300), 4).astype(str)
+    y = np.tile([1, 0, 0, 0], 300)
+    train, test = np.arange(0, 800), np.arange(800, 1200)  # 200 training questions, 100 test questions
+    fit, predict = probe_rows(train, test, keys, y, 0, fraction=0.2, minimum=6)
+    assert len(set(keys[fit])) == 40 and len(set(keys[predict])) == 20  # 0.2 of 200; 0.2 of 100
+    assert not set(keys[fit]) & set(keys[predict]) and set(predict) <= set(train) and set(fit) <= set(train)
+    fit, predict = probe_rows(train, test, keys, y, 0, fraction=0.0, minimum=6)
+    assert len(set(keys[fit])) == 6 and len(set(keys[predict])) == 3
+    fit, predict = probe_rows(train[:8], test, keys, y, 0, fraction=1.0, minimum=6)  # nothing left: the fit's own
+    assert list(fit) == list(predict) == list(train[:8])

@@ -17,19 +17,29 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin, check_scores, rank_tiebreak
 from ..data import GroupIndex, check_ranking_data, check_X
-from ..ensemble.teachers import _clone_sharing
+from ..ensemble.teachers import clone_sharing
 from ..params import HasMethods, Interval, Options, check_param, validated
 from ..persistence import PersistenceMixin
 from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
 from .heldout import cross_fit
 from .threshold import choose_threshold
 
-__all__ = ["PREFIT_FOLDS", "CalibratedRanker"]
+__all__ = ["CALIBRATED_CONSTRAINTS", "PREFIT_FOLDS", "CalibratedRanker"]
 
 #: Question folds of the calibration's cross-fitting when ``cv="prefit"`` (no folds are given).
 PREFIT_FOLDS = 5
 
 _TARGET = [Interval(Real, 0, 1, closed="right"), None]
+
+
+#: The constraint table of :class:`CalibratedRanker`'s parameters (the command line checks its options with it).
+CALIBRATED_CONSTRAINTS = {
+    "estimator": [HasMethods(("fit", "predict"), "a ranker with fit and predict")],
+    "method": [Options(("sigmoid", "isotonic"))],
+    "cv": [Interval(Integral, 3, None), Options(("prefit",)), HasMethods("split", "a group splitter")],
+    "target_precision": _TARGET,
+    "target_coverage": _TARGET,
+}
 
 
 class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
@@ -113,13 +123,7 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model.predict_answer(X).head()                                                 # doctest: +SKIP
     """
 
-    _parameter_constraints = {
-        "estimator": [HasMethods(("fit", "predict"), "a ranker with fit and predict")],
-        "method": [Options(("sigmoid", "isotonic"))],
-        "cv": [Interval(Integral, 3, None), Options(("prefit",)), HasMethods("split", "a group splitter")],
-        "target_precision": _TARGET,
-        "target_coverage": _TARGET,
-    }
+    _parameter_constraints = CALIBRATED_CONSTRAINTS
 
     def __init__(self, estimator=None, method="sigmoid", cv=5, target_precision=None, target_coverage=None):
         self.estimator = estimator
@@ -283,7 +287,7 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
 
     def __sklearn_clone__(self):
         if self.cv == "prefit":
-            return _clone_sharing(self, "estimator")
+            return clone_sharing(self, "estimator")
         return super().__sklearn_clone__()
 
 

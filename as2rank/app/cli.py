@@ -87,7 +87,7 @@ def _check_args(args) -> None:
     from ..base import RANK_CONSTRAINTS
     from numbers import Integral
 
-    from ..answer.ranker import CalibratedRanker
+    from ..answer.ranker import CALIBRATED_CONSTRAINTS
     from ..files import check_output_file
     from ..params import Interval, check_param
     from .scale import PREDICT_FILE_CONSTRAINTS
@@ -96,12 +96,12 @@ def _check_args(args) -> None:
     tables = {"top_k": RANK_CONSTRAINTS, **{k: PREDICT_FILE_CONSTRAINTS for k in ("chunksize", "window")},
               **{k: RankerSelector._parameter_constraints for k in ("cv", "max_latency_ms", "time_budget")},
               "n_threads": {"n_threads": [Interval(Integral, 1, None), None]},
-              "target_precision": CalibratedRanker._parameter_constraints}
+              "target_precision": CALIBRATED_CONSTRAINTS}
     for name, table in tables.items():
         if getattr(args, name, None) is not None:
             check_param(f"--{name.replace('_', '-')}", getattr(args, name), table[name])
     if args.command == "fit" and args.calibrate:
-        check_param("--cv", args.cv, CalibratedRanker._parameter_constraints["cv"])
+        check_param("--cv", args.cv, CALIBRATED_CONSTRAINTS["cv"])
     elif args.command == "fit" and args.target_precision is not None:
         raise ValueError("--target-precision sets the threshold of a calibrated model: add --calibrate.")
     for name in getattr(args, "output_files", ()):

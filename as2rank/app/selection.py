@@ -29,7 +29,7 @@ from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validated
 from .selection_measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings,
-                                 has_gpu, latency_ms, n_questions_of, probe_estimator, read_work, some_questions,
+                                 has_gpu, latency_ms, n_questions_of, probe_estimator, probe_rows, read_work,
                                  subsample, threads)
 from .selection_report import choose
 from .stopwatch import Pace, Stopwatch, free_cores
@@ -304,24 +304,22 @@ class RankerSelector(RankerMixin, BaseEstimator):
     def _probe(self, runs, X, y, keys, folds, pace, started, lengths) -> None:
         """Estimate each candidate's fold time from fits on a few questions of the first fold, one line each.
 
-        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`): a tiny one (one training
-        and one test question) that pays what a class loads once in a process (spaCy, cached word vectors), the
-        tiny one again (the fixed cost of a fit and a predict) and a larger one (at least 6 training and 3 test
-        questions, at most :data:`_PROBE_MAX_FRACTION` of them: as many as the candidate's share of what is left
-        of :data:`_PROBE_SHARE` of the budget affords at the tiny rounds' cost). The tiny round again is
-        repeated while under half a second and its least time kept (:func:`fit_predict`); the larger one is not: a
-        repeat on the same texts would hit the caches that a fold's new texts miss. A fit's cost is fixed seconds plus seconds per
-        unit of :func:`fit_work` (characters through the model, each batch padded to its longest, once per
-        epoch), which counts the epochs a fold's fit will run (``epochs="auto"`` runs at least 200 steps however
-        few the questions); a predict's, its fixed cost plus a cost per unit of :func:`read_work`. Times are
-        steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the machine takes from them is left
-        out, so the estimates do not depend on it. The share of the budget is counted in wall time, which
-        ``pace`` (updated here) relates to steady time.
+        Three timed rounds of a one-epoch, uncached copy (:func:`probe_estimator`) that fit on questions of the
+        first fold's training part and predict others of it (:func:`probe_rows`): a tiny one (one question each)
+        that pays what a class loads once in a process (spaCy, cached word vectors), the tiny one again (the
+        fixed cost of a fit and a predict; repeated while under half a second, the least time kept) and a larger
+        one (at least 6 and 3 questions, at most :data:`_PROBE_MAX_FRACTION`: as many as the candidate's share
+        of what is left of :data:`_PROBE_SHARE` of the budget affords at the tiny rounds' cost; not repeated, as
+        a repeat on the same texts hits the caches that a fold's new texts miss). A fit's cost is fixed seconds
+        plus seconds per unit of :func:`fit_work` (characters through the model, each batch padded to its
+        longest, once per epoch), which counts the epochs a fold's fit will run (``epochs="auto"`` runs at least
+        200 steps however few the questions); a predict's, its fixed cost plus a cost per unit of
+        :func:`read_work`. Times are steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the
+        machine takes from them is left out, so the estimates do not depend on it. The share of the budget is
+        counted in wall time, which ``pace`` (updated here) relates to steady time.
         """
         train, test = folds[0]
-        rng = np.random.default_rng(self.random_state)
-        tiny = (some_questions(train, keys, y, rng, fraction=0.0, minimum=1),
-                some_questions(test, keys, y, rng, fraction=0.0, minimum=1))
+        tiny = probe_rows(train, test, keys, y, self.random_state, fraction=0.0, minimum=1)
         allowance = (np.inf if self.time_budget is None
                      else _PROBE_SHARE * float(self.time_budget) - (time.perf_counter() - started))
         spent, waiting = 0.0, sum(r.status == "ok" for r in runs)
@@ -340,9 +338,8 @@ class RankerSelector(RankerMixin, BaseEstimator):
                     share = (allowance - spent) / waiting - sum(first) - sum(small)
                     per_question = sum(small) / (len(np.unique(keys[tiny[0]])) + len(np.unique(keys[tiny[1]])))
                     fraction = min(_PROBE_MAX_FRACTION, share / max(per_question, 1e-9) / n_questions)
-                    probe = tuple(some_questions(rows, keys, y, np.random.default_rng(self.random_state + 1),
-                                                  fraction=max(0.0, fraction), minimum=minimum)
-                                  for rows, minimum in ((train, 6), (test, 3)))
+                    probe = probe_rows(train, test, keys, y, self.random_state + 1, fraction=max(0.0, fraction),
+                                       minimum=6)
                     large = fit_predict(probe_est, X, y, *probe)
             except Exception as exc:  # a candidate that cannot run on this data is reported, not fatal
                 run.status = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"

@@ -191,6 +191,26 @@ def some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.n
     return rows[chosen[question]]
 
 
+def probe_rows(train, test, keys, y, seed, *, fraction: float, minimum: int) -> tuple:
+    """The rows a probe round fits on and predicts: ``fraction`` (at least ``minimum``) of the first fold's
+    training questions ``train`` to fit on, and as many of its other training questions as that fraction of its
+    test questions ``test`` (at least half the minimum) to predict, so that the fold's test questions stay
+    unread until the fold predicts them: what a process has read warms caches (spaCy's tokenizer's), and the
+    fold's predict should find them as cold as the probe's did. The fitted questions are drawn by
+    :func:`some_questions`, the predicted ones among all the others."""
+    rng = np.random.default_rng(seed)
+    fit = some_questions(train, keys, y, rng, fraction=fraction, minimum=minimum)
+    rest = train[~np.isin(keys[train], keys[fit])]
+    if not len(rest):  # a fold too small to leave any: the fit's own questions
+        return fit, fit
+    question = pd.factorize(keys[rest])[0]
+    n = question.max() + 1
+    take = min(n, max(1, minimum // 2, int(np.ceil(fraction * len(np.unique(keys[test]))))))
+    chosen = np.zeros(n, dtype=bool)
+    chosen[rng.permutation(n)[:take]] = True
+    return fit, rest[chosen[question]]
+
+
 def fit_predict(estimator, X, y, train, test, *, repeats: int = 1) -> tuple[float, float]:
     """Steady seconds to fit a clone of ``estimator`` on the rows ``train`` and to predict the rows ``test``: the
     least of up to ``repeats`` rounds, repeated only while a round takes under :data:`REPEAT_UNDER_S` (a call

@@ -26,9 +26,9 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from .encoding import _encode, _table
 from ..data import GroupIndex, check_ranking_data, check_X, holdout_questions
-from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
-from ..early_stopping import check_early_stopping, check_eval_set, holdout_fraction, training_summary
-from .word_vectors import NAMES, OOV_POLICIES, WordVectors, _is_keyed_vectors, load_word_vectors
+from ..early_stopping import (CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS, check_early_stopping, check_eval_set,
+                              holdout_fraction, training_summary)
+from .word_vectors import NAMES, OOV_POLICIES, WordVectors, _is_keyed_vectors, keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
 from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, LOSSES, RANDOM_STATE_CONSTRAINTS, Boolean, InstanceOf,
                       Interval, Options, validated)
@@ -550,31 +550,23 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             # CPU tensors, so a model trained on a GPU unpickles on a machine without one.
             state["module_"] = {k: v.detach().cpu() for k, v in self.module_.state_dict().items()}
         if "vocabulary_" in state and _is_keyed_vectors(self.embeddings):
-            state["embeddings"] = self._fitted_keyed_vectors()
+            state["embeddings"] = keyed_vectors(self.vocabulary_, self.word_vectors_)  # the vectors stored once
         return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("module_"), dict):
-            self.module_ = self._module_from_state("module_", self.module_)
+            self.module_ = self._module_from_state(self.module_)
+        if self.__dict__.get("embeddings", "") is None and "word_vectors_" in self.__dict__:
+            self.embeddings = keyed_vectors(self.vocabulary_, self.word_vectors_)  # saved as the fitted vocabulary's
 
-    def _module_from_state(self, name, state_dict):
-        """The network rebuilt from its CPU weights (:meth:`from_pretrained`; ``name`` is ``"module_"``)."""
+    def _module_from_state(self, state_dict):
+        """The network rebuilt from its CPU weights (unpickling, :meth:`from_pretrained`)."""
         from .network import CosinetNetwork
 
         module = CosinetNetwork(**self.module_config_)
         module.load_state_dict(state_dict)
         return module.eval()
-
-    def _fitted_keyed_vectors(self):
-        """A KeyedVectors of the fitted vocabulary that shares ``word_vectors_`` (stored once when pickled)."""
-        from gensim.models import KeyedVectors
-
-        kv = KeyedVectors(self.word_vectors_.shape[1])
-        kv.index_to_key = list(self.vocabulary_)
-        kv.key_to_index = {w: i for i, w in enumerate(kv.index_to_key)}
-        kv.vectors = self.word_vectors_
-        return kv
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -44,7 +44,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-__all__ = ["NAMES", "OOV_POLICIES", "WordVectors", "TableVectors", "WordpieceVectors", "load_word_vectors", "oov_vectors"]
+__all__ = ["NAMES", "OOV_POLICIES", "WordVectors", "TableVectors", "WordpieceVectors", "keyed_vectors",
+           "load_word_vectors", "oov_vectors"]
 
 #: Offline-first names understood by :func:`load_word_vectors`.
 NAMES = ("glove-6b-50d", "minilm-l6-wordpiece")
@@ -266,6 +267,18 @@ def load_word_vectors(source) -> WordVectors:
         f"Unknown word vectors {source!r}: not one of the names {NAMES}, not 'gensim:<name>', and no file "
         "exists at that path."
     )
+
+
+def keyed_vectors(vocabulary, vectors):
+    """A gensim KeyedVectors of the words of ``vocabulary`` (in order) whose rows are ``vectors`` (shared, not
+    copied)."""
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(vectors.shape[1])
+    kv.index_to_key = list(vocabulary)
+    kv.key_to_index = {w: i for i, w in enumerate(kv.index_to_key)}
+    kv.vectors = vectors
+    return kv
 
 
 def _is_keyed_vectors(obj) -> bool:

@@ -20,7 +20,7 @@ from ..data import check_ranking_data, check_X
 from ..metrics import get_scorer
 from ..params import InstanceOf, Interval, SequenceOf, validated
 from ..persistence import PersistenceMixin
-from .teachers import _clone_sharing, _is_model, platt_scaling
+from .teachers import clone_sharing, _is_model, platt_scaling
 
 __all__ = ["LinearEnsemble"]
 
@@ -139,7 +139,7 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
         return (self._scores(X) * self.calibration_[:, 0] + self.calibration_[:, 1]) @ self.weights_
 
     def __sklearn_clone__(self):
-        return _clone_sharing(self, "rankers")
+        return clone_sharing(self, "rankers")
 
 
 def _simplex_grid(k: int, resolution: int) -> np.ndarray:

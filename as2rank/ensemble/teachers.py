@@ -3,7 +3,7 @@
 * :func:`teacher_logits`: the teachers' scores of the training data, Platt-scaled, optionally cross-fitted.
 * :func:`platt_scaling`: the calibration map of one teacher (also how
   :class:`~as2rank.ensemble.linear.LinearEnsemble` puts its rankers on one scale).
-* The checks of a ``teachers`` list and of ``teacher_cv``, and ``_clone_sharing``: the clone of an
+* The checks of a ``teachers`` list and of ``teacher_cv``, and ``clone_sharing``: the clone of an
   estimator that shares (does not refit) the fitted models it was given (a student's teachers, an
   ensemble's rankers).
 
@@ -36,11 +36,10 @@ NumPy, SciPy and scikit-learn only: importing this module does not import torch.
 
 from __future__ import annotations
 
-import copy
 from numbers import Integral
 
 import numpy as np
-from sklearn.base import clone
+from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
@@ -208,12 +207,10 @@ def teacher_logits(teachers, X, y, groups=None, cv=None) -> np.ndarray:
     return out
 
 
-def _clone_sharing(estimator, name):
+def clone_sharing(estimator, name):
     """A clone of ``estimator`` whose parameter ``name`` (fitted models that fit only reads) is shared with
     the original instead of being replaced by unfitted copies, as :class:`sklearn.frozen.FrozenEstimator`
     would have it; every other parameter is cloned as :func:`sklearn.base.clone` does."""
-    params = {k: v if k == name else clone(v, safe=False) for k, v in estimator.get_params(deep=False).items()}
-    new = type(estimator)(**params)
-    if hasattr(estimator, "_metadata_request"):
-        new._metadata_request = copy.deepcopy(estimator._metadata_request)
-    return new
+    # The default clone (scikit-learn's, metadata requests included), not the class's own, which calls this.
+    new = BaseEstimator.__sklearn_clone__(estimator)
+    return new.set_params(**{name: estimator.get_params(deep=False)[name]})

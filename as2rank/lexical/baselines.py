@@ -235,12 +235,12 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
     vocabulary_ : dict
         Token → index of ``idf_``.
     idf_ : ndarray
+    unseen_idf_ : float
+        The IDF of a token unseen in fit.
     """
 
     # Accept ``groups`` when metadata routing sends it through a pipeline (it is only validated).
     __metadata_request__fit = {"groups": True}
-    # The IDF of tokens unseen in fit is part of the model (``save_pretrained`` writes it).
-    _saved_private_attrs = ("_unseen_idf",)
 
     feature_names = (
         "overlap",
@@ -278,7 +278,7 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         df = np.asarray((bags > 0).sum(axis=0), dtype=np.float64).ravel()
         self.vocabulary_ = vocabulary
         self.idf_ = np.log((1.0 + len(texts)) / (1.0 + df)) + 1.0
-        self._unseen_idf = np.log(1.0 + len(texts)) + 1.0
+        self.unseen_idf_ = np.log(1.0 + len(texts)) + 1.0
         return self
 
     def transform(self, X) -> pd.DataFrame:
@@ -323,7 +323,7 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
         """IDF of every token of ``vocabulary`` (unseen tokens get the largest IDF)."""
         tokens = pd.Series(list(vocabulary), dtype=object)
         fitted = tokens.map(self.vocabulary_).to_numpy(dtype=np.float64, na_value=-1.0).astype(np.intp)
-        return np.where(fitted >= 0, self.idf_[np.maximum(fitted, 0)], self._unseen_idf)
+        return np.where(fitted >= 0, self.idf_[np.maximum(fitted, 0)], self.unseen_idf_)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output columns: the input columns followed by the feature columns."""

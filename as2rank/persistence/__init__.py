@@ -5,7 +5,8 @@ JSON), the numeric arrays of those in ``arrays.safetensors``, the weights of tor
 files, nested estimators (a ``PointwiseRanker``'s classifier, a ``SequentialRanker``'s steps, a ``Pipeline``'s
 steps) in subdirectories of the same format, and a model card, ``README.md`` (:mod:`as2rank.persistence.card`; top
 level only, not read by :func:`load`). The transformer family adds ``encoder/`` (a transformers model and its
-tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``). Nothing in it is a pickle: loading
+tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``): its layout
+(:mod:`as2rank.transformer.saving`, registered in :data:`~as2rank.persistence.registry.LAYOUTS`). Nothing in it is a pickle: loading
 reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
 estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file.
 What loading trusts, and how it is enforced, is :mod:`as2rank.persistence.trust`: no links or pickles in the
@@ -34,7 +35,7 @@ import numpy as np
 from .._version import __version__
 from ..files import atomic_directory
 from .card import write_card
-from .registry import _TRANSFORMERS, SKLEARN_CLASSES, _is_estimator, class_name, resolve_class
+from .registry import LAYOUTS, SKLEARN_CLASSES, _is_estimator, class_name, resolve_class
 from .schema import check_fitted
 from .trust import check_tree, kept_entries, parse_json, resolve_references, seal, verify
 
@@ -57,11 +58,10 @@ _UNSAVED_ATTRS = ("history_", "member_histories_")
 class PersistenceMixin:
     """``save_pretrained``/``from_pretrained`` of the estimators that the generic writer saves.
 
-    A class lists in ``_saved_private_attrs`` the private fitted attributes that prediction needs, and
-    rebuilds a torch module attribute from its weights in ``_module_from_state(name, state_dict)``.
+    The writer saves the public fitted attributes (``name_``) of the estimator's state, ``__getstate__()``
+    (what pickling saves), and the loader hands them to ``__setstate__``: a class whose state holds a torch
+    module gives its weights there as a dict of CPU tensors and rebuilds the module in ``__setstate__``.
     """
-
-    _saved_private_attrs: tuple = ()
 
     def save_pretrained(self, path, *, card=None, overwrite=False) -> None:
         """Write the fitted estimator to a pickle-free directory (see :mod:`as2rank.persistence`).
@@ -172,9 +172,9 @@ def is_model_directory(path) -> bool:
 
 # ----------------------------------------------------------------------------------------------- encoding
 def _module_types():
-    """Classes of torch modules, transformers configs and tokenizers, when those packages are in use."""
+    """Classes of torch tensors, transformers configs and tokenizers, when those packages are in use."""
     torch, hf = sys.modules.get("torch"), sys.modules.get("transformers")
-    return (torch.nn.Module if torch else (), hf.PretrainedConfig if hf else (), hf.PreTrainedTokenizerBase if hf else ())
+    return (torch.Tensor if torch else (), hf.PretrainedConfig if hf else (), hf.PreTrainedTokenizerBase if hf else ())
 
 
 def _safe_name(name, path) -> str:
@@ -198,7 +198,7 @@ class _Writer:
         )
 
     def encode(self, value, key):
-        module, config, tokenizer = _module_types()
+        tensor, config, tokenizer = _module_types()
         if value is None or isinstance(value, (bool, str)):
             return value
         if isinstance(value, int) and not isinstance(value, np.integer):
@@ -218,6 +218,10 @@ class _Writer:
             return [self.encode(v, f"{key}.{i}") for i, v in enumerate(value)]
         if isinstance(value, tuple):
             return {"__type__": "tuple", "items": [self.encode(v, f"{key}.{i}") for i, v in enumerate(value)]}
+        if isinstance(value, dict) and value and all(isinstance(v, tensor) for v in value.values()):
+            # A torch module's weights, as an estimator's state protocol gives them (CPU tensors by name).
+            _write_torch(value, self.path / f"{key}.safetensors")
+            return {"__type__": "module", "file": f"{key}.safetensors"}
         if isinstance(value, dict):
             if all(isinstance(k, str) for k in value) and "__type__" not in value:
                 return {k: self.encode(v, f"{key}.{i}") for i, (k, v) in enumerate(value.items())}
@@ -230,16 +234,15 @@ class _Writer:
         if _is_estimator(value):
             _save(value, self.path / key)
             return {"__type__": "estimator", "path": key}
-        if isinstance(value, module) and hasattr(self.owner, "_module_from_state"):
-            _write_torch({k: v for k, v in value.state_dict().items()}, self.path / f"{key}.safetensors")
-            return {"__type__": "module", "file": f"{key}.safetensors"}
         if isinstance(value, config):
             return {"__type__": "transformers_config", "value": self.encode(value.to_dict(), key)}
         if isinstance(value, tokenizer):
             value.save_pretrained(self.path / key)
             return {"__type__": "tokenizer", "path": key}
-        if key == "params.embeddings" and hasattr(self.owner, "_fitted_keyed_vectors") and hasattr(self.owner, "vocabulary_"):
-            # A Cosinet's in-memory word vectors: saved as the vectors of the fitted vocabulary (as pickling does).
+        gensim = type(value).__module__.startswith("gensim.")
+        if key == "params.embeddings" and gensim and hasattr(self.owner, "vocabulary_"):
+            # A Cosinet's in-memory word vectors: saved as the vectors of the fitted vocabulary (as pickling
+            # does); read back as None, which its state protocol turns into those vectors.
             return {"__type__": "fitted_vectors"}
         self.fail(key, value)
 
@@ -267,7 +270,7 @@ class _Reader:
     """Decodes the values of one model directory's ``as2rank.json``."""
 
     def __init__(self, path: Path):
-        self.path, self._arrays, self.modules, self.vectors = path, None, {}, []
+        self.path, self._arrays = path, None
 
     def arrays(self) -> dict:
         if self._arrays is None:
@@ -315,8 +318,10 @@ class _Reader:
         if kind == "module":
             from safetensors.torch import load_file
 
-            self.modules[key] = _read_safetensors(self.path / _safe_name(value["file"], self.path), load_file)
-            return None
+            file = self.path / _safe_name(value["file"], self.path)
+            state = _read_safetensors(file, load_file)
+            _check_tensors(state, file)
+            return state
         if kind == "transformers_config":
             from transformers import AutoConfig
 
@@ -326,7 +331,6 @@ class _Reader:
 
             return AutoTokenizer.from_pretrained(str(self.path / _safe_name(value["path"], self.path)), local_files_only=True)
         if kind == "fitted_vectors":
-            self.vectors.append(key)
             return None
         raise ValueError(f"{self.path / META_FILE} holds a value of unknown type {kind!r}.")
 
@@ -391,7 +395,7 @@ def save(estimator, path, *, card=None, overwrite=False) -> None:
     """
     from sklearn.utils.validation import check_is_fitted
 
-    if class_name(estimator) in _TRANSFORMERS:
+    if class_name(estimator) in LAYOUTS:
         # The main process writes under a distributed launcher.
         estimator.save_pretrained(path, card=card, overwrite=overwrite)
         return
@@ -413,22 +417,19 @@ def _save(estimator, path: Path) -> None:
     """Write ``estimator``, fitted or not (nested estimators: unfitted templates keep their parameters)."""
     name = class_name(estimator)
     path.mkdir(parents=True, exist_ok=True)
-    if name in _TRANSFORMERS and hasattr(estimator, "model_"):
-        from .transformers import write_transformer
-
-        write_transformer(estimator, path)
+    if name in LAYOUTS and hasattr(estimator, "model_"):
+        LAYOUTS[name][0](estimator, path)
         return
     sklearn = name in SKLEARN_CLASSES
     writer = _Writer(path, estimator)
     params = {k: writer.encode(v, f"params.{k}") for k, v in estimator.get_params(deep=False).items()}
-    if name in _TRANSFORMERS:
+    if name in LAYOUTS:
         fitted = None
     else:
-        saved = getattr(estimator, "_saved_private_attrs", ())
-        attrs = {
-            k: v for k, v in vars(estimator).items()
-            if (k.endswith("_") and not k.startswith("_") and k not in _UNSAVED_ATTRS) or k in saved
-        }
+        # The estimator's own state protocol (what pickling saves: a torch module as CPU tensors); its public
+        # fitted attributes are saved.
+        attrs = {k: v for k, v in estimator.__getstate__().items()
+                 if k.endswith("_") and not k.startswith("_") and k not in _UNSAVED_ATTRS}
         writer.strict = sklearn
         fitted = {k: writer.encode(v, f"fitted.{k}") for k, v in attrs.items()}
     writer.write(name, params, fitted)
@@ -481,10 +482,8 @@ def _guarded(path, load_it):
 
 
 def _load(cls, path: Path, meta: dict, params: dict):
-    if meta["class"] in _TRANSFORMERS and meta["fitted"] is not None:
-        from .transformers import read_transformer
-
-        return read_transformer(cls, path, params, meta)
+    if meta["class"] in LAYOUTS and meta["fitted"] is not None:
+        return LAYOUTS[meta["class"]][1](cls, path, params, meta)
     own = set(cls._get_param_names())
     reader = _Reader(path)
     try:
@@ -492,18 +491,13 @@ def _load(cls, path: Path, meta: dict, params: dict):
         fitted = resolve_references(cls, reader.decode(meta["fitted"] or {}), path)
         check_fitted(meta["class"], fitted, path / META_FILE)
         est = cls(**{**saved, **{k: v for k, v in params.items() if k in own}})
-        for name, value in fitted.items():
-            if name not in reader.modules:
-                setattr(est, name, value)
+        state = {**est.__getstate__(), **fitted}
+        state.update(_SKLEARN_RESTORES.get(meta["class"], lambda state: {})(state))
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         raise ValueError(f"{path / META_FILE} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
-    for name, state in reader.modules.items():
-        _check_tensors(state, path / f"{name}.safetensors")
-        setattr(est, name, est._module_from_state(name, state))
-    for name in reader.vectors:
-        if name not in params:
-            setattr(est, name, est._fitted_keyed_vectors())
-    _SKLEARN_RESTORES.get(meta["class"], lambda est: None)(est)
+    # The estimator's own state protocol sets what was read (as unpickling does): it rebuilds a torch module
+    # from its weights.
+    est.__setstate__(state)
     _set_nested(est, {k: v for k, v in params.items() if k not in own})
     return est
 
@@ -539,14 +533,16 @@ def _set_nested(est, params: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- scikit-learn
-def _restore_ridge(est) -> None:
+def _restore_ridge(state) -> dict:
     from sklearn.preprocessing import LabelBinarizer
 
-    if hasattr(est, "classes_"):
-        est._label_binarizer = LabelBinarizer(pos_label=1, neg_label=-1).fit(est.classes_)
+    if "classes_" not in state:
+        return {}
+    return {"_label_binarizer": LabelBinarizer(pos_label=1, neg_label=-1).fit(state["classes_"])}
 
 
-#: Private state that prediction needs, rebuilt from the public fitted attributes.
+#: Private state that prediction needs, rebuilt from the public fitted attributes (added to the state given to
+#: the estimator's ``__setstate__``).
 _SKLEARN_RESTORES = {"sklearn.linear_model.RidgeClassifier": _restore_ridge}
 
 

@@ -26,14 +26,14 @@ import numpy as np
 import sklearn
 
 from .._version import __version__
-from .registry import _TRANSFORMERS, SKLEARN_CLASSES, _is_estimator, class_name
+from .registry import LAYOUTS, SKLEARN_CLASSES, _is_estimator, class_name
 
 __all__ = ["CARD_FILE", "ModelCardData", "render_card", "write_card"]
 
 CARD_FILE = "README.md"
-#: Classes whose models run on torch: the card lists torch's version (and transformers' for the transformer
-#: family) when the estimator holds one of them.
-_TORCH_CLASSES = _TRANSFORMERS | {"Cosinet", "ZeroShotRanker"}
+#: Classes whose models run on torch besides the transformer family (the classes of :data:`LAYOUTS`): the card
+#: lists torch's version (and transformers' for the family) when the estimator holds one of them.
+_TORCH_CLASSES = {"Cosinet", "ZeroShotRanker"}
 #: Longest parameter value shown in full; longer ones are cut with "...".
 _MAX_VALUE = 80
 #: Plain YAML scalars that a parser would not read as a string.
@@ -366,7 +366,7 @@ def _versions(estimator, nested) -> list:
     names = {class_name(estimator)} | {class_name(est) for _, est in nested}
     versions = [("as2rank", __version__), ("python", platform.python_version()), ("numpy", np.__version__),
                 ("scikit-learn", sklearn.__version__)]
-    for package, classes in (("torch", _TORCH_CLASSES), ("transformers", _TRANSFORMERS)):
+    for package, classes in (("torch", _TORCH_CLASSES | set(LAYOUTS)), ("transformers", set(LAYOUTS))):
         if names & classes and package in sys.modules:
             versions.append((package, sys.modules[package].__version__))
     return versions

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-__all__ = ["AS2RANK_CLASSES", "SKLEARN_CLASSES", "class_name", "resolve_class"]
+__all__ = ["AS2RANK_CLASSES", "LAYOUTS", "SKLEARN_CLASSES", "class_name", "register_layout", "resolve_class"]
 
 #: as2rank classes that a model directory may name, and their modules.
 AS2RANK_CLASSES = {
@@ -25,9 +25,11 @@ AS2RANK_CLASSES = {
     }.items()
     for name in names
 }
-#: The transformer family: an ``encoder/`` directory and ``heads.safetensors`` hold their weights.
-_TRANSFORMERS = {"TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker", "ContextConcat",
-                 "ContextEnsemble", "ContextMWA"}
+#: Classes whose fitted model directories have a layout of their own, by name: ``(write(estimator, folder),
+#: read(cls, path, params, meta))``, registered by the package that defines them when it is imported (the
+#: transformer family's ``encoder/`` and ``heads.safetensors``: :mod:`as2rank.transformer.saving`). Loading a
+#: class imports its module first, so its layout is registered before it is looked up.
+LAYOUTS: dict = {}
 #: scikit-learn estimators whose fitted state is arrays and plain values: saved as their ``get_params()`` and
 #: their public fitted attributes (``coef_``, ``classes_``, ...).
 SKLEARN_CLASSES = {
@@ -41,6 +43,12 @@ SKLEARN_CLASSES = {
     }.items()
     for name in names
 }
+def register_layout(names, write, read) -> None:
+    """Register the model-directory layout of the classes ``names`` (see :data:`LAYOUTS`)."""
+    for name in names:
+        LAYOUTS[name] = (write, read)
+
+
 def class_name(obj) -> str:
     """The name under which an estimator (or class) is written to ``as2rank.json``; a ValueError for a class
     that is neither an as2rank class nor an allow-listed scikit-learn estimator."""

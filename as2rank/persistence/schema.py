@@ -118,8 +118,8 @@ def _lexical_features(a):
     rows = list(vocabulary.values())
     if not all(isinstance(r, Integral) and not isinstance(r, bool) and 0 <= r < len(idf) for r in rows):
         _fail("vocabulary_", f"must map every word to a row of idf_ (0..{len(idf) - 1})")
-    if not isinstance(_get(a, "_unseen_idf"), (float, np.floating)):
-        _fail("_unseen_idf", "must be a float")
+    if not isinstance(_get(a, "unseen_idf_"), (float, np.floating)):
+        _fail("unseen_idf_", "must be a float")
 
 
 def _pointwise(a):

@@ -38,7 +38,7 @@ from .prior import LexicalPrior
 from ..ensemble.teachers import (
     CV_CONSTRAINTS,
     _check_teachers,
-    _clone_sharing,
+    clone_sharing,
     _is_model,
     platt_scaling,
     teacher_logits,
@@ -88,7 +88,7 @@ class _Student(_TransformerEstimator):
         return {"teacher_logits": teacher_logits(self.teachers, X, y, qid, self.teacher_cv).astype(np.float32)}
 
     def __sklearn_clone__(self):
-        return _clone_sharing(self, "teachers")
+        return clone_sharing(self, "teachers")
 
     def __sklearn_tags__(self):
         from sklearn.utils import get_tags

@@ -426,7 +426,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         """
         from ..neural.distributed import is_main_process, wait_for_everyone
         from ..persistence import INT8_FOLDER, write_model
-        from ..persistence.transformers import write_transformer
+        from .saving import write_transformer
 
         check_is_fitted(self, "model_")
         if int8:
@@ -478,7 +478,7 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
             Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
             continue from the adapted weights.
         """
-        from ..persistence.transformers import read_transformer
+        from .saving import read_transformer
 
         return read_transformer(cls, path, params)
 
@@ -497,13 +497,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
             optional["similarity_source_"] = export_source(source, Path(path) / "similarity")
         return {**{k: getattr(self, k) for k in self._saved_attrs}, **optional}
 
-    def _import_attrs(self, attrs: dict) -> None:
-        """Set the fitted attributes read from a saved model (a KeyError when one of ``_saved_attrs`` is missing)."""
-        for k in self._saved_attrs:
-            setattr(self, k, attrs[k])
-        for k in self._optional_attrs():
-            if k in attrs:
-                setattr(self, k, attrs[k])
+    def _imported_attrs(self, attrs: dict) -> dict:
+        """The fitted attributes of a saved model that this class restores (a KeyError when one of
+        ``_saved_attrs`` is missing)."""
+        return {**{k: attrs[k] for k in self._saved_attrs}, **{k: attrs[k] for k in self._optional_attrs() if k in attrs}}
 
     # ----------------------------------------------------------------- prediction
     def encode(self, X) -> dict:

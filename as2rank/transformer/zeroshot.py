@@ -98,6 +98,8 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         The loaded weights: the encoder (bi-encoder), or a :class:`~as2rank.transformer.heads.CrossEncoder` that
         scores with the checkpoint's own head (cross-encoder; the checkpoint is ``model_.encoder``).
     tokenizer_ : transformers.PreTrainedTokenizerBase
+    config_ : transformers.PretrainedConfig
+        The checkpoint's config (it rebuilds ``model_`` from saved weights).
     lexical_features_ : LexicalFeatures
         With ``lexical`` and labels: the fitted features.
     lexical_coef_ : ndarray of shape (8,)
@@ -124,8 +126,6 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         "n_threads": [Interval(Integral, 1, None), None],
         "verbose": [Boolean()],
     }
-    #: The checkpoint's config, to rebuild ``model_`` from its saved weights.
-    _saved_private_attrs = ("_config",)
     _lexical_attrs = ("lexical_features_", "lexical_coef_")
 
     def __init__(
@@ -205,7 +205,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
             if learn:
                 scores = self._scores(module, tokenizer, mode, X, device)
                 lexical = fit_lexical_prior(X, y, extra=scores[:, None])
-        self.mode_, self.model_, self.tokenizer_, self._config = mode, module, tokenizer, model.config
+        self.mode_, self.model_, self.tokenizer_, self.config_ = mode, module, tokenizer, model.config
         for name in self._lexical_attrs:
             self.__dict__.pop(name, None)
         if lexical is not None:
@@ -285,15 +285,15 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         return tqdm(iterable, total=total, desc=f"{type(self).__name__} {desc}", unit="batch")
 
     # ----------------------------------------------------------------- persistence
-    def _module_from_state(self, name, state_dict):
-        """``model_`` rebuilt from its weights (:meth:`from_pretrained`, unpickling; ``name`` is ``"model_"``):
-        the checkpoint's class from ``_config``, wrapped as in ``fit``."""
+    def _module_from_state(self, state_dict):
+        """``model_`` rebuilt from its weights (unpickling, :meth:`from_pretrained`): the checkpoint's class from
+        ``config_``, wrapped as in ``fit``."""
         from transformers import AutoModel, AutoModelForSequenceClassification
 
         from ..neural.backbone import is_sequence_classifier
 
-        auto = AutoModelForSequenceClassification if is_sequence_classifier(self._config) else AutoModel
-        module = self._scoring_module(self.mode_, auto.from_config(self._config, trust_remote_code=False))
+        auto = AutoModelForSequenceClassification if is_sequence_classifier(self.config_) else AutoModel
+        module = self._scoring_module(self.mode_, auto.from_config(self.config_, trust_remote_code=False))
         module.load_state_dict(state_dict)
         return module.eval()
 
@@ -307,7 +307,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     def __setstate__(self, state):
         super().__setstate__(state)
         if isinstance(self.__dict__.get("model_"), dict):
-            self.model_ = self._module_from_state("model_", self.model_)
+            self.model_ = self._module_from_state(self.model_)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -1,16 +1,17 @@
 """The transformer family's model directories: ``encoder/`` (a transformers model and its tokenizer),
-``heads.safetensors`` and ``as2rank.json`` (the format of :mod:`as2rank.persistence`)."""
+``heads.safetensors`` and ``as2rank.json`` (the format of :mod:`as2rank.persistence`), registered with
+:mod:`as2rank.persistence.registry` as the family's layout when this package is imported."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from . import HEADS_FILE, INT8_FOLDER, _check_class, _check_tensors, _one_line, _read_safetensors, _Reader, _Writer, \
-    _write_torch
-from .registry import class_name
-from .schema import check_fitted
-from .trust import resolve_references
+from ..persistence import (HEADS_FILE, INT8_FOLDER, _check_class, _check_tensors, _load, _one_line, _read_safetensors,
+                           _Reader, _Writer, _write_torch, open_model)
+from ..persistence.registry import class_name, register_layout
+from ..persistence.schema import check_fitted
+from ..persistence.trust import resolve_references
 
 __all__ = ["read_transformer", "write_transformer"]
 
@@ -41,7 +42,6 @@ def read_transformer(cls, path, params: dict, meta=None):
     ``device`` parameter moves them at prediction). ``meta`` None: ``path`` is opened and checked first
     (:func:`~as2rank.persistence.open_model`)."""
     from ..neural.backbone import load_backbone
-    from . import _load, open_model
 
     path = Path(path)
     if meta is None:
@@ -57,15 +57,18 @@ def read_transformer(cls, path, params: dict, meta=None):
         fitted = resolve_references(cls, reader.decode(meta["fitted"]), path)
         check_fitted(meta["class"], fitted, path / "as2rank.json")
         est = cls(**{**reader.decode(meta["params"]), "model": str(path / "encoder"), "tokenizer": None, **params})
-        est._import_attrs(fitted)
+        learnt = est._imported_attrs(fitted)
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path / 'as2rank.json'} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
     from safetensors.torch import load_file
 
     heads = _read_safetensors(path / HEADS_FILE, load_file)
     _check_tensors(heads, path / HEADS_FILE)
-    encoder, est.tokenizer_ = load_backbone(est.model)
+    encoder, tokenizer = load_backbone(est.model)
     _check_tensors(encoder.state_dict(), path / "encoder")
+    # The estimator's own state protocol (unpickling restores through it too) sets what was read: the fitted
+    # attributes first, which the module is built from, then the module.
+    est.__setstate__({**est.__getstate__(), **learnt, "tokenizer_": tokenizer})
     module = est._build_module(encoder)
     try:
         missing, unexpected = module.load_state_dict(heads, strict=False)
@@ -73,9 +76,13 @@ def read_transformer(cls, path, params: dict, meta=None):
         raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {_one_line(exc)}") from None
     if unexpected or any(not k.startswith("encoder.") for k in missing):
         raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
-    est.model_ = module.eval()
+    est.__setstate__({**est.__getstate__(), "model_": module.eval()})
     if (path / INT8_FOLDER).is_dir():  # int8 graphs saved with the model: read where they match its weights
         from ..neural.onnx.copies import INT8_COPIES
 
         INT8_COPIES.attach_graphs(est.model_, path / INT8_FOLDER)
     return est
+
+
+register_layout(("TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker", "ContextConcat",
+                 "ContextEnsemble", "ContextMWA"), write_transformer, read_transformer)
