@@ -41,6 +41,7 @@ def _wrap(cls, name):
             pass
         return out
 
+    recorded.score_logged = True  # not wrapped twice (``__wrapped__`` alone would also mark a decorated method)
     setattr(cls, name, recorded)
 
 
@@ -53,7 +54,7 @@ def start(folder) -> None:
         if isinstance(cls, type):
             for klass in cls.__mro__:
                 if klass.__module__.startswith("as2rank") and "predict" in klass.__dict__ \
-                        and not getattr(klass.__dict__["predict"], "__wrapped__", None):
+                        and not getattr(klass.__dict__["predict"], "score_logged", False):
                     _wrap(klass, "predict")
 
 
