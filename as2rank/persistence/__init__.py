@@ -6,7 +6,7 @@ files, nested estimators (a ``PointwiseRanker``'s classifier, a ``SequentialRank
 steps) in subdirectories of the same format, and a model card, ``README.md`` (:mod:`as2rank.persistence.card`; top
 level only, not read by :func:`load`). The transformer family adds ``encoder/`` (a transformers model and its
 tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``): its layout
-(:mod:`as2rank.transformer.saving`, registered in :data:`~as2rank.persistence.registry.LAYOUTS`). Nothing in it is a pickle: loading
+(``as2rank.transformer.saving``, registered in ``as2rank.persistence.registry.LAYOUTS``). Nothing in it is a pickle: loading
 reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
 estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file.
 What loading trusts, and how it is enforced, is :mod:`as2rank.persistence.trust`: no links or pickles in the
