@@ -83,7 +83,13 @@ def _selector(args, refit: bool):
 
 def _check_args(args) -> None:
     """Numeric flags against the constraint tables of the library functions they set, and the output paths,
-    before any work starts (a command that trains for minutes must not fail on its last line)."""
+    before any work starts (a command that trains for minutes must not fail on its last line). A missing extra
+    first, before the imports the other checks need, so that it fails at once."""
+    if getattr(args, "plot", None):
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ImportError("--plot needs matplotlib: pip install \"as2rank[bench]\" (or pip install matplotlib)")
     from ..base import RANK_CONSTRAINTS
     from numbers import Integral
 
@@ -107,11 +113,6 @@ def _check_args(args) -> None:
     for name in getattr(args, "output_files", ()):
         if getattr(args, name, None):
             check_output_file(getattr(args, name))
-    if getattr(args, "plot", None):
-        import importlib.util
-
-        if importlib.util.find_spec("matplotlib") is None:
-            raise ImportError("--plot needs matplotlib: pip install \"as2rank[bench]\" (or pip install matplotlib)")
 
 
 def _write_json(path, data) -> None:
