@@ -93,6 +93,13 @@ def test_lexical_features_keep_their_idf(toy, tmp_path):
     assert_pickle_free(tmp_path / "f")
     loaded = LexicalFeatures.from_pretrained(tmp_path / "f")
     assert loaded.vocabulary_ == features.vocabulary_ and loaded.unseen_idf_ == features.unseen_idf_
+    # A directory written while the attribute was private (``_unseen_idf``) reads the same.
+    meta_file = tmp_path / "f" / "as2rank.json"
+    meta = json.loads(meta_file.read_text())
+    meta["fitted"]["_unseen_idf"] = meta["fitted"].pop("unseen_idf_")
+    meta_file.write_text(json.dumps(meta))
+    reseal(tmp_path / "f")
+    assert LexicalFeatures.from_pretrained(tmp_path / "f").unseen_idf_ == features.unseen_idf_
     unseen = X.assign(question=X["question"] + " zebra", candidate=X["candidate"] + " zebra")
     for frame in (X, unseen):  # a token unseen in fit gets the saved largest IDF
         pd.testing.assert_frame_equal(loaded.transform(frame), features.transform(frame))

@@ -54,6 +54,10 @@ INT8_FOLDER = "onnx"
 #: Fitted attributes that describe a past run rather than the model (the training history).
 _UNSAVED_ATTRS = ("history_", "member_histories_")
 
+#: Fitted attributes that directories written before they became public name privately, by class: read under
+#: their public names.
+_RENAMED_ATTRS = {"LexicalFeatures": {"_unseen_idf": "unseen_idf_"}, "ZeroShotRanker": {"_config": "config_"}}
+
 
 class PersistenceMixin:
     """``save_pretrained``/``from_pretrained`` of the estimators that the generic writer saves.
@@ -489,6 +493,8 @@ def _load(cls, path: Path, meta: dict, params: dict):
     try:
         saved = resolve_references(cls, reader.decode(meta["params"]), path, given=params)
         fitted = resolve_references(cls, reader.decode(meta["fitted"] or {}), path)
+        renamed = _RENAMED_ATTRS.get(meta["class"], {})
+        fitted = {renamed.get(k, k): v for k, v in fitted.items()}
         check_fitted(meta["class"], fitted, path / META_FILE)
         est = cls(**{**saved, **{k: v for k, v in params.items() if k in own}})
         state = {**est.__getstate__(), **fitted}
