@@ -279,6 +279,7 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
     keys = np.repeat(np.arange(480), 5).astype(str)  # 480 questions of 5 rows
     y = np.tile([1, 0, 0, 0, 0], 480)
     train, test = np.arange(0, 1600), np.arange(1600, 2400)  # 320 training questions, 160 test questions
+    ones = np.ones(len(keys))  # costs per row
 
     def runs():
         return [_Run("cheap", None, cost=(1.0, 0.001, 1.0)),    # ~3.6 s a fold: fits whole
@@ -286,7 +287,7 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
                 _Run("dear", None, cost=(5.0, 5.0, 50.0))]      # ~1055 s even on 40 questions
 
     first = runs()
-    RankerSelector(time_budget=1000.0)._size_first_folds(first, [(train, test)], keys, y, probe_s=100.0)
+    RankerSelector(time_budget=1000.0)._size_first_folds(first, [(train, test)], keys, y, probe_s=100.0, lengths=ones)
     # Half of the 900 s left, 450 s, or all of it when the smallest folds need more. At their smallest sizes (40
     # questions) the three need 2.2 + 52 + 1055 s, more than the 900 s: dear cannot be measured and is excluded. Cheap gets its 2.2 s plus half of the 396 s beyond both smallest sizes
     # and fits whole (3.6 s); mid gets 52 s plus all the 394 s left beyond them and fits whole (332 s).
@@ -297,21 +298,25 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
     assert needed % 60 == 0
     for budget, included in ((needed, True), (needed - 60, False)):  # the smallest whole-minute budget
         again = runs()
-        RankerSelector(time_budget=float(budget))._size_first_folds(again, [(train, test)], keys, y, probe_s=100.0)
+        RankerSelector(time_budget=float(budget))._size_first_folds(again, [(train, test)], keys, y,
+                                                                    probe_s=100.0, lengths=ones)
         assert (again[2].status == "ok") is included
     # On a machine running at half speed (pace 2), the same budget holds mid only on half of the questions.
     slow = runs()
-    RankerSelector(time_budget=1000.0)._size_first_folds(slow, [(train, test)], keys, y, probe_s=100.0, pace=2.0)
+    RankerSelector(time_budget=1000.0)._size_first_folds(slow, [(train, test)], keys, y, probe_s=100.0,
+                                                         pace=2.0, lengths=ones)
     assert slow[1].fraction == 0.5 and slow[1].fold_estimate_s == pytest.approx(fold_estimate(slow[1].cost, 800))
     assert first_fold_sizes([{1.0: 10.0, 0.5: 6.0}, {1.0: 9.0, 0.5: 4.0}], 10.0) == [0.5, 0.5]
     assert first_fold_sizes([{1.0: 50.0}, {1.0: 50.0}], 10.0) == [1.0, None]  # the first always runs
     # 50 s left: cheap and mid need 4.4 + 104 s at pace 2, beyond even all of it: mid is excluded. 200 s left:
     # half of it excludes mid, all of it includes it, so the first folds take all of it.
     few = runs()[:2]
-    RankerSelector(time_budget=950.0)._size_first_folds(few, [(train, test)], keys, y, probe_s=900.0, pace=2.0)
+    RankerSelector(time_budget=950.0)._size_first_folds(few, [(train, test)], keys, y, probe_s=900.0,
+                                                        pace=2.0, lengths=ones)
     assert few[0].status == "ok" and few[1].status.startswith("excluded")
     few = runs()[:2]
-    RankerSelector(time_budget=1100.0)._size_first_folds(few, [(train, test)], keys, y, probe_s=900.0, pace=2.0)
+    RankerSelector(time_budget=1100.0)._size_first_folds(few, [(train, test)], keys, y, probe_s=900.0,
+                                                         pace=2.0, lengths=ones)
     assert few[0].status == "ok" and few[1].status == "ok"
     # A cheap candidate early in the order leaves what a dear one needs at its smallest size.
     assert first_fold_sizes([{1.0: 300.0, 0.5: 150.0, 0.25: 80.0}, {1.0: 900.0, 0.5: 400.0, 0.25: 250.0}],
@@ -325,7 +330,7 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
 def test_a_halved_candidate_trains_on_fewer_questions_and_is_scored_on_the_same_ones(data, monkeypatch):
     X, y = data
 
-    def halve_lexical(self, runs, folds, keys, y, probe_s, pace=1.0, lengths=None):
+    def halve_lexical(self, runs, folds, keys, y, probe_s, pace=1.0, *, lengths):
         next(r for r in runs if r.name == "Lexical+LR").fraction = 0.5
 
     monkeypatch.setattr(RankerSelector, "_size_first_folds", halve_lexical)

@@ -234,14 +234,14 @@ class RankerSelector(RankerMixin, BaseEstimator):
             self._probe(runs, X, y, keys, folds, pace, started, lengths)
             runs.sort(key=lambda r: r.fold_estimate_s if r.status == "ok" else np.inf)  # cheapest first (stable)
             probe_s = time.perf_counter() - started
-            self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio, lengths)
+            self._size_first_folds(runs, folds, keys, y, probe_s, pace.ratio, lengths=lengths)
             self._say(self._plan(runs, folds, probe_s, pace.ratio))
             # Fold by fold: every candidate's first fold before any second one, so that the budget goes to
             # measuring every candidate once before measuring any of them again.
             for k in range(len(folds)):
                 for run in runs:
                     if run.status == "ok" and not run.stopped and self._admits(run, k, runs, folds, keys, y, started,
-                                                                               pace.ratio, lengths):
+                                                                               pace.ratio, lengths=lengths):
                         self._run_fold(run, k, X, y, keys, folds, runs, pace)
         table = self._results(runs, {r.name: answering(r.scores, X, y, index) for r in runs})
         self.best_index_, self.choice_reason_ = choose(table, max_latency_ms=self.max_latency_ms)
@@ -357,16 +357,16 @@ class RankerSelector(RankerMixin, BaseEstimator):
             read = [read_work(probe_est, lengths[rows]) for rows in (tiny[1], probe[1], test)]
             per_read = max(0.0, large[1] - small[1]) / max(1.0, read[1] - read[0])
             run.cost = (max(0.0, small[0] - per_unit * work[0]), per_unit, small[1] + per_read * (read[2] - read[0]))
-            estimate = run.fold_estimate_s = run.probe_estimate_s = self._estimate(run, train, keys, y, 1.0, lengths)
+            estimate = run.fold_estimate_s = run.probe_estimate_s = self._estimate(run, train, keys, y, 1.0, lengths=lengths)
             self._say(f"  {run.name:<14} ~{duration(estimate)} per fold (timed in {duration(watch.lap.steady)})")
 
-    def _estimate(self, run, train, keys, y, fraction, lengths=None) -> float:
-        """The probe's estimate of a fold of ``run`` that trains on ``fraction`` of the questions of ``train``."""
+    def _estimate(self, run, train, keys, y, fraction, *, lengths) -> float:
+        """The probe's estimate of a fold of ``run`` that trains on ``fraction`` of the questions of ``train``
+        (``lengths``: of every row, in the unit of ``run.cost``)."""
         rows = subsample(train, keys, fraction, seed=(self.random_state, 0))
-        return fold_estimate(run.cost, fit_work(run.estimator, keys[rows], y[rows],
-                                                None if lengths is None else lengths[rows]))
+        return fold_estimate(run.cost, fit_work(run.estimator, keys[rows], y[rows], lengths[rows]))
 
-    def _size_first_folds(self, runs, folds, keys, y, probe_s, pace=1.0, lengths=None) -> None:
+    def _size_first_folds(self, runs, folds, keys, y, probe_s, pace=1.0, *, lengths) -> None:
         """Successive halving over training questions (:func:`first_fold_sizes`): each candidate, cheapest first,
         trains its folds on the largest of 1, 1/2, 1/4, ... of a fold's training questions (at least
         :data:`MIN_TRAIN_QUESTIONS`) whose estimate, in wall time at this ``pace``, fits its share of
@@ -379,7 +379,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         n_questions = len(pd.unique(keys[train]))
         sizes = halvings(n_questions)
         ok = [r for r in runs if r.status == "ok"]
-        steady = [{f: self._estimate(run, train, keys, y, f, lengths) for f in sizes} for run in ok]
+        steady = [{f: self._estimate(run, train, keys, y, f, lengths=lengths) for f in sizes} for run in ok]
         wall = [{f: seconds * pace for f, seconds in e.items()} for e in steady]
 
         def sizes_for(budget):
@@ -430,7 +430,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
                      + (", then the refit of the choice." if self.refit else "."))
         return "\n".join(lines)
 
-    def _admits(self, run, k, runs, folds, keys, y, started, pace=1.0, lengths=None) -> bool:
+    def _admits(self, run, k, runs, folds, keys, y, started, pace=1.0, *, lengths) -> bool:
         """Whether ``run``'s fold ``k`` fits, in wall time at this ``pace``, in what is left of the time budget;
         marks the run stopped (or skipped) if not. A first fold that no longer fits at its planned size (the
         machine ran slower than planned) is halved further while its size stays at least
@@ -443,7 +443,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
         if k == 0:
             train = folds[0][0]
             smaller = [(f, e) for f in halvings(len(pd.unique(keys[train]))) if f < run.fraction
-                       and (e := self._estimate(run, train, keys, y, f, lengths)) * pace <= left]
+                       and (e := self._estimate(run, train, keys, y, f, lengths=lengths)) * pace <= left]
             if smaller:
                 run.fraction, run.fold_estimate_s = smaller[0]
                 run.probe_estimate_s = run.fold_estimate_s

@@ -21,9 +21,12 @@ MIN_TRAIN_QUESTIONS = 40
 #: The fewest rounds of one call per question in the latency measurement; the least CPU time of each counts.
 LATENCY_REPEATS = 3
 
-#: CPU seconds the latency rounds go on for (at least :data:`LATENCY_REPEATS`, at most 100 rounds): a call of a few
-#: milliseconds runs slower in some seconds than in others on a shared host, and the least over rounds spread
-#: over this long is the one those seconds do not inflate.
+#: The most rounds of the latency measurement.
+LATENCY_MAX_ROUNDS = 100
+
+#: CPU seconds the latency rounds go on for (at least :data:`LATENCY_REPEATS`, at most
+#: :data:`LATENCY_MAX_ROUNDS` rounds): a call of a few milliseconds runs slower in some seconds than in others on
+#: a shared host, and the least over rounds spread over this long is the one those seconds do not inflate.
 LATENCY_CPU_S = 2.0
 
 #: A probe round shorter than this many seconds is repeated (up to 3 times, where asked) and the least time kept.
@@ -172,9 +175,14 @@ def subsample(rows, keys, fraction: float, seed) -> np.ndarray:
         return rows
     question = pd.factorize(keys[rows])[0]
     n = question.max() + 1
-    keep = np.zeros(n, dtype=bool)
-    keep[np.random.default_rng(seed).permutation(n)[:n_questions_of(fraction, n)]] = True
-    return rows[keep[question]]
+    return _rows_of(rows, question, np.random.default_rng(seed).permutation(n)[:n_questions_of(fraction, n)])
+
+
+def _rows_of(rows, question, picked) -> np.ndarray:
+    """The ``rows`` (in their order) whose question code (``question``, one per row) is among ``picked``."""
+    chosen = np.zeros(question.max() + 1, dtype=bool)
+    chosen[picked] = True
+    return rows[chosen[question]]
 
 
 def some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.ndarray:
@@ -186,9 +194,7 @@ def some_questions(rows, keys, y, rng, *, fraction: float, minimum: int) -> np.n
     wrong = np.bincount(question, weights=y[rows] <= 0) > 0
     both, only = np.flatnonzero(correct & wrong), np.flatnonzero(correct & ~wrong)
     take = min(len(both) + len(only), max(minimum, int(np.ceil(fraction * (question.max() + 1)))))
-    chosen = np.zeros(question.max() + 1, dtype=bool)
-    chosen[np.concatenate([rng.permutation(both), rng.permutation(only)])[:take]] = True
-    return rows[chosen[question]]
+    return _rows_of(rows, question, np.concatenate([rng.permutation(both), rng.permutation(only)])[:take])
 
 
 def probe_rows(train, test, keys, y, seed, *, fraction: float, minimum: int) -> tuple:
@@ -206,9 +212,7 @@ def probe_rows(train, test, keys, y, seed, *, fraction: float, minimum: int) -> 
     question = pd.factorize(keys[rest])[0]
     n = question.max() + 1
     take = min(n, max(1, minimum // 2, int(np.ceil(fraction * len(np.unique(keys[test]))))))
-    chosen = np.zeros(n, dtype=bool)
-    chosen[rng.permutation(n)[:take]] = True
-    return fit, rest[chosen[question]]
+    return fit, _rows_of(rest, question, rng.permutation(n)[:take])
 
 
 def fit_predict(estimator, X, y, train, test, *, repeats: int = 1) -> tuple[float, float]:
@@ -250,7 +254,7 @@ def latency_ms(estimator, X_test: pd.DataFrame, seed: int) -> tuple[float, float
     with threads(1):
         estimator.predict(frames[0])
         spent, rounds = 0.0, 0
-        while rounds < LATENCY_REPEATS or (spent < LATENCY_CPU_S and rounds < 100):
+        while rounds < LATENCY_REPEATS or (spent < LATENCY_CPU_S and rounds < LATENCY_MAX_ROUNDS):
             for i, frame in enumerate(frames):
                 with Stopwatch() as watch:
                     estimator.predict(frame)
