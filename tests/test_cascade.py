@@ -14,7 +14,7 @@ from as2rank.pruning.rules import simulate_cascade, tune_alpha  # noqa: E402
 from as2rank.transformer.cascade import CascadeTransformer, default_exits  # noqa: E402
 from as2rank.neural.backbone import masked_mean  # noqa: E402
 from as2rank.neural.fitcache import FIT_CACHE  # noqa: E402
-from as2rank.transformer.heads import segment_cosine  # noqa: E402
+from as2rank.transformer.network import segment_cosine  # noqa: E402
 from tests import utils  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import WORDS, small, synthetic, tokenizer  # noqa: E402,F401
@@ -81,13 +81,13 @@ def test_exit_sampling_all_trains_every_exit_on_every_batch(tokenizer):
         expected = np.mean([
             float(F.binary_cross_entropy_with_logits(module(batch, e), batch["labels"])) for e in range(5)
         ])
-        assert float(est._loss(module, batch)) == pytest.approx(expected, rel=1e-5)
+        assert float(est.compute_loss(module, batch, est.get_loss())) == pytest.approx(expected, rel=1e-5)
         np.testing.assert_allclose(module.all_exits(batch)[:, 2].numpy(), module(batch, 2).numpy(), atol=1e-6)
         # The paper's scheme: the batch's uniform draw picks one of the five exits, each a fifth of [0, 1).
         uniform = est.set_params(exit_sampling="uniform")
         for draw, e in ((0.0, 0), (0.19, 0), (0.2, 1), (0.5, 2), (0.99, 4)):
             loss = F.binary_cross_entropy_with_logits(module(batch, e), batch["labels"])
-            assert float(uniform._loss(module, {**batch, "draw": draw})) == pytest.approx(float(loss), rel=1e-6)
+            assert float(uniform.compute_loss(module, {**batch, "draw": draw}, uniform.get_loss())) == pytest.approx(float(loss), rel=1e-6)
     with pytest.raises(ValueError, match="exit_sampling"):
         small(CascadeTransformer, "bert", tokenizer, exit_sampling="round-robin").fit(X, y)
 
@@ -239,7 +239,7 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
 
 
 def test_survivor_chunks_keep_each_chunk_s_survivors_cut_to_their_longest():
-    from as2rank.transformer.heads import _survivor_chunks
+    from as2rank.transformer.network import _survivor_chunks
 
     hidden = [torch.arange(3 * 5 * 2, dtype=torch.float32).reshape(3, 5, 2),
               100 + torch.arange(2 * 6 * 2, dtype=torch.float32).reshape(2, 6, 2)]

@@ -20,9 +20,9 @@ from as2rank.data import GroupIndex  # noqa: E402
 from as2rank.params import check_estimator_params  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
 from as2rank.transformer.distillation import CerberusEncoder  # noqa: E402
-from as2rank.transformer.losses import pointwise_distillation  # noqa: E402
+from as2rank.neural.losses import pointwise_distillation  # noqa: E402
 from as2rank.neural.backbone import pool  # noqa: E402
-from as2rank.transformer.heads import feed_forward  # noqa: E402
+from as2rank.transformer.network import feed_forward  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.contract import check_ranker_contract, check_sklearn_api  # noqa: E402
 from tests.test_transformer import small, synthetic, tiny_config, tokenizer  # noqa: E402,F401
@@ -198,7 +198,8 @@ def test_gradient_of_one_head_does_not_reach_the_others(tokenizer, data):
     # Through the estimator's own loss: a zero λ leaves its head without gradient.
     module.zero_grad()
     batch.update(labels=labels, teacher_logits=torch.from_numpy(teacher_logits(est.teachers, X, y)[:12]).float())
-    est.set_params(head_weights=[1.0, 0.0, 2.0])._loss(module, batch).backward()
+    est.set_params(head_weights=[1.0, 0.0, 2.0])
+    est.compute_loss(module, batch, est.get_loss()).backward()
     assert all(p.grad[1].abs().max() == 0 and p.grad[[0, 2]].abs().max() > 0 for p in stacked)
 
 
@@ -214,7 +215,7 @@ def test_loss_is_the_weighted_sum_of_the_heads_kd_losses(tokenizer, data):
         logits = module(batch)
         expected = sum(w * pointwise_distillation(logits[:, i], t[:, i], batch["labels"], 0.1, 5.0).mean()
                        for i, w in enumerate([0.5, 1.0, 2.0]))
-        assert est._loss(module, batch).item() == pytest.approx(expected.item(), rel=1e-6)
+        assert est.compute_loss(module, batch, est.get_loss()).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
@@ -278,10 +279,10 @@ def test_kd_sum_and_round_robin(tokenizer, data):
     batch = {"teacher_logits": t, "labels": labels, "step": 0, "draw": 0.5}
     expected_sum = sum(pointwise_distillation(logits, t[:, j], labels, 0.5, 3.0).mean() for j in range(3))
     summed = small(DistilledRanker, "bert", tokenizer, teachers=teachers)
-    assert summed._loss(module, batch).item() == pytest.approx(expected_sum.item(), rel=1e-6)
+    assert summed.compute_loss(module, batch, summed.get_loss()).item() == pytest.approx(expected_sum.item(), rel=1e-6)
     for step in range(5):  # KD_RR: batch t learns from teacher t mod 3
         one = pointwise_distillation(logits, t[:, step % 3], labels, 0.5, 3.0).mean()
-        assert rr._loss(module, {**batch, "step": step}).item() == pytest.approx(one.item(), rel=1e-6)
+        assert rr.compute_loss(module, {**batch, "step": step}, rr.get_loss()).item() == pytest.approx(one.item(), rel=1e-6)
     for strategy in ("sum", "round_robin"):
         est = small(DistilledRanker, "bert", tokenizer, teachers=teachers, multi_teacher=strategy)
         check_ranker_contract(est, X, y, atol=1e-5)

@@ -1,5 +1,6 @@
-"""The transformer estimators' losses (``loss="pointwise"`` or ``"listwise"``): values computed by hand on tiny
-groups, and listwise training batches that hold whole questions for every transformer estimator."""
+"""The neural estimators' losses (``loss="pointwise"`` or ``"listwise"``, :mod:`as2rank.neural.losses`): values
+computed by hand on tiny groups, and listwise training batches that hold whole questions for every transformer
+estimator."""
 
 import math
 import sys
@@ -13,8 +14,9 @@ pytest.importorskip("transformers")
 import as2rank.neural.predict as predict  # noqa: E402
 from as2rank.neural.batching import length_chunks, question_bucket_batches  # noqa: E402
 from as2rank.neural.distributed import Shard  # noqa: E402
-from as2rank.transformer.train import CHUNK_ROWS  # noqa: E402
-from as2rank.transformer.losses import by_question, distillation_loss, label_loss, pointwise_distillation  # noqa: E402
+from as2rank.neural.losses import (DISTILLATION_LOSSES, LABEL_LOSSES, by_question,  # noqa: E402
+                                   listwise_kl_loss, pointwise_distillation)
+from as2rank.transformer.hooks import CHUNK_ROWS  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -23,6 +25,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 GROUP = torch.tensor([0, 1, 0, 2, 1, 0, 2])
 LOGITS = torch.tensor([1.0, 0.5, 0.0, 0.3, 2.0, -1.0, 0.1])
 LABELS = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+
+
+def label_loss(logits, batch, loss):
+    return LABEL_LOSSES[loss](logits, batch)
+
+
+def distillation_loss(student, teacher, batch, alpha, tau, loss):
+    return DISTILLATION_LOSSES[loss](alpha, tau)(student, teacher, batch)
 
 
 def logsumexp(*values):
@@ -54,6 +64,24 @@ def test_pointwise_label_loss_is_binary_cross_entropy():
     s, y = LOGITS.numpy(), LABELS.numpy()
     expected = -np.mean(y * np.log(1 / (1 + np.exp(-s))) + (1 - y) * np.log(1 - 1 / (1 + np.exp(-s))))
     assert label_loss(LOGITS, {"labels": LABELS}, "pointwise").item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_losses_read_graded_labels():
+    # Rows question by question, as a Cosinet batch holds them; labels graded (2 and 1 in the first question).
+    order = [0, 2, 5, 1, 4, 3, 6]
+    logits, graded = LOGITS[order], torch.tensor([0.0, 2.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    group = torch.from_numpy(np.repeat(np.arange(3), [3, 2, 2]))
+    batch = {"labels": graded, "group": group}
+    # Listwise: the first question's target is (0, 2/3, 1/3).
+    p, log_q = [2 / 3, 1 / 3], [v - logsumexp(1.0, 0.0, -1.0) for v in (0.0, -1.0)]  # KL = Σ p log p − Σ p log q
+    a = sum(pi * math.log(pi) for pi in p) - sum(pi * lq for pi, lq in zip(p, log_q))
+    b = 0.0 - (2.0 - logsumexp(0.5, 2.0))
+    assert LABEL_LOSSES["listwise"](logits, batch).item() == pytest.approx((a + b) / 2, rel=1e-6)
+    grid, mask = by_question(logits, group)
+    assert LABEL_LOSSES["listwise"](logits, batch).item() == listwise_kl_loss(grid, by_question(graded, group)[0], mask).item()
+    # Pointwise: any label > 0 is a positive.
+    binary = {"labels": (graded > 0).float()}
+    assert LABEL_LOSSES["pointwise"](logits, batch).item() == LABEL_LOSSES["pointwise"](logits, binary).item()
 
 
 def test_listwise_distillation_by_hand():
@@ -139,7 +167,7 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
         return rows, real
 
     def spy(encoded, rows):
-        if sys._getframe(1).f_code.co_filename.endswith("train.py"):  # the training batches' tensors only
+        if sys._getframe(1).f_code.co_filename.endswith("hooks.py"):  # the training batches' tensors only
             tensors.append(np.asarray(rows))
         return original_tensors(encoded, rows)
 
@@ -204,13 +232,9 @@ def test_a_listwise_batch_run_in_parts_has_the_loss_and_gradients_of_the_whole(n
 
     def loss_and_grads(batch):
         module.zero_grad()
-        if "chunks" in batch:
-            outputs = torch.cat([est._outputs(module, c) for c in batch["chunks"]])[batch["restore"]]
-            loss = est._criterion(outputs, batch)
-        else:
-            loss = est._loss(module, batch)
+        loss = est.compute_loss(module, batch, est.get_loss())
         loss.backward()
-        return float(loss), [p.grad.clone() for p in module.parameters() if p.grad is not None]
+        return float(loss.detach()), [p.grad.clone() for p in module.parameters() if p.grad is not None]
 
     (a, grads_a), (b, grads_b) = loss_and_grads(whole), loss_and_grads(chunked)
     assert b == pytest.approx(a, rel=1e-5) and a > 0

@@ -21,7 +21,7 @@ from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker  # noqa: E402
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
 from as2rank.transformer.distillation import CerberusEncoder  # noqa: E402
-from as2rank.transformer.heads import feed_forward  # noqa: E402
+from as2rank.transformer.network import feed_forward  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from as2rank.transformer.zeroshot import ZeroShotRanker  # noqa: E402
 from tests.test_context import synthetic as context_rows  # noqa: E402

@@ -245,7 +245,7 @@ def test_batch_tokens_auto_is_small_on_the_cpu(fitted):
 
 
 def test_score_heads_run_in_float32_under_autocast():
-    from as2rank.transformer.heads import feed_forward, head_logits
+    from as2rank.transformer.network import feed_forward, head_logits
 
     torch.manual_seed(0)
     head = feed_forward(16, 2).eval()

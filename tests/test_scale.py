@@ -134,15 +134,13 @@ def test_n_threads_is_scoped_and_checked(tokenizer, monkeypatch):
     before = torch.get_num_threads()
     model = small(TransformerRanker, "bert", tokenizer, num_layers=1, n_threads=1, reuse_fit=False)
     seen = []
-    import as2rank.transformer.scaffold as scaffold
-
-    original = scaffold.train_estimator
+    original = TransformerRanker.fit_loop
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(scaffold, "train_estimator", spy)
+    monkeypatch.setattr(TransformerRanker, "fit_loop", spy)
     model.fit(X, y)
     assert seen == [1] and torch.get_num_threads() == before
     with pytest.raises(ValueError, match="n_threads"):

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
 from as2rank.neural.backbone import LayerStack, masked_mean  # noqa: E402
 from as2rank.neural.tokens import question_mask  # noqa: E402
-from as2rank.transformer.heads import SegmentSimilarity  # noqa: E402
+from as2rank.transformer.network import SegmentSimilarity  # noqa: E402
 from as2rank.transformer.prior import fit_lexical_prior, lexical_prior_logits  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401

@@ -180,7 +180,8 @@ class _Encoded:
         groups : ndarray of int
             Question numbers.
         labels : ndarray of float32 of shape (n_rows,), default=None
-            Labels of all the rows; the batch gets those of its rows as ``labels``.
+            Labels of all the rows; the batch gets those of its rows as ``labels``, and ``group``, each row's
+            question numbered within the batch (``as2rank.neural.losses.LABEL_LOSSES``).
 
         Returns
         -------
@@ -211,8 +212,9 @@ class _Encoded:
             batch[f"{side}_tokens"] = torch.from_numpy(positions[pair_text.ravel()[token_pair], token_at])
             batch[f"{side}_windows"] = torch.from_numpy(self._windows(values, lengths, token_pair, token_at))
             batch[f"{side}_lengths"] = torch.from_numpy(lengths)
-        if labels is not None:
+        if labels is not None:  # a training batch: its labels, and each row's question for a listwise loss
             batch["labels"] = torch.from_numpy(labels[rows])
+            batch["group"] = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes))
         return batch
 
     def _stream(self, texts):

@@ -449,9 +449,9 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     def _train(self, encoded, index, y, train_groups, rng, setup, dtype, state=None, dev=None):
         """Run the training loop over ``train_groups``: ``fit`` (``state=None``; ``dev``: the checked
         ``eval_set``) or one ``partial_fit`` pass."""
-        from ..neural import question_batches, train
-        from .network import cosinet_loss
+        from ..neural import EarlyStopping, question_batches, train
         from ..neural.distributed import LocalBatch
+        from ..neural.losses import LABEL_LOSSES
 
         device, shard = setup.device, setup.shard
         learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
@@ -491,10 +491,16 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
                 examples = len(local) if listwise else rows
                 yield LocalBatch(encoded.batch(local, labels), rows if real else 0, examples if real else 0)
 
+        loss = LABEL_LOSSES[self.loss]
+
+        def compute_loss(module, batch):
+            return loss(module(batch, table), batch)
+
+        callbacks = [] if evaluate is None else [EarlyStopping(evaluate, self.patience)]
         return train(
             self.module_,
             batches,
-            cosinet_loss(self.loss, table),
+            compute_loss,
             epochs=resolve_epochs(self.epochs, steps_per_epoch) if state is None else 1,
             steps_per_epoch=steps_per_epoch,
             learning_rate=float(learning_rate),
@@ -502,8 +508,7 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
             schedule="slanted_triangular",
             warmup=float(self.warmup),
             max_grad_norm=self.max_grad_norm,
-            evaluate=evaluate,
-            patience=self.patience if evaluate is not None else None,
+            callbacks=callbacks,
             verbose=bool(self.verbose),
             desc=f"Cosinet ({self.loss}, rnn={self.rnn})",
             precision=None,  # the convolution's dtype is the table's; everything else runs in float32

@@ -16,29 +16,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .encoding import _to_grid
 
-__all__ = ["CosinetNetwork", "cosinet_loss"]
-
-
-def cosinet_loss(kind: str, table: torch.Tensor):
-    """The training loss of :class:`~as2rank.cosinet.estimator.Cosinet` as :func:`~as2rank.neural.train` takes it
-    (``loss(module, batch)``): ``"pointwise"`` binary cross-entropy over pairs (labels > 0 are positives), or
-    ``"listwise"`` KL divergence from each question's normalised labels to the softmax of its scores."""
-    from ..neural.training import listwise_kl_loss
-
-    if kind == "pointwise":
-
-        def pointwise(module, batch):
-            scores = module(batch, table)
-            return nn.functional.binary_cross_entropy_with_logits(scores, (batch["labels"] > 0).float())
-
-        return pointwise
-
-    def listwise(module, batch):
-        grid, mask = _to_grid(module(batch, table), batch)
-        labels, _ = _to_grid(batch["labels"], batch)
-        return listwise_kl_loss(grid, labels, mask)
-
-    return listwise
+__all__ = ["CosinetNetwork"]
 
 
 class CosinetNetwork(nn.Module):

@@ -15,7 +15,7 @@ student share them (they are not refitted, as with :class:`sklearn.frozen.Frozen
 
 **Calibration.** A ranker's score is not a logit on a common scale (an overlap count is not a probability;
 a cross-encoder's logit and a Cosinet score differ in scale), while the distillation loss (Eq. 1 of the
-CERBERUS paper, :func:`~as2rank.transformer.losses.distillation_loss`) compares softened probabilities.
+CERBERUS paper, :class:`~as2rank.neural.losses.HeadDistillation`) compares softened probabilities.
 Each teacher's scores are mapped to logits by Platt scaling fitted on the training data: ``a · score + b``
 with ``a, b`` minimising the cross-entropy against Platt's smoothed targets ``(N₊ + 1)/(N₊ + 2)`` for
 positives and ``1/(N₋ + 2)`` for negatives. The map is monotone (a teacher's ranking is kept) and puts every

@@ -1,5 +1,6 @@
 """Shared torch plumbing of the neural estimators: devices, seeding, thread counts, the training loop (one
-process or several, under Accelerate), question batching and ranking losses.
+process or several, under Accelerate) and its callbacks, question batching and the training losses
+(:mod:`as2rank.neural.losses`).
 
 Importing this package imports torch; ``import as2rank`` does not, so the lexical estimators stay light.
 """
@@ -17,13 +18,14 @@ from .devices import (
     to_device,
     torch_threads,
 )
+from .callbacks import Callback, EarlyStopping
+from .losses import listwise_kl_loss
 from .training import (
     OPTIMIZERS,
     SCHEDULES,
     TrainingHistory,
     TrainingState,
     linear_warmup_decay,
-    listwise_kl_loss,
     padded_groups,
     question_batches,
     slanted_triangular,
@@ -31,6 +33,8 @@ from .training import (
 )
 
 __all__ = [
+    "Callback",
+    "EarlyStopping",
     "OPTIMIZERS",
     "PRECISIONS",
     "SCHEDULES",

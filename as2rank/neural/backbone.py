@@ -39,6 +39,7 @@ __all__ = [
     "load_backbone",
     "native_pooling",
     "padding_mask_4d",
+    "prepare_encoder",
     "position_bias",
     "truncate_layers",
 ]
@@ -331,3 +332,34 @@ def uses_token_types(encoder, tokenizer) -> bool:
     return "token_type_ids" in tokenizer.model_input_names and getattr(encoder.config, "type_vocab_size", 0) > 1
 
 
+def prepare_encoder(encoder, model, num_layers, pooling) -> tuple:
+    """Cut ``encoder`` to ``num_layers`` blocks and resolve ``pooling="auto"``.
+
+    Parameters
+    ----------
+    encoder : transformers.PreTrainedModel
+        The loaded backbone.
+    model : str or transformers.PretrainedConfig
+        The estimator's ``model`` parameter (``"auto"`` pooling follows the checkpoint it names).
+    num_layers : int or None
+        Transformer blocks to keep; ``None`` keeps all.
+    pooling : {"auto", "cls", "mean"}
+
+    Returns
+    -------
+    encoder : transformers.PreTrainedModel
+        The encoder with its first ``n_layers`` blocks.
+    n_layers : int
+    pooling : {"cls", "mean"}
+
+    Raises
+    ------
+    ValueError
+        When ``num_layers`` is more than the encoder has.
+    """
+    depth = len(layer_list(encoder))
+    if num_layers is not None and num_layers > depth:
+        raise ValueError(f"num_layers={num_layers} but the encoder has only {depth} layers.")
+    n_layers = depth if num_layers is None else int(num_layers)
+    resolved = native_pooling(model) if pooling == "auto" else pooling
+    return truncate_layers(encoder, n_layers), n_layers, resolved

@@ -1,7 +1,8 @@
-"""The one training loop of the neural estimators, its learning-rate schedules, question batching and losses.
+"""The one training loop of the neural estimators, its learning-rate schedules and question batching.
 
-Every neural estimator supplies a model, a batch iterator (batches built on the CPU) and a loss callable;
-:func:`train` owns everything else: device placement, the optimizer, the schedule, gradient clipping,
+Every neural estimator supplies a model, a batch iterator (batches built on the CPU), a loss callable
+(:mod:`as2rank.neural.losses`) and callbacks (:mod:`as2rank.neural.callbacks`: early stopping); :func:`train`
+owns everything else: device placement, the optimizer, the schedule, gradient clipping,
 mixed precision, progress and history. It runs under Hugging Face Accelerate, so the same loop trains in
 one process (CPU or one GPU) or in every process of an ``accelerate launch``/``torchrun`` run (DDP;
 see :mod:`as2rank.neural.distributed`), and it can continue where a previous run stopped
@@ -13,13 +14,14 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..data import ragged_arange
+from .callbacks import Callback, EarlyStopping
 from .devices import to_device
 
 __all__ = [
@@ -32,7 +34,6 @@ __all__ = [
     "linear_warmup_decay",
     "padded_groups",
     "question_batches",
-    "listwise_kl_loss",
 ]
 
 #: Values of :func:`~as2rank.neural.train`'s ``optimizer``: Adam, or AdamW (decoupled weight decay).
@@ -54,11 +55,12 @@ class TrainingHistory:
     seconds : float
         Wall-clock time of the loop.
     eval_scores, eval_steps : list
-        Score of each evaluation (``evaluate`` of :func:`train`) and the step count it was taken at.
+        Score of each evaluation (:class:`~as2rank.neural.callbacks.EarlyStopping`) and the step count it was
+        taken at.
     best_step : int or None
         Step count of the best evaluation, whose weights were restored.
     stopped_early : bool
-        Whether ``patience`` ended training before the last epoch.
+        Whether a callback (early stopping's ``patience``) ended training before the last step.
     """
 
     epoch_loss: list = field(default_factory=list)
@@ -249,9 +251,7 @@ def train(
     max_grad_norm: float | None = None,
     verbose: bool = False,
     desc: str = "training",
-    evaluate: Callable[[torch.nn.Module], float] | None = None,
-    eval_every: int | None = None,
-    patience: int | None = None,
+    callbacks: Sequence[Callback] = (),
     precision: torch.dtype | None = None,
     lr_multipliers: dict[str, float] | None = None,
     accelerator=None,
@@ -295,14 +295,9 @@ def train(
         Show a tqdm progress bar (in the main process only).
     desc : str
         Label of the progress bar.
-    evaluate : callable, default=None
-        ``module -> score`` (higher is better, e.g. dev MAP), called in evaluation mode at the end of every
-        epoch, or every ``eval_every`` steps. The weights of the best evaluation are restored at the end.
-        With several processes the score used is the mean over the processes, so all stop together.
-    eval_every : int, default=None
-        Evaluate every this many optimizer steps instead of once per epoch.
-    patience : int, default=None
-        Stop after this many evaluations without improvement; ``None`` trains for all epochs.
+    callbacks : sequence of Callback, default=()
+        Called around the steps (:class:`~as2rank.neural.callbacks.Callback`); one may stop the run, such as
+        :class:`~as2rank.neural.callbacks.EarlyStopping`, which evaluates the model and restores its best weights.
     precision : torch.dtype, default=None
         Mixed precision through Accelerate: the loss is computed under autocast in this dtype
         (``torch.bfloat16``, or ``torch.float16`` on CUDA, with loss scaling so that small gradients do
@@ -316,7 +311,8 @@ def train(
     state : TrainingState, default=None
         Continue a previous run (``partial_fit``): its optimizer, and a schedule laid out over
         ``state.total_rows`` rows instead of ``epochs * steps_per_epoch`` steps; updated in place. The
-        schedule advances by the rows of each batch, so batches must say them (``LocalBatch``). Evaluation is not available then.
+        schedule advances by the rows of each batch, so batches must say them (``LocalBatch``). Early stopping
+        is not available then.
 
     Returns
     -------
@@ -325,8 +321,7 @@ def train(
     Raises
     ------
     ValueError
-        For an unknown optimizer or schedule, bad ``eval_every``/``patience``, float16 on a CPU, or
-        ``evaluate`` together with ``state``.
+        For an unknown optimizer or schedule, float16 on a CPU, or early stopping together with ``state``.
     """
     from .distributed import LocalBatch, make_accelerator
 
@@ -334,12 +329,8 @@ def train(
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {tuple(SCHEDULES)}, got {schedule!r}.")
-    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1):
-        raise ValueError(f"eval_every must be a positive integer or None, got {eval_every!r}.")
-    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
-        raise ValueError(f"patience must be a positive integer or None, got {patience!r}.")
-    if state is not None and evaluate is not None:
-        raise ValueError("evaluate is not available when continuing a run (state=...).")
+    if state is not None and any(isinstance(callback, EarlyStopping) for callback in callbacks):
+        raise ValueError("Early stopping is not available when continuing a run (state=...).")
     if accelerator is None:
         accelerator = make_accelerator(device, precision)
     world = accelerator.num_processes
@@ -364,19 +355,13 @@ def train(
     objective, prepared_opt = accelerator.prepare(_Objective(module, loss_fn), opt)
     if state is not None and state.scaler_state is not None and accelerator.scaler is not None:
         accelerator.scaler.load_state_dict(state.scaler_state)
-    if evaluate is not None and world > 1:
-        evaluate_here = evaluate
-
-        def evaluate(m):
-            score = torch.tensor([float(evaluate_here(m))], dtype=torch.float64, device=device)
-            return float(accelerator.reduce(score, "mean")[0])
-
     history = TrainingHistory()
-    tracker = _BestState(module, evaluate, patience, history)
+    for callback in callbacks:
+        callback.on_train_begin(module, history, accelerator)
     start = time.perf_counter()
     progress = _progress(run_steps, verbose and accelerator.is_main_process, desc)
     module.train()
-    seen = 0
+    seen, stopped = 0, False
     try:
         for epoch in range(epochs):
             epoch_losses = []
@@ -417,9 +402,10 @@ def train(
                         postfix["pairs/s"] = f"{seen / max(time.perf_counter() - start, 1e-9):.1f}"
                     progress.set_postfix(postfix)
                 step += 1
-                if eval_every is not None and step % eval_every == 0 and tracker.check(step):
+                if any([callback.on_step_end(step) for callback in callbacks]):
+                    stopped = True
                     break
-            if tracker.stop:
+            if stopped:
                 history.step_loss.extend(epoch_losses)
                 history.epoch_loss.append(float(np.mean(epoch_losses)))
                 history.stopped_early = epoch + 1 < epochs or len(epoch_losses) < steps_per_epoch
@@ -431,13 +417,11 @@ def train(
                 )
             history.step_loss.extend(epoch_losses)
             history.epoch_loss.append(float(np.mean(epoch_losses)))
-            if eval_every is None and tracker.check(len(history.step_loss)):
-                history.stopped_early = epoch + 1 < epochs
+            if any([callback.on_epoch_end(len(history.step_loss)) for callback in callbacks]):
+                stopped, history.stopped_early = True, epoch + 1 < epochs
                 break
-        # With eval_every, the last steps may not have been evaluated yet: they could hold the best weights.
-        evaluated_last = bool(history.eval_steps) and history.eval_steps[-1] == len(history.step_loss)
-        if eval_every is not None and not tracker.stop and not evaluated_last:
-            tracker.check(len(history.step_loss))
+        for callback in callbacks:
+            callback.on_train_end(len(history.step_loss), stopped)
     finally:
         if progress is not None:
             progress.close()
@@ -456,7 +440,6 @@ def train(
                 RuntimeWarning,
                 stacklevel=3,
             )
-    tracker.restore()
     history.seconds = time.perf_counter() - start
     return history
 
@@ -472,38 +455,6 @@ def _param_groups(module, learning_rate: float, multipliers: dict) -> list:
             factor = next((f for prefix, f in multipliers.items() if name.startswith(prefix + ".")), 1.0)
             by_factor.setdefault(float(factor), []).append(param)
     return [{"params": params, "lr": learning_rate * factor} for factor, params in by_factor.items() if params]
-
-
-class _BestState:
-    """Evaluation bookkeeping of :func:`train`: keeps a CPU copy of the best weights and counts patience."""
-
-    def __init__(self, module, evaluate, patience, history):
-        self.module, self.evaluate, self.patience, self.history = module, evaluate, patience, history
-        self.best_score, self.best_state, self.bad, self.stop = -math.inf, None, 0, False
-
-    def check(self, step: int) -> bool:
-        """Evaluate now; returns True when patience is exhausted."""
-        if self.evaluate is None:
-            return False
-        self.module.eval()
-        try:
-            with torch.no_grad():
-                score = float(self.evaluate(self.module))
-        finally:
-            self.module.train()
-        self.history.eval_scores.append(score)
-        self.history.eval_steps.append(step)
-        if score > self.best_score:
-            self.best_score, self.bad, self.history.best_step = score, 0, step
-            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
-        else:
-            self.bad += 1
-            self.stop = self.patience is not None and self.bad >= self.patience
-        return self.stop
-
-    def restore(self):
-        if self.best_state is not None:
-            self.module.load_state_dict(self.best_state)
 
 
 def _progress(total: int, verbose: bool, desc: str):
@@ -551,34 +502,3 @@ def question_batches(groups: np.ndarray, batch_size: int, rng: np.random.Generat
     if rng is not None:
         groups = rng.permutation(groups)
     return [groups[i : i + batch_size] for i in range(0, len(groups), batch_size)]
-
-
-def listwise_kl_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """KL divergence from the normalised gold labels to the softmax of the scores, mean over questions.
-
-    ``KL(p || q) = sum_i p_i (log p_i - log q_i)`` with ``p = labels / sum(labels)`` and
-    ``q = softmax(scores)`` over the candidates of a question (Bian et al., 2017; Bonadiman & Moschitti,
-    2020). Questions without a positive label have no target distribution and are left out.
-
-    Parameters
-    ----------
-    scores : Tensor of shape (n_questions, max_candidates)
-    labels : Tensor of shape (n_questions, max_candidates)
-        Non-negative relevance labels; padding slots are ignored.
-    mask : Tensor of bool, shape (n_questions, max_candidates)
-        True for real candidates.
-
-    Returns
-    -------
-    Tensor
-        Scalar loss (0 if no question has a positive).
-    """
-    labels = labels.to(scores.dtype).masked_fill(~mask, 0.0)
-    total = labels.sum(dim=1, keepdim=True)
-    answered = total.squeeze(1) > 0
-    if not answered.any():
-        return scores.sum() * 0.0
-    p = labels[answered] / total[answered]
-    log_q = torch.log_softmax(scores[answered].masked_fill(~mask[answered], float("-inf")), dim=1)
-    kl = torch.xlogy(p, p) - p * log_q.masked_fill(~mask[answered], 0.0)
-    return kl.sum(dim=1).mean()

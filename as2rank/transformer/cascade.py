@@ -18,7 +18,6 @@ from sklearn.utils.validation import check_is_fitted
 from ..data import GroupIndex, check_X, ragged_arange
 from ..params import Interval, Options, SequenceOf
 from ..pruning.rules import _DROP_RATIOS, _drop_ratios, _report, _stage_scores
-from .prior import LexicalPrior
 from .parameters import AUTO_BATCH_TOKENS
 from .scaffold import _TransformerEstimator
 
@@ -155,11 +154,9 @@ reuse_fit, random_state, verbose
     _auto_batch_tokens = {**AUTO_BATCH_TOKENS, "cpu-onnx": 1024}
     _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit", "n_threads")
     _head_modules = ("classifiers",)
-    _prior = LexicalPrior(segment_similarity=True)
     _saved_attrs = ("n_layers_", "exits_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **_prior.constraints,
         "exits": [None, SequenceOf(Interval(Integral, 1, None))],
         "exit_sampling": [Options(EXIT_SAMPLING)],
         "alpha": _DROP_RATIOS,
@@ -227,11 +224,12 @@ reuse_fit, random_state, verbose
         return encoder
 
     def _build_module(self, encoder):
-        from .heads import CascadeEncoder
+        from .network import CascadeEncoder
 
         return CascadeEncoder(encoder, self.exits_, similarity=self.segment_similarity)
 
-    def _outputs(self, module, batch):
+    def forward_outputs(self, module, batch):
+        """Every exit's logits as columns, or (``exit_sampling="uniform"``) one exit's, drawn per batch."""
         if self.exit_sampling == "uniform":  # one exit per batch, uniformly at random
             exit_index = min(int(batch["draw"] * len(self.exits_)), len(self.exits_) - 1)
             return module(batch, exit_index)
@@ -280,7 +278,7 @@ reuse_fit, random_state, verbose
     def _exact_widths(device) -> bool:
         """Whether the cascade reads its survivors after each drop to cut chunks to their real lengths: where
         the batch is in host memory, so the read is free (see :meth:`CascadeEncoder.cascade
-        <as2rank.transformer.heads.CascadeEncoder.cascade>`)."""
+        <as2rank.transformer.network.CascadeEncoder.cascade>`)."""
         return device.type == "cpu"
 
     def _predict_logits(self, X, alphas, last_exit):

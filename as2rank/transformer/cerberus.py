@@ -34,7 +34,6 @@ import numpy as np
 
 from ..ensemble.linear import LinearEnsemble
 from ..params import POOLINGS, InstanceOf, Interval, Options, SequenceOf
-from .prior import LexicalPrior
 from ..ensemble.teachers import (
     CV_CONSTRAINTS,
     _check_teachers,
@@ -208,10 +207,8 @@ device, precision, n_threads, reuse_fit, random_state, verbose
 
     _head_modules = ("classifiers",)
     _saved_attrs = ("n_layers_", "body_layers_", "head_layers_", "n_heads_", "pooling_")
-    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **_prior.constraints,
         **_DISTILLATION_CONSTRAINTS,
         "body_layers": [Interval(Integral, 1, None), None],
         "head_layers": [Interval(Integral, 1, None)],
@@ -305,14 +302,11 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         return CerberusEncoder(encoder, self.body_layers_, self.head_layers_, self.n_heads_, self.pooling_,
                                similarity=self.segment_similarity)
 
-    def _criterion(self, outputs, batch):
-        import torch
+    def get_loss(self):
+        """Eq. 4: each head's distillation loss (Eq. 1) against its teacher, weighted by ``head_weights``."""
+        from ..neural.losses import HeadDistillation
 
-        from .losses import distillation_loss
-
-        losses = distillation_loss(outputs, batch["teacher_logits"], batch, self.kd_alpha, self.temperature,
-                                   self.loss)
-        return (losses * torch.as_tensor(self._weights(), dtype=losses.dtype, device=losses.device)).sum()
+        return HeadDistillation(self.loss, self.kd_alpha, self.temperature, self._weights())
 
     # ----------------------------------------------------------------- inference
     def predict_heads(self, X) -> np.ndarray:
@@ -403,10 +397,8 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     """
 
     _saved_attrs = ("n_layers_", "pooling_")
-    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **_prior.constraints,
         **_DISTILLATION_CONSTRAINTS,
         "num_layers": [Interval(Integral, 1, None), None],
         "pooling": [Options(POOLINGS)],
@@ -459,23 +451,19 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
 
     # ----------------------------------------------------------------- training hooks
     def _prepare_encoder(self, encoder):
-        from .pointwise import prepare_encoder
+        from ..neural.backbone import prepare_encoder
 
         encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder
 
     def _build_module(self, encoder):
-        from .heads import CrossEncoder
+        from .network import CrossEncoder
 
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
-    def _criterion(self, outputs, batch):
-        from .losses import distillation_loss
+    def get_loss(self):
+        """The distillation loss (Eq. 1) against every teacher, summed (KD_Sum) or one per batch (KD_RR)."""
+        from ..neural.losses import TeacherDistillation
 
-        logits, teachers = outputs.unsqueeze(1), batch["teacher_logits"]
-        if self.multi_teacher == "round_robin":  # KD_RR: batch t learns from teacher t mod k
-            teacher = batch["step"] % teachers.shape[1]
-            teachers = teachers[:, teacher : teacher + 1]
-        return distillation_loss(logits.expand(-1, teachers.shape[1]), teachers, batch, self.kd_alpha,
-                                 self.temperature, self.loss).sum()
+        return TeacherDistillation(self.loss, self.kd_alpha, self.temperature, self.multi_teacher)
 

@@ -1,5 +1,5 @@
 """The multi-head student of CERBERUS (Matsubara et al., 2022, §3.3); its loss (Eq. 1, after Hinton et al.)
-is :func:`as2rank.transformer.losses.distillation_loss`.
+is :class:`as2rank.neural.losses.HeadDistillation`.
 
 The k ranking heads of :class:`CerberusEncoder` are not k modules called in turn: the weights of block ``l``
 of every head are stacked along a leading head axis (:class:`StackedBlocks`), so each matrix product of a
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..neural.backbone import LayerStack, encoder_states, layer_list, pool, position_bias, truncate_layers
-from .heads import SegmentSimilarity, feed_forward, head_logits, segment_cosine, with_prior
+from .network import SegmentSimilarity, feed_forward, head_logits, segment_cosine, with_prior
 
 __all__ = ["CerberusEncoder", "StackedBlocks", "StackedClassifiers"]
 
@@ -135,7 +135,7 @@ class StackedBlocks(nn.Module):
 
 class StackedClassifiers(nn.Module):
     """k feed-forward classifiers (dropout, dense + tanh, dropout, dense → 1 logit, as
-    :func:`~as2rank.transformer.heads.feed_forward` with 2 layers), computed at once from stacked weights.
+    :func:`~as2rank.transformer.network.feed_forward` with 2 layers), computed at once from stacked weights.
 
     Parameters
     ----------
@@ -183,7 +183,7 @@ class CerberusEncoder(nn.Module):
     pooling : {"cls", "mean"}
         What each head's classifier reads from its last block.
     similarity : bool, default=False
-        Give each head a :class:`~as2rank.transformer.heads.SegmentSimilarity` term of its last block's
+        Give each head a :class:`~as2rank.transformer.network.SegmentSimilarity` term of its last block's
         encodings (the batches then carry ``question_mask``).
     """
 
@@ -214,7 +214,7 @@ class CerberusEncoder(nn.Module):
         return with_prior(self._over_row_blocks(body, batch, self._logits), batch)
 
     def segment_cosines(self, batch: dict) -> torch.Tensor:
-        """The cosine each head's :class:`~as2rank.transformer.heads.SegmentSimilarity` term weighs, for every
+        """The cosine each head's :class:`~as2rank.transformer.network.SegmentSimilarity` term weighs, for every
         row, shape (rows, n_heads)."""
         return self._over_row_blocks(encoder_states(self.encoder, batch), batch, self._cosines)
 

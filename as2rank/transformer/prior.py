@@ -9,6 +9,15 @@ of :class:`~as2rank.transformer.ranker.TransformerRanker`).
 With ``similarity_prior=True`` the regression also reads the cosine of the question's and the candidate's
 sentence embeddings from the pretrained encoder the ranker starts from (:mod:`as2rank.transformer.similarity`).
 
+With ``segment_similarity=True`` the module (:class:`~as2rank.transformer.network.SegmentSimilarity`) adds
+``w × cos(question, candidate)`` to its logit: the cosine of the mean encodings of the pair's question and
+candidate tokens inside its own encoding. A fresh fit runs the pretrained encoder over the training rows once
+(:func:`segment_cosines`), fits the prior's regression on its cosines beside the lexical features, and starts
+``w`` (every exit's, for a cascade) at the cosine's coefficient there; the network then trains ``w`` with the
+rest. Every transformer estimator holds the prior (its ``lexical_prior``, ``similarity_prior`` and
+``segment_similarity``): it is fitted at the start of a fresh fit, never on a warm start or a continued
+``partial_fit``, which keep the fitted one.
+
 NumPy and scikit-learn only (the similarity feature imports torch when it is used).
 """
 
@@ -18,7 +27,8 @@ import numpy as np
 
 from ..params import Boolean
 
-__all__ = ["LexicalPrior", "fit_lexical_prior", "lexical_prior_logits"]
+__all__ = ["PRIOR_ATTRS", "PRIOR_CONSTRAINTS", "fit_lexical_prior", "init_segment_weights", "lexical_prior_logits",
+           "segment_cosines"]
 
 
 def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None, lexical: bool = True) -> tuple:
@@ -86,134 +96,34 @@ def _matrix(features, X, extra=None) -> np.ndarray:
     return F if extra is None else np.column_stack([F, np.asarray(extra, dtype=np.float64)])
 
 
-class LexicalPrior:
-    """The lexical prior of a transformer estimator, held by its class (``_prior``): the ``lexical_prior`` and
-    ``similarity_prior`` parameters, and with ``segment_similarity=True`` that parameter too.
+#: The fitted attributes of a transformer estimator's prior (those present are saved with the model).
+PRIOR_ATTRS = ("lexical_features_", "lexical_coef_", "similarity_source_")
 
-    The prior is fitted at the start of a fresh fit (never on a warm start or a continued ``partial_fit``,
-    which keep the fitted one) and its logit is the ``prior`` entry of the encoded rows, which the module adds
-    to its logits. Its fitted state is the estimator's ``lexical_features_``, ``lexical_coef_`` and
-    ``similarity_source_``.
-
-    With segment similarity the module (:class:`~as2rank.transformer.heads.SegmentSimilarity` terms of
-    :class:`~as2rank.transformer.ranker.TransformerRanker`, :class:`~as2rank.transformer.cascade.CascadeTransformer`)
-    adds ``w × cos(question, candidate)`` to its logit: the cosine of the mean encodings of the pair's question
-    and candidate tokens inside its own encoding. A fresh fit runs the pretrained encoder over the training rows
-    once, fits the prior's regression on its cosines beside the lexical features, and starts ``w`` (every
-    exit's, for a cascade) at the cosine's coefficient there; the network then trains ``w`` with the rest. The
-    batches carry the ``question_mask`` the term needs.
-    """
-
-    #: The fitted attributes the prior sets on its estimator (those present are saved with the model).
-    attrs = ("lexical_features_", "lexical_coef_", "similarity_source_")
-
-    def __init__(self, segment_similarity: bool = False):
-        self.segment_similarity = segment_similarity
-
-    @property
-    def constraints(self) -> dict:
-        """The prior's entries of the estimator's ``_parameter_constraints``."""
-        own = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()]}
-        return {**own, "segment_similarity": [Boolean()]} if self.segment_similarity else own
-
-    def check_params(self, est) -> None:
-        if est.similarity_prior and not est.lexical_prior:
-            raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")
-
-    def check_continuation(self, est) -> None:
-        """Refuse to continue training a fitted model under prior settings it was not trained with."""
-        checks = [("lexical_prior", hasattr(est, "lexical_coef_"), "a lexical prior"),
-                  ("similarity_prior", hasattr(est, "similarity_source_"), "the similarity feature in its prior")]
-        if self.segment_similarity:
-            checks.append(("segment_similarity", est.model_.similarity is not None, "it"))
-        for param, fitted, what in checks:
-            if bool(getattr(est, param)) != fitted:
-                raise ValueError(
-                    f"{param}={getattr(est, param)} but the fitted model was trained {'with' if fitted else 'without'} "
-                    f"{what}, and continuing keeps what the network learnt against it; set {param}={fitted}, or fit "
-                    "afresh (warm_start=False)."
-                )
-
-    def training_params(self, est, params: dict) -> dict:
-        """``params`` (what the fit cache keys) with what the prior reads beyond them."""
-        if est.similarity_prior:
-            # The fit cache keys the initial weights by content; the similarity feature reloads them by name, so
-            # a fit is reused only under the same names.
-            params = {**params, "similarity_source": (est.model, est.tokenizer)}
-        return params
-
-    def fit(self, est, module, X, y) -> dict:
-        """Fit the prior of a fresh fit on the training rows (in ``fit``, before training): the module's
-        segment-similarity weights are set; returns the estimator's prior attributes (among :attr:`attrs`), which
-        its ``fit`` sets."""
-        fitted, extra = {}, []
-        if est.similarity_prior:
-            from .similarity import similarity_source
-
-            fitted["similarity_source_"] = similarity_source(est.model, est.tokenizer)
-            extra.append(self._similarity(est, X, fitted["similarity_source_"]))
-        terms = self._segment_cosines(est, module, X)
-        if terms is not None:
-            extra.append(terms)
-        if est.lexical_prior or terms is not None:
-            features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
-                                               lexical=est.lexical_prior)
-            if terms is not None:  # its weight goes to the module, which computes the feature itself
-                _init_segment_weights(module, float(coef[-2]))
-                coef = np.delete(coef, -2)
-            if est.lexical_prior:
-                fitted["lexical_features_"], fitted["lexical_coef_"] = features, coef
-        return fitted
-
-    def add_inputs(self, est, module, X, encoded: dict) -> dict:
-        """The encoded rows with what the prior adds: the ``question_mask`` of segment similarity and, once
-        fitted, the ``prior`` logits."""
-        if self.segment_similarity and module.similarity is not None and "question_mask" not in encoded:
-            from ..neural.tokens import question_mask
-
-            encoded["question_mask"] = question_mask(encoded["input_ids"], est.tokenizer_)
-        if hasattr(est, "lexical_coef_"):
-            extra = self._similarity(est, X, est.similarity_source_) if hasattr(est, "similarity_source_") else None
-            encoded["prior"] = lexical_prior_logits(est.lexical_features_, est.lexical_coef_, X, extra)
-        return encoded
-
-    @staticmethod
-    def _similarity(est, X, source) -> np.ndarray:
-        """The similarity feature of the rows of ``X``, shape (n_rows, 1) (:mod:`as2rank.transformer.similarity`),
-        on the estimator's device and at its prediction dtype, whether fitting or predicting."""
-        from ..neural import autocast_dtype, resolve_device
-        from .similarity import pair_similarity
-
-        device = resolve_device(est.device)
-        return pair_similarity(source, X["question"].to_numpy(), X["candidate"].to_numpy(),
-                               device=device, dtype=autocast_dtype(est.precision, device),
-                               max_length=est.max_length)[:, None]
-
-    def _segment_cosines(self, est, module, X):
-        """The pretrained module's segment cosines of the rows of ``X``, shape (n_rows, 1), or None without
-        segment similarity."""
-        if not (self.segment_similarity and est.segment_similarity):
-            return None
-        from ..neural import autocast_dtype, resolve_device
-        from ..neural.predict import no_progress, predict_logits
-
-        device = resolve_device(est.device)
-        home, training = next(module.parameters()).device, module.training
-        module.to(device).eval()
-        try:
-            cosines = predict_logits(module.segment_cosines, est._encode_for(module, X), device,
-                                     batch_tokens=est._batch_tokens(device), dtype=autocast_dtype(est.precision, device),
-                                     progress=no_progress)
-        finally:
-            module.to(home).train(training)
-        return cosines[:, -1:]  # a cascade's last exit: the layer the single-exit model would read
+#: The prior's parameters, entries of every transformer estimator's ``_parameter_constraints``.
+PRIOR_CONSTRAINTS = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()], "segment_similarity": [Boolean()]}
 
 
-def _init_segment_weights(module, weight: float) -> None:
+def segment_cosines(module, encoded: dict, device, *, batch_tokens: int, dtype) -> np.ndarray:
+    """The segment cosines of a module's last segment-similarity term (a cascade's last exit: the layer the
+    single-exit model would read) for the encoded rows, shape (n_rows, 1), with ``module`` run on ``device``
+    in evaluation mode and put back where and how it was."""
+    from ..neural.predict import no_progress, predict_logits
+
+    home, training = next(module.parameters()).device, module.training
+    module.to(device).eval()
+    try:
+        cosines = predict_logits(module.segment_cosines, encoded, device, batch_tokens=batch_tokens, dtype=dtype,
+                                 progress=no_progress)
+    finally:
+        module.to(home).train(training)
+    return cosines[:, -1:]
+
+
+def init_segment_weights(module, weight: float) -> None:
     """Start every segment-similarity weight of ``module`` at ``weight``."""
     import torch
 
-    from .heads import SegmentSimilarity
+    from .network import SegmentSimilarity
 
     with torch.no_grad():
         for term in module.modules():

@@ -11,7 +11,6 @@ from numbers import Integral
 
 
 from ..params import POOLINGS, Interval, Options
-from .prior import LexicalPrior
 from .scaffold import _TransformerEstimator
 
 __all__ = ["TransformerRanker"]
@@ -58,7 +57,7 @@ class TransformerRanker(_TransformerEstimator):
         (whose first-token encoding was never trained),
         ``"cls"`` for BERT, RoBERTa, ELECTRA and the like, and ``"classifier"`` for a checkpoint with a
         sequence-classification head: the checkpoint's own head scores
-        (:func:`~as2rank.transformer.heads.classifier_scores`; the logit of a one-label head, ``logit[1] - logit[0]``
+        (:func:`~as2rank.transformer.network.classifier_scores`; the logit of a one-label head, ``logit[1] - logit[0]``
         of a two-label one), and, being trained already, learns at ``learning_rate`` (``head_lr_multiplier``
         is for new heads). ``"cls"`` or ``"mean"`` on such a checkpoint drop its head for a new one.
     lexical_prior : bool, default=True
@@ -73,7 +72,7 @@ class TransformerRanker(_TransformerEstimator):
     segment_similarity : bool, default=True
         Add a trained term ``w × cos(q, c)`` to the logit: the cosine of the mean encodings of the pair's
         question tokens and of its candidate tokens, taken from the same encoder pass as the head's input, so
-        it costs nothing at prediction (:class:`~as2rank.transformer.heads.SegmentSimilarity`). Sentence-embedding
+        it costs nothing at prediction (:class:`~as2rank.transformer.network.SegmentSimilarity`). Sentence-embedding
         checkpoints such as the default were trained to compare sentences by such means, which a score head
         initialised at random cannot learn from a few hundred questions. A fresh ``fit`` first runs the
         pretrained encoder over the training rows and starts ``w`` at the cosine's coefficient in the
@@ -220,11 +219,9 @@ class TransformerRanker(_TransformerEstimator):
     """
 
     _auto_holdout = True
-    _prior = LexicalPrior(segment_similarity=True)
     _saved_attrs = ("n_layers_", "pooling_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
-        **_prior.constraints,
         "num_layers": [Interval(Integral, 1, None), None],
         "pooling": [Options(POOLINGS)],
     }
@@ -274,7 +271,7 @@ class TransformerRanker(_TransformerEstimator):
 
     def _prepare_encoder(self, encoder):
         from ..neural.backbone import is_sequence_classifier
-        from .pointwise import prepare_encoder
+        from ..neural.backbone import prepare_encoder
 
         if not is_sequence_classifier(encoder):
             encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
@@ -289,7 +286,7 @@ class TransformerRanker(_TransformerEstimator):
 
     def _build_module(self, encoder):
         from ..neural.backbone import is_sequence_classifier
-        from .heads import CrossEncoder
+        from .network import CrossEncoder
 
         if self.pooling_ == "classifier" and not is_sequence_classifier(encoder):
             # Restoring from a config (a pickle, a reused fit) builds its bare encoder; the state to load is the

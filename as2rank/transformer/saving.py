@@ -1,19 +1,134 @@
 """The transformer family's model directories: ``encoder/`` (a transformers model and its tokenizer),
 ``heads.safetensors`` and ``as2rank.json`` (the format of :mod:`as2rank.persistence`), registered with
-:mod:`as2rank.persistence.registry` as the family's layout when this package is imported."""
+``as2rank.persistence.registry`` as the family's layout when this package is imported, and the estimators'
+``save_pretrained``/``from_pretrained`` (:class:`PretrainedIO`). Importing this module does not import torch."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from sklearn.utils.validation import check_is_fitted
+
 from ..persistence import (HEADS_FILE, INT8_FOLDER, _check_class, _check_tensors, _load, _one_line, _read_safetensors,
                            _Reader, _Writer, _write_torch, open_model)
 from ..persistence.registry import class_name, register_layout
 from ..persistence.schema import check_fitted
 from ..persistence.trust import resolve_references
+from ..params import CHECKPOINT_ALIASES
+from .prior import PRIOR_ATTRS
 
-__all__ = ["read_transformer", "write_transformer"]
+__all__ = ["PretrainedIO", "read_transformer", "write_transformer"]
+
+
+class PretrainedIO:
+    """Hugging Face's ``save_pretrained``/``from_pretrained`` of a transformer estimator
+    (:class:`~as2rank.transformer.scaffold._TransformerEstimator`), in the directory format of
+    :mod:`as2rank.persistence`, and the fitted attributes written beside the weights."""
+
+    def save_pretrained(self, path, *, int8: bool = False, card=None, overwrite: bool = False) -> None:
+        """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
+
+        Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
+        ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
+        "transfer" output), ``heads.safetensors`` (the score heads), ``as2rank.json`` (format version,
+        class, parameters and fitted attributes) and ``README.md`` (a model card: :mod:`as2rank.persistence.card`).
+        The directory is written whole and replaces a previous model at ``path`` in one step (see
+        :func:`as2rank.save <as2rank.persistence.save>`). Load with :meth:`from_pretrained` or
+        :func:`as2rank.load <as2rank.persistence.load>`.
+        Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
+        others wait until the directory is complete.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        int8 : bool, default=False
+            Also write ``onnx/``: the graphs that ``precision="int8"`` runs on ONNX Runtime, exported now
+            (:func:`~as2rank.neural.onnx.runtime.write_int8_copy`). A process that loads the directory then
+            predicts at int8 without exporting them, which takes seconds per graph. A loaded model uses them only
+            if they were exported from its weights by the same as2rank; otherwise it exports again. Needs
+            a model calibrated for int8 at fit and ``pip install as2rank[onnx]``.
+        card : as2rank.persistence.card.ModelCardData, optional
+            Training data and metrics for the model card, ``README.md``.
+        overwrite : bool, default=False
+            Also write into a non-empty directory that is not an as2rank model (see
+            :func:`as2rank.save <as2rank.persistence.save>`).
+        """
+        from ..neural.distributed import is_main_process, wait_for_everyone
+        from ..persistence import write_model
+
+        check_is_fitted(self, "model_")
+        if int8:
+            from ..neural.onnx.runtime import onnx_available
+
+            if not hasattr(self, "activation_ranges_"):
+                raise ValueError(f"This {type(self).__name__} has no int8 calibration: its model cannot run on ONNX Runtime.")
+            if not onnx_available():
+                raise ImportError("int8=True exports to ONNX Runtime: pip install as2rank[onnx]")
+        def write(folder):
+            write_transformer(self, folder)
+            if int8:
+                from ..neural.onnx.runtime import write_int8_copy
+
+                write_int8_copy(self._int8_copy_to_save(), folder / INT8_FOLDER)
+
+        if is_main_process():
+            write_model(self, path, write, card=card, overwrite=overwrite)
+        wait_for_everyone()
+
+    def _int8_copy_to_save(self):
+        """The model's int8 copy on ONNX Runtime, traced on two made-up rows of the columns it reads (any rows
+        give the same graphs), or read from the graphs it was loaded with."""
+        import pandas as pd
+
+        from ..neural.onnx.copies import INT8_COPIES
+
+        columns = getattr(self, "_input_columns", ("question", "candidate"))
+        rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
+        encoded = self.encode(rows)
+        from ..neural import torch_threads
+
+        with torch_threads(self.n_threads):
+            return INT8_COPIES.get(self.model_, onnx=True, encoded=encoded, ranges=self.activation_ranges_)
+
+    @classmethod
+    def from_pretrained(cls, path, **params):
+        """Load an estimator written by :meth:`save_pretrained` (on the CPU; ``device`` applies at prediction).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+        **params
+            Parameters overriding the saved ones (e.g. ``device="cpu"``, ``alpha=0.3``).
+
+        Returns
+        -------
+        estimator
+            Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
+            continue from the adapted weights.
+        """
+        return read_transformer(cls, path, params)
+
+    def _optional_attrs(self) -> tuple:
+        return ("activation_ranges_", *PRIOR_ATTRS)
+
+    def _export_attrs(self, path) -> dict:
+        """The fitted attributes :meth:`save_pretrained` writes into the model directory ``path``: ``_saved_attrs``,
+        and the optional ones fitted. A similarity prior's pretrained encoder that is not packaged weights is
+        copied into ``path/similarity`` and named so (:func:`~as2rank.transformer.similarity.export_source`)."""
+        optional = {k: getattr(self, k) for k in self._optional_attrs() if getattr(self, k, None) is not None}
+        source = optional.get("similarity_source_")
+        if source is not None and not all(source.get(k) in (None, *CHECKPOINT_ALIASES) for k in ("model", "tokenizer")):
+            from .similarity import export_source
+
+            optional["similarity_source_"] = export_source(source, Path(path) / "similarity")
+        return {**{k: getattr(self, k) for k in self._saved_attrs}, **optional}
+
+    def _imported_attrs(self, attrs: dict) -> dict:
+        """The fitted attributes of a saved model that this class restores (a KeyError when one of
+        ``_saved_attrs`` is missing)."""
+        return {**{k: attrs[k] for k in self._saved_attrs}, **{k: attrs[k] for k in self._optional_attrs() if k in attrs}}
+
 
 
 def write_transformer(est, path) -> None:
@@ -40,7 +155,7 @@ def write_transformer(est, path) -> None:
 def read_transformer(cls, path, params: dict, meta=None):
     """Load a transformer-family estimator written by :func:`write_transformer` (weights on the CPU; the
     ``device`` parameter moves them at prediction). ``meta`` None: ``path`` is opened and checked first
-    (:func:`~as2rank.persistence.open_model`)."""
+    (``as2rank.persistence.open_model``)."""
     from ..neural.backbone import load_backbone
 
     path = Path(path)

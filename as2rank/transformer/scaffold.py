@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from abc import ABCMeta, abstractmethod
 from numbers import Integral
-from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -26,28 +25,31 @@ from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..early_stopping import check_early_stopping, check_eval_set, training_summary
 from ..params import CHECKPOINT_ALIASES, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, check_param, validated
+from .hooks import TrainingHooks
 from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS
-from .train import train_estimator
+from .prior import PRIOR_ATTRS, PRIOR_CONSTRAINTS, fit_lexical_prior, lexical_prior_logits
+from .saving import PretrainedIO
 
 
-class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
+class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstimator, metaclass=ABCMeta):
     """Shared fit/predict/persistence of the transformer rankers (see the module docstring).
 
     A transformer estimator is this scaffold, a few declared hooks and the components it holds:
 
     * hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder, set the fitted attributes that
       depend on it) and :meth:`_build_module` (wrap it in the heads);
-    * hooks it may define: :meth:`_outputs` and :meth:`_criterion` (one batch's loss, the calls the training
-      loop makes back into the estimator; default: the module's logits and the labels' loss),
-      :meth:`_encode_rows` (how rows become token arrays; default: question/candidate pairs),
-      :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
+    * training steps it may override (:class:`~as2rank.transformer.hooks.TrainingHooks`): ``get_loss``,
+      ``forward_outputs``, ``get_batches``, ``compute_loss``, ``evaluate``;
+    * hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
+      pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
       :meth:`_init_module` (a module trained in stages), :meth:`_set_trainable`;
     * data: ``_parameter_constraints`` (every parameter's accepted values), ``_saved_attrs`` (the fitted
-      attributes written with the weights), ``_prior`` (a :class:`~as2rank.transformer.prior.LexicalPrior` or
-      None) and the class attributes below.
+      attributes written with the weights) and the class attributes below.
 
-    ``predict`` scores every row with the module's logit (:meth:`predictor`); models with several outputs
-    per row (exits, heads) define their own.
+    Every transformer estimator holds the lexical prior (:mod:`as2rank.transformer.prior`): its parameters
+    ``lexical_prior``, ``similarity_prior`` and ``segment_similarity``, its fitted ``lexical_features_``,
+    ``lexical_coef_`` and ``similarity_source_``. ``predict`` scores every row with the module's logit
+    (:meth:`predictor`); models with several outputs per row (exits, heads) define their own.
     """
 
     #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
@@ -64,14 +66,12 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
     #: Accepted values of the shared parameters (:func:`as2rank.params.validate_params`); each subclass
     #: extends it with its own parameters.
     _parameter_constraints = {"model": MODEL_CONSTRAINTS, "tokenizer": TOKENIZER_CONSTRAINTS,
-                              "max_length": [Interval(Integral, 8, None)], **TRAINING_CONSTRAINTS}
+                              "max_length": [Interval(Integral, 8, None)], **PRIOR_CONSTRAINTS, **TRAINING_CONSTRAINTS}
     #: Whether ``early_stopping="auto"`` holds out validation questions from large enough training data by
     #: itself (:func:`~as2rank.early_stopping.holdout_fraction`): set where the defaults benchmark measured it.
     _auto_holdout = False
     #: ``batch_tokens="auto"`` per device (:data:`AUTO_BATCH_TOKENS`).
     _auto_batch_tokens = AUTO_BATCH_TOKENS
-    #: The lexical prior the estimator holds (:class:`~as2rank.transformer.prior.LexicalPrior`), or None.
-    _prior = None
     #: Fitted attributes that :meth:`save_pretrained` writes beside the weights (with ``activation_ranges_`` and
     #: the prior's, where fitted) and loading sets back.
     _saved_attrs = ("n_layers_",)
@@ -90,34 +90,14 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         """The torch module that trains and predicts: ``encoder`` wrapped in the score head(s). Also rebuilds a
         fitted module from its config (unpickling, loading, a reused fit) before its weights are loaded."""
 
-    def _loss(self, module, batch):
-        """The training loss of one batch: :meth:`_criterion` of :meth:`_outputs`.
-
-        ``batch`` holds the batch's token tensors, ``labels``, the per-row ``_row_targets`` and two entries
-        for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
-        ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
-        fit's seeded generator (the same in every process of a distributed fit)."""
-        return self._criterion(self._outputs(module, batch), batch)
-
-    def _outputs(self, module, batch):
-        """What the loss reads of the module, one row per batch row (the logits; a class with several per row,
-        such as exits, returns them as columns). Rows do not see each other here, so the training loop may
-        run a batch's rows in parts (:func:`~as2rank.neural.batching.length_chunks`) and join the outputs."""
-        return module(batch)
-
-    def _criterion(self, outputs, batch):
-        """The scalar loss of a batch's :meth:`_outputs` (default: the labels' loss, ``loss``)."""
-        from .losses import label_loss
-
-        return label_loss(outputs, batch, self.loss)
-
     def _check_rules(self) -> None:
         """Cross-parameter rules, checked by :func:`~as2rank.params.validated` after every parameter passed its
-        constraints: those all the transformer estimators share (``validation_fraction`` needs early stopping)
-        and the prior's; a class with rules of its own extends this (calling ``super()._check_rules()``)."""
+        constraints: those all the transformer estimators share (``validation_fraction`` needs early stopping,
+        ``similarity_prior`` the lexical prior); a class with rules of its own extends this (calling
+        ``super()._check_rules()``)."""
         check_early_stopping(self)
-        if self._prior is not None:
-            self._prior.check_params(self)
+        if self.similarity_prior and not self.lexical_prior:
+            raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")
 
     def _row_targets(self, X, y, index) -> dict:
         """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
@@ -158,30 +138,80 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         )
 
     # ----------------------------------------------------------------- shared machinery
-    def _fresh_module(self, X, y, groups, eval_set):
-        """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block), whose
-        attributes replace those of an earlier fit."""
+    def _fresh_module(self, X, y, groups, eval_set) -> tuple:
+        """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block): the
+        module, and the prior's fitted attributes, which replace those of an earlier fit."""
         module = self._init_module(X, y, groups, eval_set)
-        if self._prior is not None:
-            for name in self._prior.attrs:
-                self.__dict__.pop(name, None)
-            self.__dict__.update(self._prior.fit(self, module, X, y))
-        return module
+        return module, self._fit_prior(module, X, y)
+
+    def _fit_prior(self, module, X, y) -> dict:
+        """Fit the prior of a fresh fit on the training rows: the module's segment-similarity weights are set;
+        returns the prior's fitted attributes (among :data:`~as2rank.transformer.prior.PRIOR_ATTRS`)."""
+        from .prior import init_segment_weights
+
+        fitted, extra = {}, []
+        if self.similarity_prior:
+            from .similarity import similarity_source
+
+            fitted["similarity_source_"] = similarity_source(self.model, self.tokenizer)
+            extra.append(self._similarity(X, fitted["similarity_source_"]))
+        if self.segment_similarity:
+            from ..neural import resolve_device
+            from .prior import segment_cosines
+
+            device = resolve_device(self.device)
+            extra.append(segment_cosines(module, self._encode_for(module, X, fitted), device,
+                                         batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device)))
+        if self.lexical_prior or self.segment_similarity:
+            features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
+                                               lexical=self.lexical_prior)
+            if self.segment_similarity:  # its weight goes to the module, which computes the feature itself
+                init_segment_weights(module, float(coef[-2]))
+                coef = np.delete(coef, -2)
+            if self.lexical_prior:
+                fitted["lexical_features_"], fitted["lexical_coef_"] = features, coef
+        return fitted
+
+    def _similarity(self, X, source) -> np.ndarray:
+        """The similarity feature of the rows of ``X``, shape (n_rows, 1) (:mod:`as2rank.transformer.similarity`),
+        on the estimator's device and at its prediction dtype, whether fitting or predicting."""
+        from ..neural import resolve_device
+        from .similarity import pair_similarity
+
+        device = resolve_device(self.device)
+        return pair_similarity(source, X["question"].to_numpy(), X["candidate"].to_numpy(), device=device,
+                               dtype=self._compute_dtype(device), max_length=self.max_length)[:, None]
 
     def _check_continuation(self) -> None:
         """Before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted model):
-        refuse parameters that the fitted model cannot continue with."""
-        if self._prior is not None:
-            self._prior.check_continuation(self)
+        refuse prior settings that the fitted model was not trained with."""
+        checks = [("lexical_prior", hasattr(self, "lexical_coef_"), "a lexical prior"),
+                  ("similarity_prior", hasattr(self, "similarity_source_"), "the similarity feature in its prior"),
+                  ("segment_similarity", self.model_.similarity is not None, "it")]
+        for param, fitted, what in checks:
+            if bool(getattr(self, param)) != fitted:
+                raise ValueError(
+                    f"{param}={getattr(self, param)} but the fitted model was trained {'with' if fitted else 'without'} "
+                    f"{what}, and continuing keeps what the network learnt against it; set {param}={fitted}, or fit "
+                    "afresh (warm_start=False)."
+                )
 
     def _encode(self, X):
-        return self._encode_for(self.model_, X)
+        return self._encode_for(self.model_, X, vars(self))
 
-    def _encode_for(self, module, X):
-        """The rows of ``X`` encoded as ``module`` reads them (the fitted ``model_`` once fit has built it),
-        with the prior's inputs."""
+    def _encode_for(self, module, X, prior: dict):
+        """The rows of ``X`` encoded as ``module`` reads them, with the prior's inputs: the ``question_mask`` of
+        segment similarity and, with a fitted lexical prior (in ``prior``, the fitted attributes), its logits."""
         encoded = self._encode_rows(module, X)
-        return encoded if self._prior is None else self._prior.add_inputs(self, module, X, encoded)
+        if module.similarity is not None and "question_mask" not in encoded:
+            from ..neural.tokens import question_mask
+
+            encoded["question_mask"] = question_mask(encoded["input_ids"], self.tokenizer_)
+        if "lexical_coef_" in prior:
+            source = prior.get("similarity_source_")
+            extra = None if source is None else self._similarity(X, source)
+            encoded["prior"] = lexical_prior_logits(prior["lexical_features_"], prior["lexical_coef_"], X, extra)
+        return encoded
 
     def _compute_dtype(self, device, *, training: bool = False):
         """The autocast dtype of ``precision`` on ``device`` (see :func:`as2rank.neural.devices.autocast_dtype`)."""
@@ -208,8 +238,10 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         return self.precision == "int8" and int8_supported()
 
     def _training_params(self) -> dict:
+        """The parameters a fit's weights depend on (what the fit cache keys): the similarity feature reloads the
+        initial weights by name, so with it a fit is reused only under the same names."""
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in self._inference_params}
-        return params if self._prior is None else self._prior.training_params(self, params)
+        return {**params, "similarity_source": (self.model, self.tokenizer)} if self.similarity_prior else params
 
     @validated
     def fit(self, X, y, groups=None, eval_set=None):
@@ -267,8 +299,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         dtype = self._compute_dtype(device, training=True)
         with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
             if not warm:
-                self.model_ = self._fresh_module(X, y, groups, eval_set)
-            history, ranges = train_estimator(self, X, y, index, targets, rng, setup, dev=dev)
+                self.model_, prior = self._fresh_module(X, y, groups, eval_set)
+                for name in PRIOR_ATTRS:
+                    self.__dict__.pop(name, None)
+                self.__dict__.update(prior)
+            history, ranges = self.fit_loop(X, y, index, targets, rng, setup, dev=dev)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
         if ranges is not None:
             self.activation_ranges_ = ranges
@@ -345,8 +380,11 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         session = training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs)
         with session as (setup, rng):
             if not hasattr(self, "model_"):
-                self.model_ = self._fresh_module(X, y, groups, None)
-            history, ranges = train_estimator(self, X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+                self.model_, prior = self._fresh_module(X, y, groups, None)
+                for name in PRIOR_ATTRS:
+                    self.__dict__.pop(name, None)
+                self.__dict__.update(prior)
+            history, ranges = self.fit_loop(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
             history if state.runs == 1 else self.history_.extend(history))
         if ranges is not None:
@@ -395,112 +433,6 @@ class _TransformerEstimator(RankerMixin, BaseEstimator, metaclass=ABCMeta):
         # Head initialisation, dropout and batch order draw from random_state: None draws fresh entropy per fit.
         tags.non_deterministic = self.random_state is None
         return tags
-
-    def save_pretrained(self, path, *, int8: bool = False, card=None, overwrite: bool = False) -> None:
-        """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
-
-        Layout: ``encoder/`` (the fine-tuned encoder and its tokenizer, loadable by
-        ``transformers.AutoModel`` and usable as ``model=`` of a new estimator: the TANDA recipe's
-        "transfer" output), ``heads.safetensors`` (the score heads), ``as2rank.json`` (format version,
-        class, parameters and fitted attributes) and ``README.md`` (a model card: :mod:`as2rank.persistence.card`).
-        The directory is written whole and replaces a previous model at ``path`` in one step (see
-        :func:`as2rank.save <as2rank.persistence.save>`). Load with :meth:`from_pretrained` or
-        :func:`as2rank.load <as2rank.persistence.load>`.
-        Under ``accelerate launch``/``torchrun`` every process may call it: the main process writes, the
-        others wait until the directory is complete.
-
-        Parameters
-        ----------
-        path : str or pathlib.Path
-        int8 : bool, default=False
-            Also write ``onnx/``: the graphs that ``precision="int8"`` runs on ONNX Runtime, exported now
-            (:func:`~as2rank.neural.onnx.runtime.write_int8_copy`). A process that loads the directory then
-            predicts at int8 without exporting them, which takes seconds per graph. A loaded model uses them only
-            if they were exported from its weights by the same as2rank; otherwise it exports again. Needs
-            a model calibrated for int8 at fit and ``pip install as2rank[onnx]``.
-        card : as2rank.persistence.card.ModelCardData, optional
-            Training data and metrics for the model card, ``README.md``.
-        overwrite : bool, default=False
-            Also write into a non-empty directory that is not an as2rank model (see
-            :func:`as2rank.save <as2rank.persistence.save>`).
-        """
-        from ..neural.distributed import is_main_process, wait_for_everyone
-        from ..persistence import INT8_FOLDER, write_model
-        from .saving import write_transformer
-
-        check_is_fitted(self, "model_")
-        if int8:
-            from ..neural.onnx.runtime import onnx_available
-
-            if not hasattr(self, "activation_ranges_"):
-                raise ValueError(f"This {type(self).__name__} has no int8 calibration: its model cannot run on ONNX Runtime.")
-            if not onnx_available():
-                raise ImportError("int8=True exports to ONNX Runtime: pip install as2rank[onnx]")
-        def write(folder):
-            write_transformer(self, folder)
-            if int8:
-                from ..neural.onnx.runtime import write_int8_copy
-
-                write_int8_copy(self._int8_copy_to_save(), folder / INT8_FOLDER)
-
-        if is_main_process():
-            write_model(self, path, write, card=card, overwrite=overwrite)
-        wait_for_everyone()
-
-    def _int8_copy_to_save(self):
-        """The model's int8 copy on ONNX Runtime, traced on two made-up rows of the columns it reads (any rows
-        give the same graphs), or read from the graphs it was loaded with."""
-        import pandas as pd
-
-        from ..neural.onnx.copies import INT8_COPIES
-
-        columns = getattr(self, "_input_columns", ("question", "candidate"))
-        rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
-        encoded = self.encode(rows)
-        from ..neural import torch_threads
-
-        with torch_threads(self.n_threads):
-            return INT8_COPIES.get(self.model_, onnx=True, encoded=encoded, ranges=self.activation_ranges_)
-
-    @classmethod
-    def from_pretrained(cls, path, **params):
-        """Load an estimator written by :meth:`save_pretrained` (on the CPU; ``device`` applies at prediction).
-
-        Parameters
-        ----------
-        path : str or pathlib.Path
-        **params
-            Parameters overriding the saved ones (e.g. ``device="cpu"``, ``alpha=0.3``).
-
-        Returns
-        -------
-        estimator
-            Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
-            continue from the adapted weights.
-        """
-        from .saving import read_transformer
-
-        return read_transformer(cls, path, params)
-
-    def _optional_attrs(self) -> tuple:
-        return ("activation_ranges_", *(() if self._prior is None else self._prior.attrs))
-
-    def _export_attrs(self, path) -> dict:
-        """The fitted attributes :meth:`save_pretrained` writes into the model directory ``path``: ``_saved_attrs``,
-        and the optional ones fitted. A similarity prior's pretrained encoder that is not packaged weights is
-        copied into ``path/similarity`` and named so (:func:`~as2rank.transformer.similarity.export_source`)."""
-        optional = {k: getattr(self, k) for k in self._optional_attrs() if getattr(self, k, None) is not None}
-        source = optional.get("similarity_source_")
-        if source is not None and not all(source.get(k) in (None, *CHECKPOINT_ALIASES) for k in ("model", "tokenizer")):
-            from .similarity import export_source
-
-            optional["similarity_source_"] = export_source(source, Path(path) / "similarity")
-        return {**{k: getattr(self, k) for k in self._saved_attrs}, **optional}
-
-    def _imported_attrs(self, attrs: dict) -> dict:
-        """The fitted attributes of a saved model that this class restores (a KeyError when one of
-        ``_saved_attrs`` is missing)."""
-        return {**{k: attrs[k] for k in self._saved_attrs}, **{k: attrs[k] for k in self._optional_attrs() if k in attrs}}
 
     # ----------------------------------------------------------------- prediction
     def encode(self, X) -> dict:

@@ -44,7 +44,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
       Each distinct text is encoded once, however many rows repeat it (a question repeats over its candidates).
     * **Cross-encoder** (a checkpoint with a sequence-classification head, e.g. an MS MARCO cross-encoder):
       the score is the checkpoint's own logit for the pair, read by its own head
-      (:func:`~as2rank.transformer.heads.classifier_scores`): the logit of a one-label head, ``logit[1] - logit[0]``
+      (:func:`~as2rank.transformer.network.classifier_scores`): the logit of a one-label head, ``logit[1] - logit[0]``
       of a two-label one (the log-odds of the positive class, label 1).
 
     ``fit`` loads the model and validates the data; it trains nothing unless it is given labels (and
@@ -95,7 +95,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     mode_ : {"bi-encoder", "cross-encoder"}
         The mode used (``mode`` with ``"auto"`` resolved).
     model_ : torch.nn.Module
-        The loaded weights: the encoder (bi-encoder), or a :class:`~as2rank.transformer.heads.CrossEncoder` that
+        The loaded weights: the encoder (bi-encoder), or a :class:`~as2rank.transformer.network.CrossEncoder` that
         scores with the checkpoint's own head (cross-encoder; the checkpoint is ``model_.encoder``).
     tokenizer_ : transformers.PreTrainedTokenizerBase
     config_ : transformers.PretrainedConfig
@@ -243,7 +243,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         checkpoint's own head (which checks that it can)."""
         if mode == "bi-encoder":
             return model
-        from .heads import CrossEncoder
+        from .network import CrossEncoder
 
         return CrossEncoder(model, "classifier").eval()
 

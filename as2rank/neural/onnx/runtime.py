@@ -513,7 +513,7 @@ def _metadata(graph: bytes) -> dict:
 
 
 class OnnxCascade:
-    """A :class:`~as2rank.transformer.heads.CascadeEncoder` whose exit segments run on ONNX Runtime, in int8: its
+    """A :class:`~as2rank.transformer.network.CascadeEncoder` whose exit segments run on ONNX Runtime, in int8: its
     ``cascade`` is the module's, with the drops decided as there and each segment's blocks and
     classifier computed by its graph. The segments' sessions do not spin between runs: the cascade's own work
     between them (the drops, the survivors' gathers) runs on torch's threads, which spinning ONNX Runtime
@@ -521,7 +521,7 @@ class OnnxCascade:
 
     Parameters
     ----------
-    module : as2rank.transformer.heads.CascadeEncoder
+    module : as2rank.transformer.network.CascadeEncoder
     example : dict of torch.Tensor
         A batch of at least two rows; its token arrays trace the first segment, and each segment's hidden
         states on them trace the next.
@@ -557,7 +557,7 @@ class OnnxCascade:
         return self
 
     def cascade(self, *args, **kwargs):
-        """:meth:`CascadeEncoder.cascade <as2rank.transformer.heads.CascadeEncoder.cascade>` on the graphs."""
+        """:meth:`CascadeEncoder.cascade <as2rank.transformer.network.CascadeEncoder.cascade>` on the graphs."""
         return self.module.cascade(*args, segments=self.segments, **kwargs)
 
 

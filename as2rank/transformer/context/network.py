@@ -15,7 +15,7 @@ from ...params import SUMMARIES as _SUMMARIES
 from ...params import Options, check_param
 from ...neural.backbone import encoder_states, masked_mean
 from ...neural.backbone import pool
-from ..heads import SegmentSimilarity, head_logits, segment_cosine, with_prior
+from ..network import SegmentSimilarity, head_logits, segment_cosine, with_prior
 
 __all__ = ["SEGMENTS", "SUMMARIES", "ContextEnsembleModule", "MultiwayAttention", "MultiwayContextEncoder", "check_summary",
            "contexts_together", "gather_segments", "multiway_attend", "multiway_weights", "segment_widths"]
@@ -281,7 +281,7 @@ class MultiwayContextEncoder(nn.Module):
     ----------
     encoder : transformers.PreTrainedModel
     pooling : {"cls", "mean"}
-        Pooling of the whole sequence (as :class:`~as2rank.transformer.heads.CrossEncoder`), used by
+        Pooling of the whole sequence (as :class:`~as2rank.transformer.network.CrossEncoder`), used by
         ``summary="sequence"``.
     contexts : tuple of str
         ``"local"`` and/or ``"global"``: one :class:`MultiwayAttention` each.
@@ -291,7 +291,7 @@ class MultiwayContextEncoder(nn.Module):
         own encodings (``"pair"``: Tan et al.'s aggregation reads each token's encoding beside its
         attended views), or the pooled whole sequence, context tokens included (``"sequence"``).
     similarity : bool, default=False
-        Add a :class:`~as2rank.transformer.heads.SegmentSimilarity` term of the question's and the candidate's
+        Add a :class:`~as2rank.transformer.network.SegmentSimilarity` term of the question's and the candidate's
         segments (the batches then carry ``question_mask`` and ``candidate_mask``).
     """
 
@@ -309,7 +309,7 @@ class MultiwayContextEncoder(nn.Module):
         self.similarity = SegmentSimilarity() if similarity else None
 
     def segment_cosines(self, batch: dict) -> torch.Tensor:
-        """The cosine that the :class:`~as2rank.transformer.heads.SegmentSimilarity` term weighs, for every row,
+        """The cosine that the :class:`~as2rank.transformer.network.SegmentSimilarity` term weighs, for every row,
         shape (rows, 1)."""
         return segment_cosine(encoder_states(self.encoder, batch), batch)[:, None]
 
@@ -354,7 +354,7 @@ class ContextEnsembleModule(nn.Module):
     The batch holds the local inputs under the usual keys and the global ones under ``global_*`` keys.
     With ``trim_padding`` (the default) each set is cut to its own longest row, so neither pays for the
     other's padding; without it both run at the batch's width (fixed-length timing). With ``similarity``, a
-    :class:`~as2rank.transformer.heads.SegmentSimilarity` term of the question's and the candidate's segments in
+    :class:`~as2rank.transformer.network.SegmentSimilarity` term of the question's and the candidate's segments in
     the local encoding (the batches then carry ``question_mask`` and ``candidate_mask`` of the local inputs).
     """
 
@@ -385,7 +385,7 @@ class ContextEnsembleModule(nn.Module):
         return encoder_states(self.encoder, local), local
 
     def segment_cosines(self, batch: dict) -> torch.Tensor:
-        """The cosine that the :class:`~as2rank.transformer.heads.SegmentSimilarity` term weighs, for every row
+        """The cosine that the :class:`~as2rank.transformer.network.SegmentSimilarity` term weighs, for every row
         (in the local encoding), shape (rows, 1)."""
         hidden, local = self._local_states(batch, self._widths(batch)[0])
         return segment_cosine(hidden, local)[:, None]

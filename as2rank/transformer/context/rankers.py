@@ -29,7 +29,6 @@ import numpy as np
 from .features import CONTEXTS, GLOBAL_METHODS, ContextExtractor, check_contexts
 from ...data import REQUIRED_COLUMNS, check_X
 from ...params import POOLINGS, SUMMARIES, Interval, Options, SequenceOf, validated
-from ..prior import LexicalPrior
 from ..scaffold import _TransformerEstimator
 
 __all__ = ["CONTEXTS", "GLOBAL_METHODS", "ContextConcat", "ContextEnsemble", "ContextExtractor", "ContextMWA"]
@@ -132,7 +131,7 @@ class _ContextRanker(_TransformerEstimator):
         return self._encode_contexts(module.encoder, X, self._contexts())
 
     def _prepare_encoder(self, encoder):
-        from ..pointwise import prepare_encoder
+        from ...neural.backbone import prepare_encoder
 
         encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder
@@ -195,7 +194,7 @@ reuse_fit, random_state, verbose
     Attributes
     ----------
     model_ : torch.nn.Module
-        :class:`~as2rank.transformer.heads.CrossEncoder`: ``model_.encoder``, ``model_.head`` and, with
+        :class:`~as2rank.transformer.network.CrossEncoder`: ``model_.encoder``, ``model_.head`` and, with
         ``segment_similarity``, ``model_.similarity``.
     tokenizer_ : transformers.PreTrainedTokenizerBase
     n_layers_ : int
@@ -213,8 +212,7 @@ reuse_fit, random_state, verbose
     >>> model.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
-    _prior = LexicalPrior(segment_similarity=True)
-    _parameter_constraints = {**_ContextRanker._parameter_constraints, **_prior.constraints,
+    _parameter_constraints = {**_ContextRanker._parameter_constraints,
                               "contexts": [SequenceOf(Options(CONTEXTS))]}
 
     def __init__(
@@ -258,7 +256,7 @@ reuse_fit, random_state, verbose
         self.verbose = verbose
 
     def _build_module(self, encoder):
-        from ..heads import CrossEncoder
+        from ..network import CrossEncoder
 
         return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
 
@@ -359,9 +357,7 @@ reuse_fit, random_state, verbose
 
     _needs_segments = True
     _head_modules = ("head", "attention")
-    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
-        **_prior.constraints,
         **_ContextRanker._parameter_constraints,
         "contexts": [SequenceOf(Options(CONTEXTS))],
         "attention_dim": [Interval(Integral, 1, None)],
@@ -510,10 +506,8 @@ reuse_fit, random_state, verbose
 
     # Its two encoders are fitted on the whole training set before the joint stage: no chunked training.
     _streamable = False
-    _prior = LexicalPrior(segment_similarity=True)
     _parameter_constraints = {
         **_ContextRanker._parameter_constraints,
-        **_prior.constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
     }
     def __init__(

@@ -203,7 +203,7 @@ class SegmentSimilarity(nn.Module):
     Sentence-embedding checkpoints such as the default all-MiniLM-L6-v2 were trained so that mean token
     encodings compare sentences; a score head initialised at random cannot use that on a few hundred training
     questions. The weight starts at the value a logistic regression on the pretrained encoder's cosines gives
-    it (:class:`~as2rank.transformer.prior.LexicalPrior`), so training starts from a ranking that already uses the
+    it (:mod:`as2rank.transformer.prior`), so training starts from a ranking that already uses the
     similarity, and is then trained with the rest of the model.
     """
 
