@@ -5,6 +5,7 @@
 pytest process writes ``<folder>/<worker>.json`` at the end. ``python -m tests.score_log A B`` compares two such
 folders: a key recorded in both with different digests is a changed prediction. Run the reference twice to see
 which tests predict differently from run to run (unseeded models), and pass that folder as ``--noise``.
+``python -m tests.score_log --bench path/to/folder`` records the benchmark suite's default run the same way.
 """
 
 from __future__ import annotations
@@ -75,24 +76,76 @@ def read(folder) -> dict:
     return out
 
 
+def compare(ref: dict, new: dict, noisy=frozenset()) -> tuple:
+    """The keys of ``ref`` whose prediction changed in ``new``, and the (test, method) groups compared by their
+    outputs only: where the two runs called a method a different number of times in a test (work that follows
+    the clock, such as the latency rounds of ``RankerSelector``), calls are not paired by number, and the group
+    is unchanged when both runs produced the same set of distinct outputs."""
+    groups = defaultdict(lambda: ([], []))
+    for side, log in enumerate((ref, new)):
+        for key, digest in log.items():
+            groups[key.rsplit("#", 1)[0]][side].append((key, digest))
+    changed, recounted = [], []
+    for group, (a, b) in groups.items():
+        if not a or not b:
+            continue
+        if len(a) != len(b):
+            if {d for _, d in a} != {d for _, d in b}:
+                changed += [k for k, d in a if d not in {e for _, e in b}]
+            else:
+                recounted.append(group)
+            continue
+        paired = dict(b)
+        changed += [k for k, d in a if k not in noisy and paired.get(k, d) != d]
+    return changed, recounted
+
+
+def run_bench(folder, suite: str = "default") -> None:
+    """Record the predictions of ``as2rank bench --suite SUITE``'s run on the bundled sample (fit on its train
+    split, scored on its test split) in ``folder/bench.json``, like a test run's (``python -m tests.score_log
+    --bench FOLDER``)."""
+    from as2rank.app.suite import load_benchmark_data, run_suite, select
+
+    start(folder)
+    current_test(f"as2rank bench --suite {suite}")
+    X_train, y_train, X_test, y_test = load_benchmark_data("sample")
+    board = run_suite(select((suite,)), X_train, y_train, X_test, y_test, progress=False)
+    print(board[["model", "map", "status"]].to_string(index=False))
+    finish("bench")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Compare the score digests of two test runs.")
-    parser.add_argument("reference")
-    parser.add_argument("candidate")
+    parser.add_argument("reference", nargs="?")
+    parser.add_argument("candidate", nargs="?")
     parser.add_argument("--noise", help="a second run of the reference: keys that differ between the two are ignored")
+    parser.add_argument("--bench", metavar="FOLDER", help="record a run of the benchmark suite in FOLDER instead")
+    parser.add_argument("--suite", default="default", help="with --bench: the suite to run (default: default)")
     args = parser.parse_args(argv)
+    if args.bench:
+        run_bench(args.bench, args.suite)
+        return 0
+    if args.candidate is None:
+        parser.error("give two folders to compare, or --bench FOLDER")
     ref, new = read(args.reference), read(args.candidate)
     noisy = set()
     if args.noise:
         again = read(args.noise)
         noisy = {k for k in ref if k in again and again[k] != ref[k]}
+    changed, recounted = compare(ref, new, noisy)
     common = [k for k in ref if k in new and k not in noisy]
-    changed = [k for k in common if ref[k] != new[k]]
-    print(f"{len(ref)} predictions in the reference, {len(new)} in the candidate, {len(common)} compared "
+    print(f"{len(ref)} predictions in the reference, {len(new)} in the candidate, {len(common)} compared by call "
           f"({len(noisy)} left out as differing between two reference runs); {len(changed)} changed.")
-    for k in changed[:50]:
-        print("  changed:", k)
-    missing = [k for k in ref if k not in new]
+    if recounted:
+        print(f"{len(recounted)} (test, method) pairs called a different number of times, each with the same "
+              f"distinct outputs in both runs, e.g. {recounted[:2]}")
+    by_test = defaultdict(int)
+    for key in changed:
+        by_test[key.rsplit("#", 1)[0]] += 1
+    for group, n in sorted(by_test.items()):
+        print(f"  changed: {group} ({n} call{'s' if n > 1 else ''})")
+    recorded = {k.rsplit("#", 1)[0] for k in new}
+    missing = [k for k in ref if k.rsplit("#", 1)[0] not in recorded]
     if missing:
         print(f"{len(missing)} recorded only in the reference (tests renamed or removed), e.g. {missing[:3]}")
     return 1 if changed else 0

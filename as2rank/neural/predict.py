@@ -24,8 +24,10 @@ import torch
 from .backbone import encoder_states, pool
 from .batching import token_budget_batches
 from .devices import autocast, to_device
+from .distributed import is_main_process
 
 __all__ = ["PREFETCH", "Predictor", "batch_tensors", "default_prefetch", "device_batch", "no_progress", "predict_batches",
+           "predict_outputs", "progress_bar",
            "predict_logits", "sentence_embeddings"]
 
 #: Outputs kept on the device before :func:`predict_batches` reads them (16M values: 64 MiB in float32).
@@ -43,6 +45,21 @@ def default_prefetch(device) -> int:
 def no_progress(batches, n_batches: int, desc: str):
     """The ``progress`` of a loop that shows no bar: the batches themselves."""
     return batches
+
+
+def progress_bar(verbose: bool, prefix: str = "") -> Callable:
+    """The ``progress`` of an estimator's prediction loop: with ``verbose``, a tqdm bar over the batches labelled
+    ``prefix`` and the loop's ``desc``, in the main process only (under a launcher every process predicts; one bar
+    is enough); else :func:`no_progress`."""
+    if not (verbose and is_main_process()):
+        return no_progress
+
+    def bar(batches, n_batches: int, desc: str):
+        from tqdm.auto import tqdm
+
+        return tqdm(batches, total=n_batches, desc=f"{prefix}{desc}", unit="batch")
+
+    return bar
 
 
 def predict_batches(batches, run, n_rows: int, *, device, dtype, progress, desc: str = "predict", prepare=None,
@@ -288,3 +305,16 @@ def sentence_embeddings(encoder, tokenizer, texts, *, device, dtype, max_length:
 
     batches = token_budget_batches(np.ones(len(ids), dtype=np.int64), lengths, batch_tokens)
     return predict_batches(batches, run, len(ids), device=device, dtype=dtype, progress=progress, desc="encode")
+
+
+def predict_outputs(module: torch.nn.Module, run: Callable, encoded: dict, device, *, batch_tokens: int,
+                    dtype) -> np.ndarray:
+    """:func:`predict_logits` of ``run`` (``module`` or one of its methods) on the encoded rows, with ``module`` moved
+    to ``device`` in evaluation mode for the call and put back where and how it was: outputs of a module in
+    the middle of its fit (such as the pretrained encoder's segment cosines that start a lexical prior)."""
+    home, training = next(module.parameters()).device, module.training
+    module.to(device).eval()
+    try:
+        return predict_logits(run, encoded, device, batch_tokens=batch_tokens, dtype=dtype, progress=no_progress)
+    finally:
+        module.to(home).train(training)

@@ -21,14 +21,30 @@ from ..params import (
     Boolean,
     Interval,
     Options,
+    check_param,
 )
 
-__all__ = ["AUTO_BATCH_TOKENS", "TRAINING_CONSTRAINTS"]
+__all__ = ["AUTO_BATCH_TOKENS", "BATCH_TOKENS_CONSTRAINTS", "TRAINING_CONSTRAINTS", "resolve_batch_tokens"]
 
 #: ``batch_tokens="auto"``: padded tokens per prediction batch on the CPU (a torch model, and an int8 copy on
 #: ONNX Runtime), and on other devices (CUDA). On the CPU small batches keep the activations in cache and pad
 #: less; the ONNX Runtime copy is faster still with smaller ones (the speed benchmark sweeps both).
 AUTO_BATCH_TOKENS = {"cpu": 2048, "cpu-onnx": 512, "other": 16384}
+
+#: Accepted values of ``batch_tokens`` (the transformer rankers' and :class:`~as2rank.transformer.zeroshot.ZeroShotRanker`'s).
+BATCH_TOKENS_CONSTRAINTS = [Options(("auto",)), Interval(Integral, 1, None)]
+
+
+def resolve_batch_tokens(batch_tokens, device, auto=AUTO_BATCH_TOKENS, *, onnx: bool = False) -> int:
+    """The padded-token budget of a prediction batch on ``device``: ``batch_tokens``, or for ``"auto"`` the entry of
+    ``auto`` for the device (on the CPU, ``"cpu-onnx"`` for an int8 copy on ONNX Runtime). ``batch_tokens`` acts
+    at prediction only and may be set after ``fit``, so it is checked here."""
+    if isinstance(batch_tokens, str) and batch_tokens == "auto":
+        if device.type != "cpu":
+            return auto["other"]
+        return auto["cpu-onnx" if onnx else "cpu"]
+    check_param("batch_tokens", batch_tokens, BATCH_TOKENS_CONSTRAINTS)
+    return int(batch_tokens)
 
 #: Accepted values of the shared parameters (``_parameter_constraints`` entries), in signature order.
 TRAINING_CONSTRAINTS = {
@@ -44,7 +60,7 @@ TRAINING_CONSTRAINTS = {
     "eval_every": [Interval(Integral, 1, None), None],
     "warm_start": [Boolean()],
     "freeze_embeddings": [Boolean()],
-    "batch_tokens": [Options(("auto",)), Interval(Integral, 1, None)],
+    "batch_tokens": BATCH_TOKENS_CONSTRAINTS,
     "device": DEVICE_CONSTRAINTS,
     "precision": [Options(TRANSFORMER_PRECISIONS)],
     "n_threads": [Interval(Integral, 1, None), None],

@@ -12,7 +12,7 @@ sentence embeddings from the pretrained encoder the ranker starts from (:mod:`as
 With ``segment_similarity=True`` the module (:class:`~as2rank.transformer.network.SegmentSimilarity`) adds
 ``w × cos(question, candidate)`` to its logit: the cosine of the mean encodings of the pair's question and
 candidate tokens inside its own encoding. A fresh fit runs the pretrained encoder over the training rows once
-(:func:`segment_cosines`), fits the prior's regression on its cosines beside the lexical features, and starts
+(its ``segment_cosines``), fits the prior's regression on its cosines beside the lexical features, and starts
 ``w`` (every exit's, for a cascade) at the cosine's coefficient there; the network then trains ``w`` with the
 rest. Every transformer estimator holds the prior (its ``lexical_prior``, ``similarity_prior`` and
 ``segment_similarity``): it is fitted at the start of a fresh fit, never on a warm start or a continued
@@ -27,8 +27,7 @@ import numpy as np
 
 from ..params import Boolean
 
-__all__ = ["PRIOR_ATTRS", "PRIOR_CONSTRAINTS", "fit_lexical_prior", "init_segment_weights", "lexical_prior_logits",
-           "segment_cosines"]
+__all__ = ["PRIOR_ATTRS", "PRIOR_CONSTRAINTS", "fit_lexical_prior", "init_segment_weights", "lexical_prior_logits"]
 
 
 def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None, lexical: bool = True) -> tuple:
@@ -101,22 +100,6 @@ PRIOR_ATTRS = ("lexical_features_", "lexical_coef_", "similarity_source_")
 
 #: The prior's parameters, entries of every transformer estimator's ``_parameter_constraints``.
 PRIOR_CONSTRAINTS = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()], "segment_similarity": [Boolean()]}
-
-
-def segment_cosines(module, encoded: dict, device, *, batch_tokens: int, dtype) -> np.ndarray:
-    """The segment cosines of a module's last segment-similarity term (a cascade's last exit: the layer the
-    single-exit model would read) for the encoded rows, shape (n_rows, 1), with ``module`` run on ``device``
-    in evaluation mode and put back where and how it was."""
-    from ..neural.predict import no_progress, predict_logits
-
-    home, training = next(module.parameters()).device, module.training
-    module.to(device).eval()
-    try:
-        cosines = predict_logits(module.segment_cosines, encoded, device, batch_tokens=batch_tokens, dtype=dtype,
-                                 progress=no_progress)
-    finally:
-        module.to(home).train(training)
-    return cosines[:, -1:]
 
 
 def init_segment_weights(module, weight: float) -> None:

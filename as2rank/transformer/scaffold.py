@@ -24,9 +24,9 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..early_stopping import check_early_stopping, check_eval_set, training_summary
-from ..params import CHECKPOINT_ALIASES, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, check_param, validated
+from ..params import CHECKPOINT_ALIASES, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, validated
 from .hooks import TrainingHooks
-from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS
+from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS, resolve_batch_tokens
 from .prior import PRIOR_ATTRS, PRIOR_CONSTRAINTS, fit_lexical_prior, lexical_prior_logits
 from .saving import PretrainedIO
 
@@ -157,11 +157,14 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
             extra.append(self._similarity(X, fitted["similarity_source_"]))
         if self.segment_similarity:
             from ..neural import resolve_device
-            from .prior import segment_cosines
+            from ..neural.predict import predict_outputs
 
             device = resolve_device(self.device)
-            extra.append(segment_cosines(module, self._encode_for(module, X, fitted), device,
-                                         batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device)))
+            encoded = self._encode_for(module, X, fitted)
+            # The pretrained module's cosines at a cascade's last exit: the layer the single-exit model would read.
+            cosines = predict_outputs(module, module.segment_cosines, encoded, device,
+                                      batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device))
+            extra.append(cosines[:, -1:])
         if self.lexical_prior or self.segment_similarity:
             features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
                                                lexical=self.lexical_prior)
@@ -202,15 +205,18 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
     def _encode_for(self, module, X, prior: dict):
         """The rows of ``X`` encoded as ``module`` reads them, with the prior's inputs: the ``question_mask`` of
         segment similarity and, with a fitted lexical prior (in ``prior``, the fitted attributes), its logits."""
+        logits = None
+        if "lexical_coef_" in prior:
+            source = prior.get("similarity_source_")
+            extra = None if source is None else self._similarity(X, source)
+            logits = lexical_prior_logits(prior["lexical_features_"], prior["lexical_coef_"], X, extra)
         encoded = self._encode_rows(module, X)
         if module.similarity is not None and "question_mask" not in encoded:
             from ..neural.tokens import question_mask
 
             encoded["question_mask"] = question_mask(encoded["input_ids"], self.tokenizer_)
-        if "lexical_coef_" in prior:
-            source = prior.get("similarity_source_")
-            extra = None if source is None else self._similarity(X, source)
-            encoded["prior"] = lexical_prior_logits(prior["lexical_features_"], prior["lexical_coef_"], X, extra)
+        if logits is not None:
+            encoded["prior"] = logits
         return encoded
 
     def _compute_dtype(self, device, *, training: bool = False):
@@ -220,16 +226,12 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
         return autocast_dtype(self.precision, device, training=training)
 
     def _batch_tokens(self, device, module=None) -> int:
-        """The padded-token budget of a prediction batch on ``device`` (``batch_tokens`` with "auto" resolved)
-        for ``module``, the model a :meth:`predictor` holds (None: a torch model)."""
-        if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
-            if device.type != "cpu":
-                return self._auto_batch_tokens["other"]
-            from ..neural.onnx.runtime import OnnxCascade, OnnxModule
+        """The padded-token budget of a prediction batch on ``device`` for ``module``, the model a :meth:`predictor`
+        holds (None: a torch model)."""
+        from ..neural.onnx.runtime import OnnxCascade, OnnxModule
 
-            return self._auto_batch_tokens["cpu-onnx" if isinstance(module, (OnnxModule, OnnxCascade)) else "cpu"]
-        check_param("batch_tokens", self.batch_tokens, self._parameter_constraints["batch_tokens"])
-        return int(self.batch_tokens)
+        return resolve_batch_tokens(self.batch_tokens, device, self._auto_batch_tokens,
+                                    onnx=isinstance(module, (OnnxModule, OnnxCascade)))
 
     def _quantized(self) -> bool:
         """Whether prediction runs the int8 copy of the model."""
@@ -495,7 +497,7 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
         as2rank.neural.predict.Predictor
         """
         from ..neural import resolve_device
-        from ..neural.predict import Predictor
+        from ..neural.predict import Predictor, progress_bar
 
         check_is_fitted(self, "model_")
         device = resolve_device(self.device if device is None else device)
@@ -509,17 +511,7 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
         else:
             module = self.model_.to(device).eval()
         return Predictor(module, device, self._compute_dtype(device), self._batch_tokens(device, module),
-                         self._progress)
-
-    def _progress(self, iterable, total, desc):
-        from ..neural.distributed import is_main_process
-
-        # Under a launcher every process predicts; one progress bar is enough.
-        if not (self.verbose and is_main_process()):
-            return iterable
-        from tqdm.auto import tqdm
-
-        return tqdm(iterable, total=total, desc=desc, unit="batch")
+                         progress_bar(self.verbose))
 
 
 def _is_learnt(name: str) -> bool:

@@ -24,10 +24,10 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Boolean, Interval,
-                      Options, check_param, validated)
+                      Options, validated)
 from ..persistence import PersistenceMixin
 from .prior import fit_lexical_prior, lexical_prior_logits
-from .parameters import AUTO_BATCH_TOKENS
+from .parameters import BATCH_TOKENS_CONSTRAINTS, resolve_batch_tokens
 
 __all__ = ["MODES", "ZeroShotRanker"]
 
@@ -120,7 +120,7 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
         "mode": [Options(MODES)],
         "lexical": [Boolean()],
         "max_length": [Interval(Integral, 8, None)],
-        "batch_tokens": [Options(("auto",)), Interval(Integral, 1, None)],
+        "batch_tokens": BATCH_TOKENS_CONSTRAINTS,
         "device": DEVICE_CONSTRAINTS,
         "precision": [Options(DTYPE_PRECISIONS)],
         "n_threads": [Interval(Integral, 1, None), None],
@@ -250,39 +250,26 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     def _scores(self, module, tokenizer, mode: str, X, device) -> np.ndarray:
         """The zero-shot score of every row of ``X`` from ``module`` (see :meth:`_scoring_module`), float64."""
         from ..neural.backbone import uses_token_types
-        from ..neural.predict import sentence_embeddings
-        from ..neural.tokens import encode_pairs
         from ..neural.devices import autocast_dtype
-        from ..neural.predict import predict_logits
+        from ..neural.predict import predict_logits, progress_bar, sentence_embeddings
+        from ..neural.tokens import encode_pairs
 
         module = module.to(device).eval()
         dtype = autocast_dtype(self.precision, device, options=DTYPE_PRECISIONS)
-        batch_tokens = self._batch_tokens(device)
+        batch_tokens = resolve_batch_tokens(self.batch_tokens, device)
+        progress = progress_bar(self.verbose, f"{type(self).__name__} ")
         questions, candidates = X["question"].to_numpy(dtype=object), X["candidate"].to_numpy(dtype=object)
         if mode == "cross-encoder":
             encoded = encode_pairs(tokenizer, questions, candidates, max_length=self.max_length,
                                    token_types=uses_token_types(module.encoder, tokenizer))
             return predict_logits(module, encoded, device, batch_tokens=batch_tokens, dtype=dtype,
-                                  progress=self._progress)
+                                  progress=progress)
         # Each distinct text once: the questions repeat over their candidates, and a text may be both.
         codes, texts = pd.factorize(np.concatenate([questions, candidates]))
         embeddings = sentence_embeddings(module, tokenizer, list(texts), device=device, dtype=dtype,
-                                         max_length=self.max_length, batch_tokens=batch_tokens, progress=self._progress)
+                                         max_length=self.max_length, batch_tokens=batch_tokens, progress=progress)
         n = len(X)
         return np.einsum("ij,ij->i", embeddings[codes[:n]], embeddings[codes[n:]])
-
-    def _batch_tokens(self, device) -> int:
-        if isinstance(self.batch_tokens, str) and self.batch_tokens == "auto":
-            return AUTO_BATCH_TOKENS["cpu" if device.type == "cpu" else "other"]
-        check_param("batch_tokens", self.batch_tokens, self._parameter_constraints["batch_tokens"])
-        return int(self.batch_tokens)
-
-    def _progress(self, iterable, total, desc):
-        if not self.verbose:
-            return iterable
-        from tqdm.auto import tqdm
-
-        return tqdm(iterable, total=total, desc=f"{type(self).__name__} {desc}", unit="batch")
 
     # ----------------------------------------------------------------- persistence
     def _module_from_state(self, state_dict):
