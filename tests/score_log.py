@@ -90,10 +90,11 @@ def compare(ref: dict, new: dict, noisy=frozenset()) -> tuple:
         if not a or not b:
             continue
         if len(a) != len(b):
-            if {d for _, d in a} != {d for _, d in b}:
-                changed += [k for k, d in a if d not in {e for _, e in b}]
-            else:
+            outputs = {d for _, d in b}
+            if {d for _, d in a} == outputs:
                 recounted.append(group)
+            else:  # the reference's calls whose output is gone, or the group when the candidate adds one
+                changed += [k for k, d in a if d not in outputs] or [f"{group}#new"]
             continue
         paired = dict(b)
         changed += [k for k, d in a if k not in noisy and paired.get(k, d) != d]

@@ -21,3 +21,5 @@ def test_a_test_called_a_different_number_of_times_is_compared_by_its_outputs():
     other = {"t|A.predict#1": "x", "t|A.predict#2": "z"}
     changed, recounted = compare(ref, other)
     assert changed == ["t|A.predict#2"] and recounted == []  # the output "y" is gone
+    extra = {"t|A.predict#1": "x", "t|A.predict#2": "y", "t|A.predict#3": "x", "t|A.predict#4": "new"}
+    assert compare(ref, extra)[0] == ["t|A.predict#new"]  # an output the reference never gave
