@@ -2,12 +2,14 @@
 
 It holds what every transformer-backed ranker (:class:`~as2rank.transformer.ranker.TransformerRanker`, the cascade,
 the distilled and the context rankers) shares: loading the backbone (:mod:`as2rank.neural.backbone`), pair
-encoding, the one training loop (:func:`as2rank.neural.train`) with an optional dev set and early stopping,
-``partial_fit`` on a stream of chunks, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`),
-numeric precision (autocast, or an int8 copy for prediction on the CPU), pickling to a CPU state and
-``save_pretrained``/``from_pretrained`` (the directory format of :mod:`as2rank.persistence`). A subclass
-writes out its ``__init__`` (its own parameters, then the shared ones, :mod:`as2rank.transformer.parameters`) and
-supplies the torch module, its loss and its scoring. Importing this module does not import torch.
+encoding, the lexical prior (:mod:`as2rank.transformer.prior`), ``fit`` with an optional dev set and early
+stopping through the training steps of :class:`~as2rank.transformer.hooks.TrainingHooks`, ``partial_fit`` on a
+stream of chunks, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`), numeric precision
+(autocast, or an int8 copy for prediction on the CPU) and pickling to a CPU state; ``save_pretrained``/
+``from_pretrained`` come from :class:`~as2rank.transformer.saving.PretrainedIO`. A subclass writes out its
+``__init__`` (its own parameters, then the shared ones, :mod:`as2rank.transformer.parameters`) and supplies the
+torch module, and where it trains differently, the training steps it overrides. Importing this module does not
+import torch.
 """
 
 from __future__ import annotations
