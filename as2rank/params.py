@@ -1,11 +1,12 @@
 """Torch-free validation of estimator parameters: declarative constraint tables, and the option values that
 the neural estimators accept.
 
-Each estimator declares ``_parameter_constraints``, a dict ``{parameter: [constraint, ...]}`` in the style of
-scikit-learn's (a subclass extends its base's dict), and decorates its public methods that use the parameters
-(``fit``, ``partial_fit``; ``predict`` or ``transform`` where no fit is required) with :func:`validated`: the one
-gate, which checks the table (:func:`validate_params`) and then the class's ``_check_rules`` (the checks that
-relate several parameters, kept as code). A value is valid if any listed
+Every estimator inherits :class:`ParameterMixin`: its ``__init__`` keeps its arguments as parameters, its class
+declares ``_parameter_constraints``, a dict ``{parameter: [constraint, ...]}`` in the style of scikit-learn's (a
+subclass extends its base's dict), and ``_check_rules`` (the checks that relate several parameters, kept as code).
+Its public methods that use the parameters (``fit``, ``partial_fit``; ``predict`` or ``transform`` where no fit is
+required) are decorated with :func:`validated`: the one gate, which checks the table (:func:`validate_params`),
+then the rules. A value is valid if any listed
 constraint accepts it: :class:`Interval` (finite numbers in a range), :class:`Options` (fixed values such as
 ``"auto"``), :class:`Boolean`, :class:`InstanceOf` (also of types named, such as ``"torch.device"``, so that
 checking imports nothing), :class:`HasMethods`, :class:`SequenceOf` (one value per stage) or ``None``.
@@ -19,6 +20,7 @@ The estimators validate their parameters before importing torch, so the option t
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 from numbers import Integral, Real
@@ -36,15 +38,17 @@ __all__ = [
     "SUMMARIES",
     "TOKENIZER_CONSTRAINTS",
     "TRANSFORMER_PRECISIONS",
+    "WORD_VECTOR_ALIASES",
     "Boolean",
     "HasMethods",
     "InstanceOf",
     "Interval",
     "Options",
+    "ParameterMixin",
     "SequenceOf",
-    "check_estimator_params",
     "check_param",
     "check_precision",
+    "param_names",
     "validate_params",
     "validated",
 ]
@@ -66,6 +70,9 @@ POOLINGS = ("auto", "cls", "mean")
 #: Names of the packaged checkpoints (``model=`` aliases, :data:`as2rank.neural.models.MODEL_ALIASES`): the
 #: only checkpoints a model directory may name besides its own folders (:mod:`as2rank.persistence.trust`).
 CHECKPOINT_ALIASES = ("minilm-l6", "mpnet-base")
+#: Names of the packaged word vectors (``Cosinet(embeddings=...)``, :data:`as2rank.cosinet.word_vectors.NAMES`): the
+#: only word vectors a model directory may name (:mod:`as2rank.persistence.trust`).
+WORD_VECTOR_ALIASES = ("glove-6b-50d", "minilm-l6-wordpiece")
 #: Training losses of the neural rankers (``loss``): per pair, or over each question's candidates.
 LOSSES = ("pointwise", "listwise")
 
@@ -376,29 +383,55 @@ def validate_params(estimator, constraints) -> None:
             check_param(name, params[name], allowed)
 
 
-def check_estimator_params(estimator) -> None:
-    """Check an estimator's parameters as :func:`validated` does before its methods run: against its class's
-    ``_parameter_constraints`` (:func:`validate_params`), then by its ``_check_rules`` when it has one (rules that
-    relate several parameters).
+def param_names(cls) -> list:
+    """The parameters of an estimator class, as its ``__init__`` declares them (every one is written out).
 
-    Raises
-    ------
-    ValueError
-        For the first parameter that its table refuses, or a rule's message.
+    Parameters
+    ----------
+    cls : type
+
+    Returns
+    -------
+    list of str
+        In declaration order.
     """
-    validate_params(estimator, getattr(type(estimator), "_parameter_constraints", {}))
-    rules = getattr(estimator, "_check_rules", None)
-    if rules is not None:
-        rules()
+    signature = inspect.signature(cls.__init__)
+    return [p.name for p in list(signature.parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
+
+
+class ParameterMixin:
+    """Mixin of every as2rank estimator: its ``__init__`` arguments kept as its parameters, their accepted values
+    (``_parameter_constraints``) and the rules that relate several of them (``_check_rules``), checked by
+    :func:`validated` before a decorated method runs."""
+
+    #: ``{parameter: [constraint, ...]}`` (see :func:`check_param`); a subclass extends its base's dict.
+    _parameter_constraints: dict = {}
+
+    def _keep_params(self, arguments: dict) -> None:
+        """Set each argument of ``__init__`` as the attribute of its name: ``arguments`` is ``locals()`` on the first
+        line of ``__init__``, which runs no other code (scikit-learn's contract: no logic, no validation there). A
+        subclass may keep its own parameters and hand the rest to ``super().__init__``."""
+        for name, value in arguments.items():
+            if name != "self":
+                setattr(self, name, value)
+
+    def _check_rules(self) -> None:
+        """Checks that relate several parameters, run after every parameter passed its table; none here (a class
+        that extends its base's rules calls ``super()._check_rules()``)."""
+
+    def _validate_params(self) -> None:
+        """Check the parameters against the class's table (:func:`validate_params`), then by its rules."""
+        validate_params(self, self._parameter_constraints)
+        self._check_rules()
 
 
 def validated(method):
-    """Decorate a public method of an estimator so that its parameters are checked before it runs
-    (:func:`check_estimator_params`): the one place an estimator's parameters are validated."""
+    """Decorate a public method of a :class:`ParameterMixin` estimator so that its parameters are checked before
+    it runs: the one place an estimator's parameters are validated."""
 
     @functools.wraps(method)
     def checked(self, *args, **kwargs):
-        check_estimator_params(self)
+        self._validate_params()
         return method(self, *args, **kwargs)
 
     return checked

@@ -17,7 +17,6 @@ from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, platt_scaling, teacher_logits  # noqa: E402
 from as2rank.data import GroupIndex  # noqa: E402
-from as2rank.params import check_estimator_params  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
 from as2rank.transformer.distillation import CerberusEncoder  # noqa: E402
 from as2rank.neural.losses import pointwise_distillation  # noqa: E402
@@ -323,7 +322,7 @@ def test_teacher_logits_calibrates_and_cross_fits(data):
     np.testing.assert_allclose(oof[:, 0], expected, rtol=1e-9)
     np.testing.assert_allclose(oof[:, 1], logits[:, 1], rtol=1e-9)  # precomputed scores are used as given
     # An unfitted ranker teacher is fine when it is cross-fitted.
-    check_estimator_params(Cerberus(teachers=[lexical], teacher_cv=2))
+    Cerberus(teachers=[lexical], teacher_cv=2)._validate_params()
 
 
 def test_linear_ensemble(data):
@@ -407,7 +406,7 @@ def test_suite_entry_is_a_valid_self_contained_cerberus():
 
     (entry,) = select(("transformers",), ["Cerberus"])
     est = entry.make(0)
-    check_estimator_params(est)  # unfitted teachers are valid: they are cross-fitted
+    est._validate_params()  # unfitted teachers are valid: they are cross-fitted
     assert isinstance(est, Cerberus) and est.teacher_cv == 3 and len(est.teachers) == 2
 
 

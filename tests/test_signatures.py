@@ -84,15 +84,15 @@ def test_signature_is_the_init_written_in_the_source(cls):
             value = eval(compile(ast.Expression(node), "<default>", "eval"), vars(inspect.getmodule(owner)))
         assert type(value) is type(default) and value == default, (
             f"{cls.__name__}({name}=...): the source writes {ast.unparse(node)}, the signature has {default!r}")
-    # The body stores each parameter unchanged under its own name (scikit-learn's estimator contract).
-    stored = {}
-    for statement in init.body:
-        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(target := statement.targets[0], ast.Attribute)
-                and isinstance(target.value, ast.Name) and target.value.id == "self"):
-            stored[target.attr] = ast.unparse(statement.value)
-    wrong = {name: stored.get(name) for name in written if stored.get(name) != name}
-    assert not wrong, f"{owner.__name__}.__init__ does not store these as self.<name> = <name>: {wrong}"
+    # The body runs no code but keeping its arguments (scikit-learn's estimator contract), and keeps each one
+    # unchanged under its own name.
+    assert [ast.unparse(statement) for statement in init.body] == ["self._keep_params(locals())"], (
+        f"{owner.__name__}.__init__ should only keep its arguments")
+    sentinels = {name: object() for name in written}
+    est = cls(**sentinels)
+    wrong = [name for name, value in sentinels.items() if vars(est).get(name) is not value]
+    assert not wrong, f"{cls.__name__}(...) does not keep these arguments as attributes: {wrong}"
+    assert set(vars(est)) == set(written), f"{cls.__name__}.__init__ sets more than its parameters"
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)

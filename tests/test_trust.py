@@ -223,6 +223,22 @@ def test_a_context_encoder_elsewhere_is_refused(value, saved, table, tmp_path, c
     assert isinstance(as2rank.load(model_dir, encoder="minilm-l6"), ContextExtractor)  # the user's own choice
 
 
+def test_the_references_table_lists_every_class_that_reads_a_file_to_predict():
+    """Every loadable class whose saved state names files that prediction opens is in the trust table: the
+    transformer family (their similarity prior's encoder), a Cosinet's word vectors, a ContextExtractor's
+    encoder; and nothing else."""
+    from as2rank.persistence.registry import AS2RANK_CLASSES, REFERENCES, resolve_class
+    from as2rank.transformer.scaffold import _TransformerEstimator
+
+    family = {name for name in AS2RANK_CLASSES if issubclass(resolve_class(name), _TransformerEstimator)}
+    assert family == {"TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker", "ContextConcat",
+                      "ContextMWA", "ContextEnsemble"}
+    assert {name: REFERENCES[name] for name in family} == {name: {"similarity_source_": ("minilm-l6", "mpnet-base")}
+                                                           for name in family}
+    assert set(REFERENCES) == family | {"Cosinet", "ContextExtractor"}
+    assert REFERENCES["Cosinet"] == {"embeddings": ("glove-6b-50d", "minilm-l6-wordpiece")}
+
+
 def test_a_similarity_prior_reads_its_encoder_from_the_directory(tokenizer, tmp_path):
     """A similarity prior fitted on a checkpoint of the user's (not packaged) is saved with a copy of it: the
     directory loads and scores the same once the checkpoint is gone; pointed elsewhere it is refused."""

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin, check_scores, rank_tiebreak
 from ..data import GroupIndex, check_ranking_data, check_X
 from ..ensemble.teachers import clone_sharing
-from ..params import HasMethods, Interval, Options, check_param, validated
+from ..params import HasMethods, Interval, Options, ParameterMixin, check_param, validated
 from ..persistence import PersistenceMixin
 from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
 from .heldout import cross_fit
@@ -42,7 +42,7 @@ CALIBRATED_CONSTRAINTS = {
 }
 
 
-class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
+class CalibratedRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """Calibrated candidate probabilities, a question-level answer probability and an abstention threshold
     around any ranker, all learned out of fold.
 
@@ -126,11 +126,7 @@ class CalibratedRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     _parameter_constraints = CALIBRATED_CONSTRAINTS
 
     def __init__(self, estimator=None, method="sigmoid", cv=5, target_precision=None, target_coverage=None):
-        self.estimator = estimator
-        self.method = method
-        self.cv = cv
-        self.target_precision = target_precision
-        self.target_coverage = target_coverage
+        self._keep_params(locals())
 
     def _check_rules(self):
         if self.target_precision is not None and self.target_coverage is not None:

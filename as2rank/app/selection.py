@@ -27,7 +27,7 @@ from ..base import RankerMixin
 from ..data import check_ranking_data
 from ..evaluation import per_question
 from ..metrics import paired_significance
-from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, validated
+from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, ParameterMixin, validated
 from .selection_measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings,
                                  has_gpu, latency_ms, n_questions_of, probe_estimator, probe_rows, read_work,
                                  subsample, threads)
@@ -90,7 +90,7 @@ class _Run:
         return pd.concat(self.per_question) if self.per_question else pd.Series(dtype=np.float64)
 
 
-class RankerSelector(RankerMixin, BaseEstimator):
+class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
     """Choose a ranker for your data by grouped cross-validation, then refit it.
 
     Every candidate is cross-validated with whole questions per fold; its out-of-fold average precision is
@@ -179,14 +179,7 @@ class RankerSelector(RankerMixin, BaseEstimator):
 
     def __init__(self, candidates="default", cv=3, max_latency_ms=None, time_budget=1200.0, alpha=0.05, refit=True,
                  random_state=0, verbose=True):
-        self.candidates = candidates
-        self.cv = cv
-        self.max_latency_ms = max_latency_ms
-        self.time_budget = time_budget
-        self.alpha = alpha
-        self.refit = refit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     # ------------------------------------------------------------------------------------------ fitting
     @validated

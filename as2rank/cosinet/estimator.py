@@ -28,10 +28,10 @@ from .encoding import _encode, _table
 from ..data import GroupIndex, check_ranking_data, check_X, holdout_questions
 from ..early_stopping import (CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS, check_early_stopping, check_eval_set,
                               holdout_fraction, training_summary)
-from .word_vectors import NAMES, OOV_POLICIES, WordVectors, _is_keyed_vectors, keyed_vectors, load_word_vectors
+from .word_vectors import OOV_POLICIES, WordVectors, _is_keyed_vectors, keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
 from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, LOSSES, RANDOM_STATE_CONSTRAINTS, Boolean, InstanceOf,
-                      Interval, Options, validated)
+                      Interval, Options, ParameterMixin, validated)
 from ..persistence import PersistenceMixin
 
 __all__ = ["Cosinet", "RNN_TYPES"]
@@ -52,7 +52,7 @@ def resolve_epochs(epochs, steps_per_epoch: int) -> int:
     return max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // max(int(steps_per_epoch), 1)))
 
 
-class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
+class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """Cosinet answer-sentence ranker (Bonadiman & Moschitti, 2020), optionally with an RNN over the
     candidate list and listwise training.
 
@@ -177,9 +177,6 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model.rank("who wrote hamlet ?", ["Paris is big .", "Hamlet is a play by Shakespeare ."])  # doctest: +SKIP
     """
 
-    #: ``embeddings`` is read again at prediction (words not seen in fit): a saved model may name only the
-    #: packaged word vectors (:func:`as2rank.persistence.trust.resolve_references`).
-    _references = {"embeddings": NAMES}
     _parameter_constraints = {
         "embeddings": [InstanceOf((str, os.PathLike, WordVectors, "gensim.models.KeyedVectors"),
                                   "a word-vector name or file path, or a gensim KeyedVectors")],
@@ -205,52 +202,12 @@ class Cosinet(PersistenceMixin, RankerMixin, BaseEstimator):
     }
 
     def __init__(
-        self,
-        embeddings="minilm-l6-wordpiece",
-        rnn="birnn",
-        loss="listwise",
-        n_filters=300,
-        kernel_size=5,
-        rnn_hidden_size=None,
-        dropout=0.0,
-        learning_rate=None,
-        epochs="auto",
-        batch_size=4,
-        warmup=0.1,
-        max_grad_norm=None,
-        early_stopping="auto",
-        validation_fraction=None,
-        patience=2,
-        oov="hashed",
-        lowercase=True,
-        random_state=None,
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        verbose=False,
+        self, embeddings="minilm-l6-wordpiece", rnn="birnn", loss="listwise", n_filters=300, kernel_size=5,
+        rnn_hidden_size=None, dropout=0.0, learning_rate=None, epochs="auto", batch_size=4, warmup=0.1,
+        max_grad_norm=None, early_stopping="auto", validation_fraction=None, patience=2, oov="hashed", lowercase=True,
+        random_state=None, device="auto", precision="auto", n_threads=None, verbose=False,
     ):
-        self.embeddings = embeddings
-        self.rnn = rnn
-        self.loss = loss
-        self.n_filters = n_filters
-        self.kernel_size = kernel_size
-        self.rnn_hidden_size = rnn_hidden_size
-        self.dropout = dropout
-        self.learning_rate = learning_rate
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.oov = oov
-        self.lowercase = lowercase
-        self.random_state = random_state
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.verbose = verbose
+        self._keep_params(locals())
 
     # ------------------------------------------------------------------ fit / predict
 

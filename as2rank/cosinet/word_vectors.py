@@ -44,11 +44,13 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from ..params import WORD_VECTOR_ALIASES
+
 __all__ = ["NAMES", "OOV_POLICIES", "WordVectors", "TableVectors", "WordpieceVectors", "keyed_vectors",
            "load_word_vectors", "oov_vectors"]
 
-#: Offline-first names understood by :func:`load_word_vectors`.
-NAMES = ("glove-6b-50d", "minilm-l6-wordpiece")
+#: Offline-first names understood by :func:`load_word_vectors` (the packaged word vectors).
+NAMES = WORD_VECTOR_ALIASES
 
 #: Policies for words the source does not know (see the module docstring).
 OOV_POLICIES = ("hashed", "zero")

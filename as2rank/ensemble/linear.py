@@ -18,14 +18,14 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..metrics import get_scorer
-from ..params import InstanceOf, Interval, SequenceOf, validated
+from ..params import InstanceOf, Interval, ParameterMixin, SequenceOf, validated
 from ..persistence import PersistenceMixin
 from .teachers import clone_sharing, _is_model, platt_scaling
 
 __all__ = ["LinearEnsemble"]
 
 
-class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
+class LinearEnsemble(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """A weighted sum of fitted rankers' calibrated scores, the weights tuned on held-out data.
 
     ``fit(X_dev, y_dev)`` maps each ranker's scores to logits by Platt scaling on ``(X_dev, y_dev)`` (so
@@ -66,10 +66,7 @@ class LinearEnsemble(PersistenceMixin, RankerMixin, BaseEstimator):
     }
 
     def __init__(self, rankers=None, weights=None, metric="map", resolution=20):
-        self.rankers = rankers
-        self.weights = weights
-        self.metric = metric
-        self.resolution = resolution
+        self._keep_params(locals())
 
     def _check_rules(self):
         if not isinstance(self.rankers, (list, tuple)) or not self.rankers or not all(map(_is_model, self.rankers)):

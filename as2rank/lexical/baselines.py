@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import FORMAT_COLUMNS, check_ranking_data, check_X, retrieval_positions
-from ..params import Boolean, HasMethods, InstanceOf, validated
+from ..params import Boolean, HasMethods, InstanceOf, ParameterMixin, validated
 from ..persistence import PersistenceMixin
 from ..text import bag_of_words, tokenize
 
@@ -64,11 +64,10 @@ def _required_positions(X: pd.DataFrame) -> np.ndarray:
     return positions
 
 
-class _RuleRanker(PersistenceMixin, RankerMixin, BaseEstimator):
+class _RuleRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """Shared plumbing of the rule-based rankers: nothing to learn, ``fit`` only validates."""
 
     _text_columns: tuple = ("question", "candidate")
-    _parameter_constraints: dict = {}
 
     @validated
     def fit(self, X, y=None, groups=None):
@@ -141,8 +140,7 @@ class WordOverlapRanker(_RuleRanker):
     _parameter_constraints = {"lowercase": [Boolean()], "drop_punct": [Boolean()]}
 
     def __init__(self, lowercase=True, drop_punct=False):
-        self.lowercase = lowercase
-        self.drop_punct = drop_punct
+        self._keep_params(locals())
 
     def _scores(self, X):
         return _word_overlap(X, self.lowercase, self.drop_punct)
@@ -196,8 +194,7 @@ class OverlapRankRanker(_RuleRanker):
     _parameter_constraints = {"lowercase": [Boolean()], "drop_punct": [Boolean()]}
 
     def __init__(self, lowercase=True, drop_punct=False):
-        self.lowercase = lowercase
-        self.drop_punct = drop_punct
+        self._keep_params(locals())
 
     def _scores(self, X):
         overlap = _word_overlap(X, self.lowercase, self.drop_punct)
@@ -205,7 +202,7 @@ class OverlapRankRanker(_RuleRanker):
         return overlap if positions is None else overlap + 0.5 / (positions + 1.0)
 
 
-class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
+class LexicalFeatures(ParameterMixin, PersistenceMixin, TransformerMixin, BaseEstimator):
     """Lexical overlap and position features, appended as columns to the grouped-candidate frame.
 
     The output keeps every input column (so ``qid`` still reaches the ranker and scorers downstream) and
@@ -254,8 +251,7 @@ class LexicalFeatures(PersistenceMixin, TransformerMixin, BaseEstimator):
     _parameter_constraints = {"lowercase": [Boolean()], "drop_punct": [Boolean()]}
 
     def __init__(self, lowercase=True, drop_punct=True):
-        self.lowercase = lowercase
-        self.drop_punct = drop_punct
+        self._keep_params(locals())
 
     @validated
     def fit(self, X, y=None, groups=None):
@@ -370,7 +366,7 @@ def _plain_number(value) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-class PointwiseRanker(PersistenceMixin, RankerMixin, BaseEstimator):
+class PointwiseRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """Turn any scikit-learn classifier or regressor into a ranker of grouped candidates.
 
     Each row is scored independently from its numeric feature columns: the positive-class probability
@@ -412,8 +408,7 @@ class PointwiseRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     }
 
     def __init__(self, estimator=None, features=None):
-        self.estimator = estimator
-        self.features = features
+        self._keep_params(locals())
 
     def _feature_matrix(self, X, features):
         missing = [c for c in features if c not in X.columns]

@@ -34,6 +34,7 @@ import numpy as np
 
 from .._version import __version__
 from ..files import atomic_directory
+from ..params import param_names
 from .card import write_card
 from .registry import LAYOUTS, SKLEARN_CLASSES, _is_estimator, class_name, resolve_class
 from .schema import check_fitted
@@ -488,11 +489,11 @@ def _guarded(path, load_it):
 def _load(cls, path: Path, meta: dict, params: dict):
     if meta["class"] in LAYOUTS and meta["fitted"] is not None:
         return LAYOUTS[meta["class"]][1](cls, path, params, meta)
-    own = set(cls._get_param_names())
+    own = set(param_names(cls))
     reader = _Reader(path)
     try:
-        saved = resolve_references(cls, reader.decode(meta["params"]), path, given=params)
-        fitted = resolve_references(cls, reader.decode(meta["fitted"] or {}), path)
+        saved = resolve_references(meta["class"], reader.decode(meta["params"]), path, given=params)
+        fitted = resolve_references(meta["class"], reader.decode(meta["fitted"] or {}), path)
         renamed = _RENAMED_ATTRS.get(meta["class"], {})
         fitted = {renamed.get(k, k): v for k, v in fitted.items()}
         check_fitted(meta["class"], fitted, path / META_FILE)

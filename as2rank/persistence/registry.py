@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from importlib import import_module
 
-__all__ = ["AS2RANK_CLASSES", "LAYOUTS", "SKLEARN_CLASSES", "class_name", "register_layout", "resolve_class"]
+from ..params import CHECKPOINT_ALIASES, WORD_VECTOR_ALIASES
+
+__all__ = ["AS2RANK_CLASSES", "LAYOUTS", "REFERENCES", "SKLEARN_CLASSES", "class_name", "register_layout", "resolve_class"]
 
 #: as2rank classes that a model directory may name, and their modules.
 AS2RANK_CLASSES = {
@@ -24,6 +26,17 @@ AS2RANK_CLASSES = {
         "answer.ranker": ("CalibratedRanker",),
     }.items()
     for name in names
+}
+#: What a loaded model reads again to predict and that names files, by class: ``{name: aliases}``, the parameters
+#: and fitted attributes that may name only these packaged weights or a folder of the model directory
+#: (:func:`as2rank.persistence.trust.resolve_references`). A Cosinet reads its ``embeddings`` for words unseen in
+#: fit, a ContextExtractor loads its ``encoder`` to transform, and every transformer-family ranker loads its
+#: similarity prior's encoder (``similarity_source_``, a dict whose ``model`` and ``tokenizer`` are checked).
+REFERENCES = {
+    "Cosinet": {"embeddings": WORD_VECTOR_ALIASES},
+    "ContextExtractor": {"encoder": CHECKPOINT_ALIASES},
+    **{name: {"similarity_source_": CHECKPOINT_ALIASES} for name, module in AS2RANK_CLASSES.items()
+       if module.startswith("transformer.") and name not in ("ContextExtractor", "ZeroShotRanker")},
 }
 #: Classes whose fitted model directories have a layout of their own, by name: ``(write(estimator, folder),
 #: read(cls, path, params, meta))``, registered by the package that defines them when it is imported (the

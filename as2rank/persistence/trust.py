@@ -15,7 +15,7 @@ read no file outside it, except the packaged weights that as2rank itself names:
   predict and that names files or a model (a Cosinet's ``embeddings``, a ContextExtractor's ``encoder``, a
   lexical prior's ``similarity_source_``) must name packaged weights (an alias of the class's own list) or a
   folder inside the directory; anything else (an absolute path, ``..``, a Hugging Face id, ``gensim:...``) is
-  refused with a one-line error naming the parameter. Passing that parameter to :func:`~as2rank.persistence.load`
+  refused with a one-line error naming the parameter (the table: ``registry.REFERENCES``). Passing that parameter to :func:`~as2rank.persistence.load`
   is the user's own choice and is not checked. Parameters that only a new ``fit`` reads (the ``model`` of a
   fitted transformer, which loading replaces by the directory's ``encoder/``; a template step's ``model``) are
   read as written and followed only by that fit.
@@ -31,6 +31,8 @@ import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
+
+from .registry import REFERENCES
 
 __all__ = ["MAX_DEPTH", "PICKLE_SUFFIXES", "check_tree", "parse_json", "resolve_references", "seal", "verify"]
 
@@ -198,35 +200,33 @@ def kept_entries(path: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- references
-def resolve_references(cls, values: dict, path: Path, given=()) -> dict:
-    """``values`` (decoded parameters or fitted attributes of one estimator) with every reference that ``cls``
-    declares in ``_references`` resolved: a packaged alias stays as it is, a folder of the model directory
-    becomes its path, anything else is refused.
+def resolve_references(name: str, values: dict, path: Path, given=()) -> dict:
+    """``values`` (decoded parameters or fitted attributes of one estimator of the class ``name``) with every
+    reference that :data:`~as2rank.persistence.registry.REFERENCES` lists for the class resolved: a packaged
+    alias stays as it is, a folder of the model directory becomes its path, anything else is refused.
 
-    ``cls._references`` maps a parameter or fitted attribute to the aliases it may name; a dict-valued
-    attribute (``similarity_source_``) is checked on its ``model`` and ``tokenizer`` entries. Names in ``given``
-    (parameters the user passed to ``load``) are not checked.
+    A dict-valued attribute (``similarity_source_``) is checked on its ``model`` and ``tokenizer`` entries. Names in
+    ``given`` (parameters the user passed to ``load``) are not checked.
 
     Raises
     ------
     ValueError
         One line naming the parameter and the value.
     """
-    declared = getattr(cls, "_references", {})
     out = dict(values)
-    for name, aliases in declared.items():
-        if name not in out or name in given:
+    for key, aliases in REFERENCES.get(name, {}).items():
+        if key not in out or key in given:
             continue
-        value = out[name]
+        value = out[key]
         if isinstance(value, dict):
-            out[name] = {**value, **{k: _resolve(cls, f"{name}[{k!r}]", value[k], aliases, path)
-                                     for k in ("model", "tokenizer") if k in value}}
+            out[key] = {**value, **{k: _resolve(name, f"{key}[{k!r}]", value[k], aliases, path)
+                                    for k in ("model", "tokenizer") if k in value}}
         else:
-            out[name] = _resolve(cls, name, value, aliases, path)
+            out[key] = _resolve(name, key, value, aliases, path)
     return out
 
 
-def _resolve(cls, name, value, aliases, path: Path):
+def _resolve(owner: str, name, value, aliases, path: Path):
     if value is None or (isinstance(value, str) and value in aliases):
         return value
     if not isinstance(value, (str, os.PathLike)):
@@ -238,7 +238,7 @@ def _resolve(cls, name, value, aliases, path: Path):
         return str(path / text)
     packaged = ", ".join(repr(a) for a in aliases) or "none"
     raise ValueError(
-        f"{path / META_FILE}: the {cls.__name__}'s {name} names {text!r}, which is neither packaged weights "
+        f"{path / META_FILE}: the {owner}'s {name} names {text!r}, which is neither packaged weights "
         f"({packaged}) nor a folder of the model directory; a model directory is refused when it would make as2rank "
         f"read files elsewhere. If you trust that source, pass it yourself: as2rank.load(path, {name.split('[')[0]}=...)."
     )

@@ -16,14 +16,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import GroupIndex, check_ranking_data, check_X
-from ..params import InstanceOf, Interval, SequenceOf, validated
+from ..params import InstanceOf, Interval, ParameterMixin, SequenceOf, validated
 from ..persistence import PersistenceMixin
 from .rules import _stage_scores, drop_lowest
 
 __all__ = ["SequentialRanker"]
 
 
-class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
+class SequentialRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """Sequential reranking SR_N (paper §3.2, §4.2): independently trained rankers applied in turn.
 
     Every step is fitted on the full training data. At prediction, the first step scores all candidates;
@@ -67,9 +67,7 @@ class SequentialRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     }
 
     def __init__(self, steps=None, keep=0.5, costs=None):
-        self.steps = steps
-        self.keep = keep
-        self.costs = costs
+        self._keep_params(locals())
 
     def _check_rules(self):
         self._drops()

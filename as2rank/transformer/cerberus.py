@@ -225,41 +225,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
         n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        self.model = model
-        self.teachers = teachers
-        self.body_layers = body_layers
-        self.head_layers = head_layers
-        self.kd_alpha = kd_alpha
-        self.temperature = temperature
-        self.head_weights = head_weights
-        self.teacher_cv = teacher_cv
-        self.tokenizer = tokenizer
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.similarity_prior = similarity_prior
-        self.segment_similarity = segment_similarity
-        self.max_length = max_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     # ----------------------------------------------------------------- training hooks
     def _check_rules(self):
@@ -414,40 +380,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
         n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        self.model = model
-        self.teachers = teachers
-        self.multi_teacher = multi_teacher
-        self.kd_alpha = kd_alpha
-        self.temperature = temperature
-        self.teacher_cv = teacher_cv
-        self.tokenizer = tokenizer
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.similarity_prior = similarity_prior
-        self.segment_similarity = segment_similarity
-        self.max_length = max_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     # ----------------------------------------------------------------- training hooks
     def _prepare_encoder(self, encoder):

@@ -234,35 +234,7 @@ class TransformerRanker(_TransformerEstimator):
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
         n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.segment_similarity = segment_similarity
-        self.similarity_prior = similarity_prior
-        self.max_length = max_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     @property
     def _head_modules(self):

@@ -15,7 +15,7 @@ from ..persistence import (HEADS_FILE, INT8_FOLDER, _check_class, _check_tensors
 from ..persistence.registry import class_name, register_layout
 from ..persistence.schema import check_fitted
 from ..persistence.trust import resolve_references
-from ..params import CHECKPOINT_ALIASES
+from ..params import CHECKPOINT_ALIASES, param_names
 from .prior import PRIOR_ATTRS
 
 __all__ = ["PretrainedIO", "read_transformer", "write_transformer"]
@@ -164,12 +164,12 @@ def read_transformer(cls, path, params: dict, meta=None):
         _check_class(meta, cls, path)
     if meta["fitted"] is None:  # an unfitted template (a step of a SequentialRanker): its parameters only
         return _load(cls, path, meta, params)
-    unknown = sorted(set(params) - set(cls._get_param_names()))
+    unknown = sorted(set(params) - set(param_names(cls)))
     if unknown:
         raise ValueError(f"{cls.__name__} has no parameter {', '.join(unknown)}.")
     reader = _Reader(path)
     try:
-        fitted = resolve_references(cls, reader.decode(meta["fitted"]), path)
+        fitted = resolve_references(meta["class"], reader.decode(meta["fitted"]), path)
         check_fitted(meta["class"], fitted, path / "as2rank.json")
         est = cls(**{**reader.decode(meta["params"]), "model": str(path / "encoder"), "tokenizer": None, **params})
         learnt = est._imported_attrs(fitted)

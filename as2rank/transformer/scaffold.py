@@ -26,14 +26,14 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..early_stopping import check_early_stopping, check_eval_set, training_summary
-from ..params import CHECKPOINT_ALIASES, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, validated
+from ..params import MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, ParameterMixin, validated
 from .hooks import TrainingHooks
 from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS, resolve_batch_tokens
 from .prior import PRIOR_ATTRS, PRIOR_CONSTRAINTS, fit_lexical_prior, lexical_prior_logits
 from .saving import PretrainedIO
 
 
-class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstimator, metaclass=ABCMeta):
+class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerMixin, BaseEstimator, metaclass=ABCMeta):
     """Shared fit/predict/persistence of the transformer rankers (see the module docstring).
 
     A transformer estimator is this scaffold, a few declared hooks and the components it holds:
@@ -77,9 +77,6 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
     #: Fitted attributes that :meth:`save_pretrained` writes beside the weights (with ``activation_ranges_`` and
     #: the prior's, where fitted) and loading sets back.
     _saved_attrs = ("n_layers_",)
-    #: What the saved state names that prediction opens: the similarity prior's pretrained encoder, packaged
-    #: weights or a folder of the model directory (:func:`as2rank.persistence.trust.resolve_references`).
-    _references = {"similarity_source_": CHECKPOINT_ALIASES}
 
     # ----------------------------------------------------------------- hooks
     @abstractmethod
@@ -97,6 +94,7 @@ class _TransformerEstimator(TrainingHooks, PretrainedIO, RankerMixin, BaseEstima
         constraints: those all the transformer estimators share (``validation_fraction`` needs early stopping,
         ``similarity_prior`` the lexical prior); a class with rules of its own extends this (calling
         ``super()._check_rules()``)."""
+        super()._check_rules()
         check_early_stopping(self)
         if self.similarity_prior and not self.lexical_prior:
             raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")

@@ -23,8 +23,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
-from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Boolean, Interval,
-                      Options, validated)
+from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Boolean,
+                      Interval, Options, ParameterMixin, validated)
 from ..persistence import PersistenceMixin
 from .prior import fit_lexical_prior, lexical_prior_logits
 from .parameters import BATCH_TOKENS_CONSTRAINTS, resolve_batch_tokens
@@ -35,7 +35,7 @@ __all__ = ["MODES", "ZeroShotRanker"]
 MODES = ("auto", "bi-encoder", "cross-encoder")
 
 
-class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
+class ZeroShotRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     """Rank with a pretrained model as it is: no training.
 
     * **Bi-encoder** (a sentence encoder, such as the default all-MiniLM-L6-v2): the score of a pair is the
@@ -129,28 +129,10 @@ class ZeroShotRanker(PersistenceMixin, RankerMixin, BaseEstimator):
     _lexical_attrs = ("lexical_features_", "lexical_coef_")
 
     def __init__(
-        self,
-        model="minilm-l6",
-        tokenizer=None,
-        mode="auto",
-        lexical=True,
-        max_length=128,
-        batch_tokens="auto",
-        device="auto",
-        precision="auto",
-        n_threads=None,
-        verbose=False,
+        self, model="minilm-l6", tokenizer=None, mode="auto", lexical=True, max_length=128, batch_tokens="auto",
+        device="auto", precision="auto", n_threads=None, verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.mode = mode
-        self.lexical = lexical
-        self.max_length = max_length
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.verbose = verbose
+        self._keep_params(locals())
 
     @validated
     def fit(self, X, y=None, groups=None):

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ...data import check_ranking_data, check_X, ragged_arange
-from ...params import CHECKPOINT_ALIASES, DEVICE_CONSTRAINTS, InstanceOf, Interval, Options, validated
+from ...params import DEVICE_CONSTRAINTS, InstanceOf, Interval, Options, ParameterMixin, validated
 from ...persistence import PersistenceMixin
 from ...text import bag_of_words, tokenize
 
@@ -90,7 +90,7 @@ def check_contexts(contexts) -> tuple:
     return tuple(c for c in CONTEXTS if c in contexts)
 
 
-class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
+class ContextExtractor(ParameterMixin, PersistenceMixin, TransformerMixin, BaseEstimator):
     """Add each candidate's local and global context from its document (paper §2.1).
 
     **Documents.** By default a document is rebuilt from the rows of ``X`` itself: every row with the same
@@ -164,9 +164,6 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
 
     # Accept ``groups`` when metadata routing sends it through a pipeline (it is only validated).
     __metadata_request__fit = {"groups": True}
-    #: ``encoder`` is loaded again to transform new rows (``"cosine"``): a saved extractor may name only packaged
-    #: weights or a folder of its directory (:func:`as2rank.persistence.trust.resolve_references`).
-    _references = {"encoder": CHECKPOINT_ALIASES}
     _parameter_constraints = {
         "local_window": [Interval(Integral, 0, None)],
         "global_method": [Options(GLOBAL_METHODS)],
@@ -189,14 +186,7 @@ class ContextExtractor(PersistenceMixin, TransformerMixin, BaseEstimator):
         batch_tokens=16384,
         device="auto",
     ):
-        self.local_window = local_window
-        self.global_method = global_method
-        self.max_global_sentences = max_global_sentences
-        self.max_global_tokens = max_global_tokens
-        self.documents = documents
-        self.encoder = encoder
-        self.batch_tokens = batch_tokens
-        self.device = device
+        self._keep_params(locals())
 
     @validated
     def fit(self, X, y=None, groups=None):

@@ -223,37 +223,7 @@ reuse_fit, random_state, verbose
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
         n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.contexts = contexts
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.similarity_prior = similarity_prior
-        self.segment_similarity = segment_similarity
-        self.max_length = max_length
-        self.max_pair_length = max_pair_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     def _build_module(self, encoder):
         from ..network import CrossEncoder
@@ -373,39 +343,7 @@ reuse_fit, random_state, verbose
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
         n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.contexts = contexts
-        self.attention_dim = attention_dim
-        self.summary = summary
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.similarity_prior = similarity_prior
-        self.segment_similarity = segment_similarity
-        self.max_length = max_length
-        self.max_pair_length = max_pair_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     def _check_rules(self):
         super()._check_rules()
@@ -518,37 +456,7 @@ reuse_fit, random_state, verbose
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
         n_threads=None, reuse_fit=True, random_state=None, verbose=False,
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.unfreeze_layers = unfreeze_layers
-        self.num_layers = num_layers
-        self.pooling = pooling
-        self.lexical_prior = lexical_prior
-        self.similarity_prior = similarity_prior
-        self.segment_similarity = segment_similarity
-        self.max_length = max_length
-        self.max_pair_length = max_pair_length
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.head_lr_multiplier = head_lr_multiplier
-        self.weight_decay = weight_decay
-        self.warmup = warmup
-        self.max_grad_norm = max_grad_norm
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.eval_every = eval_every
-        self.warm_start = warm_start
-        self.freeze_embeddings = freeze_embeddings
-        self.batch_tokens = batch_tokens
-        self.device = device
-        self.precision = precision
-        self.n_threads = n_threads
-        self.reuse_fit = reuse_fit
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     def _contexts(self):
         return CONTEXTS
