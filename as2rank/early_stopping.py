@@ -65,16 +65,16 @@ def check_eval_set(estimator, eval_set):
     return check_ranking_data(*eval_set)
 
 
-def holdout_fraction(estimator, index, y):
+def holdout_fraction(index, y, *, validation_fraction, early_stopping, auto: bool):
     """The fraction of answered questions a ``fit`` without ``eval_set`` holds out, or ``None`` for no split:
     ``validation_fraction`` when set; else :data:`DEFAULT_VALIDATION_FRACTION` with ``early_stopping=True``,
-    or with ``"auto"`` where the class sets ``_auto_holdout`` and the training data (``y`` grouped by
+    or with ``"auto"`` where ``auto`` (the class holds out by itself) and the training data (``y`` grouped by
     ``index``) has at least :data:`AUTO_MIN_QUESTIONS` answered questions."""
-    if estimator.validation_fraction is not None:
-        return estimator.validation_fraction
-    if estimator.early_stopping is True or estimator.early_stopping is np.True_:
+    if validation_fraction is not None:
+        return validation_fraction
+    if early_stopping is True or early_stopping is np.True_:
         return DEFAULT_VALIDATION_FRACTION
-    if (isinstance(estimator.early_stopping, str) and getattr(type(estimator), "_auto_holdout", False)
+    if (isinstance(early_stopping, str) and auto
             and np.count_nonzero(index.max(y) > 0) >= AUTO_MIN_QUESTIONS):
         return DEFAULT_VALIDATION_FRACTION
     return None

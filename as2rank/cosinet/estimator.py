@@ -240,7 +240,8 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         X, y, index, device, dtype, source = self._validate(X, y, groups)
         dev = check_eval_set(self, eval_set)
         encoded = _encode(X, index, self.lowercase, self._conv_padding())
-        self._add_words(encoded.new_words, source, extend=False)
+        self.vocabulary_, self.word_vectors_, self.oov_rate_ = self._grown_vocabulary(encoded.new_words, source,
+                                                                                     extend=False)
         train_groups = self._train_groups(index, y)
         if len(train_groups) == 0:
             raise ValueError(
@@ -248,7 +249,7 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
                 f"{index.n_groups} questions has one."
             )
         with training_session(self.n_threads, device, self.random_state) as (setup, rng):
-            self._init_module(source.dim)
+            self.module_config_, self.module_, self.n_params_ = self._new_module(source.dim)
             history = self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
         # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
@@ -293,11 +294,12 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         state = TrainingState.resume(getattr(self, "_train_state", None), total_rows)
         fitted = hasattr(self, "module_")
         encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_ if fitted else None)
-        self._add_words(encoded.new_words, source, extend=fitted)
+        self.vocabulary_, self.word_vectors_, self.oov_rate_ = self._grown_vocabulary(encoded.new_words, source,
+                                                                                     extend=fitted)
         train_groups = self._train_groups(index, y)
         with training_session(self.n_threads, device, self.random_state, call=state.runs) as (setup, rng):
             if not fitted:
-                self._init_module(source.dim)
+                self.module_config_, self.module_, self.n_params_ = self._new_module(source.dim)
             if len(train_groups):
                 new = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
                 history = new if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(new)
@@ -361,8 +363,9 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         encoded.relate(table, device)
         return encoded, table.to(device, resolve_precision(self.precision, device))
 
-    def _add_words(self, words, source, extend):
-        """Set ``vocabulary_``, ``word_vectors_`` and ``oov_rate_`` to ``words``, or append ``words`` to them.
+    def _grown_vocabulary(self, words, source, extend) -> tuple:
+        """``vocabulary_``, ``word_vectors_`` and ``oov_rate_`` of ``words``, or of the fitted ones with ``words``
+        appended.
 
         Parameters
         ----------
@@ -374,23 +377,21 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
             Append to the fitted vocabulary (``partial_fit``) rather than start a new one.
         """
         vectors, found = source.embed(list(words), self.oov)
-        if extend:
-            n_old = len(self.vocabulary_)
-            self.vocabulary_ = np.concatenate([self.vocabulary_, words])
-            self.word_vectors_ = np.concatenate([self.word_vectors_, vectors])
-            missed = self.oov_rate_ * n_old + float((~found).sum())
-            self.oov_rate_ = missed / len(self.vocabulary_) if len(self.vocabulary_) else 0.0
-        else:
-            self.vocabulary_, self.word_vectors_ = words, vectors
-            self.oov_rate_ = float(1.0 - found.mean()) if len(found) else 0.0
+        if not extend:
+            return words, vectors, float(1.0 - found.mean()) if len(found) else 0.0
+        vocabulary = np.concatenate([self.vocabulary_, words])
+        missed = self.oov_rate_ * len(self.vocabulary_) + float((~found).sum())
+        return (vocabulary, np.concatenate([self.word_vectors_, vectors]),
+                missed / len(vocabulary) if len(vocabulary) else 0.0)
 
     def _train_groups(self, index, y):
         """The questions training uses: all of them pointwise, those with a positive listwise."""
         return np.flatnonzero(index.max(y) > 0) if self.loss == "listwise" else np.arange(index.n_groups)
 
-    def _init_module(self, dim):
-        """Build the network (inside ``seeded``: its initialisation is random)."""
-        self.module_config_ = {
+    def _new_module(self, dim) -> tuple:
+        """A new network (inside ``seeded``: its initialisation is random): its ``module_config_``, the module and
+        its number of trained parameters (``n_params_``)."""
+        config = {
             "dim": dim,
             "n_filters": int(self.n_filters),
             "kernel_size": int(self.kernel_size),
@@ -400,8 +401,8 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         }
         from .network import CosinetNetwork
 
-        self.module_ = CosinetNetwork(**self.module_config_)
-        self.n_params_ = int(sum(p.numel() for p in self.module_.parameters() if p.requires_grad))
+        module = CosinetNetwork(**config)
+        return config, module, int(sum(p.numel() for p in module.parameters() if p.requires_grad))
 
     def _train(self, encoded, index, y, train_groups, rng, setup, dtype, state=None, dev=None):
         """Run the training loop over ``train_groups``: ``fit`` (``state=None``; ``dev``: the checked
@@ -419,7 +420,8 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         table = table.to(device, dtype)
         listwise = self.loss == "listwise"
         evaluate = None
-        fraction = holdout_fraction(self, index, y)
+        fraction = holdout_fraction(index, y, validation_fraction=self.validation_fraction,
+                                    early_stopping=self.early_stopping, auto=False)
         if state is None and dev is None and fraction is not None:
             held = holdout_questions(index, y, fraction, rng)
             dev_groups, dev_rows = np.unique(index.codes[held]), np.flatnonzero(held)

@@ -189,14 +189,12 @@ reuse_fit, random_state, verbose
         exits = default_exits(depth) if self.exits is None else tuple(int(e) for e in self.exits)
         if exits[-1] > depth:
             raise ValueError(f"exits={self.exits!r} but the encoder has only {depth} layers.")
-        self.exits_ = exits
-        self.n_layers_ = exits[-1]
-        return encoder
+        return encoder, {"exits_": exits, "n_layers_": exits[-1]}
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from .network import CascadeEncoder
 
-        return CascadeEncoder(encoder, self.exits_, similarity=self.segment_similarity)
+        return CascadeEncoder(encoder, fitted["exits_"], similarity=self.segment_similarity)
 
     def forward_outputs(self, module, batch):
         """Every exit's logits as columns, or (``exit_sampling="uniform"``) one exit's, drawn per batch."""

@@ -257,16 +257,15 @@ device, precision, n_threads, reuse_fit, random_state, verbose
                 f"body_layers={self.body_layers!r} and head_layers={self.head_layers!r} do not fit the encoder's "
                 f"{depth} layers: the body needs >= 1 layer and body_layers + head_layers <= {depth}."
             )
-        self.body_layers_, self.head_layers_, self.n_heads_ = body, head, len(self.teachers)
-        self.n_layers_ = body + head
-        self.pooling_ = native_pooling(self.model) if self.pooling == "auto" else self.pooling
-        return encoder
+        pooling = native_pooling(self.model) if self.pooling == "auto" else self.pooling
+        return encoder, {"body_layers_": body, "head_layers_": head, "n_heads_": len(self.teachers),
+                         "n_layers_": body + head, "pooling_": pooling}
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from .distillation import CerberusEncoder
 
-        return CerberusEncoder(encoder, self.body_layers_, self.head_layers_, self.n_heads_, self.pooling_,
-                               similarity=self.segment_similarity)
+        return CerberusEncoder(encoder, fitted["body_layers_"], fitted["head_layers_"], fitted["n_heads_"],
+                               fitted["pooling_"], similarity=self.segment_similarity)
 
     def get_loss(self):
         """Eq. 4: each head's distillation loss (Eq. 1) against its teacher, weighted by ``head_weights``."""
@@ -386,13 +385,13 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
     def _prepare_encoder(self, encoder):
         from ..neural.backbone import prepare_encoder
 
-        encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
-        return encoder
+        encoder, n_layers, pooling = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+        return encoder, {"n_layers_": n_layers, "pooling_": pooling}
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from .network import CrossEncoder
 
-        return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
+        return CrossEncoder(encoder, fitted["pooling_"], similarity=self.segment_similarity)
 
     def get_loss(self):
         """The distillation loss (Eq. 1) against every teacher, summed (KD_Sum) or one per batch (KD_RR)."""

@@ -149,7 +149,8 @@ class TrainingHooks:
         INT8_COPIES.forget(module)  # the new weights need their own int8 copy
         encoded = self._encode(X)
         rows = np.arange(len(X))
-        fraction = holdout_fraction(self, index, y)
+        fraction = holdout_fraction(index, y, validation_fraction=self.validation_fraction,
+                                    early_stopping=self.early_stopping, auto=self._auto_holdout)
         if state is None and dev is None and fraction is not None:
             is_dev = holdout_questions(index, y, fraction, rng)
             if is_dev.all():

@@ -246,24 +246,22 @@ class TransformerRanker(_TransformerEstimator):
         from ..neural.backbone import prepare_encoder
 
         if not is_sequence_classifier(encoder):
-            encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
-            return encoder
+            encoder, n_layers, pooling = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+            return encoder, {"n_layers_": n_layers, "pooling_": pooling}
         # A cross-encoder checkpoint: its encoder is cut in place; "auto" keeps its head, "cls"/"mean" drop it.
-        base, self.n_layers_, self.pooling_ = prepare_encoder(encoder.base_model, self.model, self.num_layers,
-                                                              self.pooling)
+        base, n_layers, pooling = prepare_encoder(encoder.base_model, self.model, self.num_layers, self.pooling)
         if self.pooling == "auto":
-            self.pooling_ = "classifier"
-            return encoder
-        return base
+            return encoder, {"n_layers_": n_layers, "pooling_": "classifier"}
+        return base, {"n_layers_": n_layers, "pooling_": pooling}
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from ..neural.backbone import is_sequence_classifier
         from .network import CrossEncoder
 
-        if self.pooling_ == "classifier" and not is_sequence_classifier(encoder):
+        if fitted["pooling_"] == "classifier" and not is_sequence_classifier(encoder):
             # Restoring from a config (a pickle, a reused fit) builds its bare encoder; the state to load is the
             # classifier's: build one of the checkpoint's class.
             from transformers import AutoModelForSequenceClassification
 
             encoder = AutoModelForSequenceClassification.from_config(encoder.config)
-        return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
+        return CrossEncoder(encoder, fitted["pooling_"], similarity=self.segment_similarity)

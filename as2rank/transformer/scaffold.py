@@ -38,8 +38,8 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
 
     A transformer estimator is this scaffold, a few declared hooks and the components it holds:
 
-    * hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder, set the fitted attributes that
-      depend on it) and :meth:`_build_module` (wrap it in the heads);
+    * hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder; return it with the fitted
+      attributes that depend on it) and :meth:`_build_module` (wrap it in the heads those attributes describe);
     * training steps it may override (:class:`~as2rank.transformer.hooks.TrainingHooks`): ``get_loss``,
       ``forward_outputs``, ``get_batches``, ``compute_loss``, ``evaluate``;
     * hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
@@ -80,14 +80,15 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
 
     # ----------------------------------------------------------------- hooks
     @abstractmethod
-    def _prepare_encoder(self, encoder):
-        """Cut the loaded encoder to the depth used and set the fitted attributes that depend on it
-        (``n_layers_``, ...); return the encoder to build on."""
+    def _prepare_encoder(self, encoder) -> tuple:
+        """Cut the loaded encoder to the depth used: the encoder to build on, and the fitted attributes that
+        depend on it (``{"n_layers_": ..., ...}``), which ``fit`` sets."""
 
     @abstractmethod
-    def _build_module(self, encoder):
-        """The torch module that trains and predicts: ``encoder`` wrapped in the score head(s). Also rebuilds a
-        fitted module from its config (unpickling, loading, a reused fit) before its weights are loaded."""
+    def _build_module(self, encoder, fitted):
+        """The torch module that trains and predicts: ``encoder`` wrapped in the score head(s) that ``fitted``
+        (the fitted attributes, a mapping) describes. Also rebuilds a fitted module from its config (unpickling,
+        loading, a reused fit; ``fitted`` is then the estimator's own) before its weights are loaded."""
 
     def _check_rules(self) -> None:
         """Cross-parameter rules, checked by :func:`~as2rank.params.validated` after every parameter passed its
@@ -108,43 +109,46 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
     #: Text columns the model reads; they join the key under which identical fits are reused.
     _input_columns = ("question", "candidate")
 
-    def _init_module(self, X, y, groups, eval_set):
-        """The module a fresh ``fit`` trains: the backbone loaded, cut and wrapped in the heads.
+    def _init_module(self, X, y, groups, eval_set) -> tuple:
+        """The module a fresh ``fit`` trains, the backbone loaded, cut and wrapped in the heads, and the fitted
+        attributes that go with it (``tokenizer_`` and those of :meth:`_prepare_encoder`).
 
         Runs inside ``fit``'s seeded block; a class may train parts first (the context ensemble trains
         its two encoders before their joint fine-tuning).
         """
         from ..neural.backbone import load_backbone
 
-        encoder, self.tokenizer_ = load_backbone(self.model, self.tokenizer)
-        return self._build_module(self._prepare_encoder(encoder))
+        encoder, tokenizer = load_backbone(self.model, self.tokenizer)
+        encoder, fitted = self._prepare_encoder(encoder)
+        fitted = {"tokenizer_": tokenizer, **fitted}
+        return self._build_module(encoder, fitted), fitted
 
     def _set_trainable(self, module) -> None:
         """Choose the parameters the training loop updates (default: all, word embeddings per
         ``freeze_embeddings``)."""
         module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
 
-    def _encode_rows(self, module, X) -> dict:
+    def _encode_rows(self, module, X, tokenizer) -> dict:
         """The rows of ``X`` as token arrays for ``module`` (default: question/candidate pairs)."""
         from ..neural.backbone import uses_token_types
         from ..neural.tokens import encode_pairs
 
         return encode_pairs(
-            self.tokenizer_,
+            tokenizer,
             X["question"].to_numpy(),
             X["candidate"].to_numpy(),
             max_length=self.max_length,
-            token_types=uses_token_types(module.encoder, self.tokenizer_),
+            token_types=uses_token_types(module.encoder, tokenizer),
         )
 
     # ----------------------------------------------------------------- shared machinery
     def _fresh_module(self, X, y, groups, eval_set) -> tuple:
         """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block): the
-        module, and the prior's fitted attributes, which replace those of an earlier fit."""
-        module = self._init_module(X, y, groups, eval_set)
-        return module, self._fit_prior(module, X, y)
+        module, and the fitted attributes of both, which replace those of an earlier fit."""
+        module, fitted = self._init_module(X, y, groups, eval_set)
+        return module, {**fitted, **self._fit_prior(module, X, y, fitted["tokenizer_"])}
 
-    def _fit_prior(self, module, X, y) -> dict:
+    def _fit_prior(self, module, X, y, tokenizer) -> dict:
         """Fit the prior of a fresh fit on the training rows: the module's segment-similarity weights are set;
         returns the prior's fitted attributes (among :data:`~as2rank.transformer.prior.PRIOR_ATTRS`)."""
         from .prior import init_segment_weights
@@ -160,7 +164,7 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
             from ..neural.predict import predict_outputs
 
             device = resolve_device(self.device)
-            encoded = self._encode_for(module, X, fitted)
+            encoded = self._encode_for(module, X, {**fitted, "tokenizer_": tokenizer})
             # The pretrained module's cosines at a cascade's last exit: the layer the single-exit model would read.
             cosines = predict_outputs(module, module.segment_cosines, encoded, device,
                                       batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device))
@@ -202,19 +206,20 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
     def _encode(self, X):
         return self._encode_for(self.model_, X, vars(self))
 
-    def _encode_for(self, module, X, prior: dict):
-        """The rows of ``X`` encoded as ``module`` reads them, with the prior's inputs: the ``question_mask`` of
-        segment similarity and, with a fitted lexical prior (in ``prior``, the fitted attributes), its logits."""
+    def _encode_for(self, module, X, fitted: dict):
+        """The rows of ``X`` encoded as ``module`` reads them with the fitted attributes ``fitted`` (its
+        ``tokenizer_``, the prior's), with the prior's inputs: the ``question_mask`` of segment similarity and,
+        with a fitted lexical prior, its logits."""
         logits = None
-        if "lexical_coef_" in prior:
-            source = prior.get("similarity_source_")
+        if "lexical_coef_" in fitted:
+            source = fitted.get("similarity_source_")
             extra = None if source is None else self._similarity(X, source)
-            logits = lexical_prior_logits(prior["lexical_features_"], prior["lexical_coef_"], X, extra)
-        encoded = self._encode_rows(module, X)
+            logits = lexical_prior_logits(fitted["lexical_features_"], fitted["lexical_coef_"], X, extra)
+        encoded = self._encode_rows(module, X, fitted["tokenizer_"])
         if module.similarity is not None and "question_mask" not in encoded:
             from ..neural.tokens import question_mask
 
-            encoded["question_mask"] = question_mask(encoded["input_ids"], self.tokenizer_)
+            encoded["question_mask"] = question_mask(encoded["input_ids"], fitted["tokenizer_"])
         if logits is not None:
             encoded["prior"] = logits
         return encoded
@@ -301,10 +306,10 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
         dtype = self._compute_dtype(device, training=True)
         with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
             if not warm:
-                self.model_, prior = self._fresh_module(X, y, groups, eval_set)
+                self.model_, fitted = self._fresh_module(X, y, groups, eval_set)
                 for name in PRIOR_ATTRS:
                     self.__dict__.pop(name, None)
-                self.__dict__.update(prior)
+                self.__dict__.update(fitted)
             history, ranges = self.fit_loop(X, y, index, targets, rng, setup, dev=dev)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
         if ranges is not None:
@@ -382,10 +387,10 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
         session = training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs)
         with session as (setup, rng):
             if not hasattr(self, "model_"):
-                self.model_, prior = self._fresh_module(X, y, groups, None)
+                self.model_, fitted = self._fresh_module(X, y, groups, None)
                 for name in PRIOR_ATTRS:
                     self.__dict__.pop(name, None)
-                self.__dict__.update(prior)
+                self.__dict__.update(fitted)
             history, ranges = self.fit_loop(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
             history if state.runs == 1 else self.history_.extend(history))
@@ -412,7 +417,7 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
             delattr(self, k)  # fitted by an earlier fit, absent from the restored one (e.g. a lexical prior)
         for k, v in state["attrs"].items():
             setattr(self, k, v)
-        module = self._build_module(AutoModel.from_config(state["config"]))
+        module = self._build_module(AutoModel.from_config(state["config"]), state["attrs"])
         module.load_state_dict(state["state_dict"])
         self.model_ = module.eval()
 

@@ -99,7 +99,7 @@ class _ContextRanker(_TransformerEstimator):
             self._check_columns(eval_set[0])
         return super().fit(X, y, groups=groups, eval_set=eval_set)
 
-    def _encode_contexts(self, encoder, X, contexts, segment_masks: bool = False) -> dict:
+    def _encode_contexts(self, encoder, tokenizer, X, contexts, segment_masks: bool = False) -> dict:
         """The rows as the concatenated segments; with ``segment_masks``, the ``question_mask`` and
         ``candidate_mask`` of the segment similarity (the tokens of the question's and the candidate's segments,
         not the contexts')."""
@@ -110,12 +110,12 @@ class _ContextRanker(_TransformerEstimator):
         self._check_columns(X)
         columns = ("question", "candidate", *(f"{c}_context" for c in contexts))
         encoded = encode_segments(
-            self.tokenizer_,
+            tokenizer,
             [X[c].to_numpy(dtype=object) for c in columns],
             [SEGMENTS[c.removesuffix("_context")] for c in columns],
             max_length=self.max_length,
             max_pair_length=self.max_pair_length,
-            token_types=uses_token_types(encoder, self.tokenizer_),
+            token_types=uses_token_types(encoder, tokenizer),
         )
         if segment_masks:
             for name in ("question", "candidate"):
@@ -127,14 +127,14 @@ class _ContextRanker(_TransformerEstimator):
             encoded["host_segment_counts"] = np.stack([(encoded["segments"] == s).sum(axis=1) for s in range(len(SEGMENTS))], axis=1)
         return encoded
 
-    def _encode_rows(self, module, X):
-        return self._encode_contexts(module.encoder, X, self._contexts())
+    def _encode_rows(self, module, X, tokenizer):
+        return self._encode_contexts(module.encoder, tokenizer, X, self._contexts())
 
     def _prepare_encoder(self, encoder):
         from ...neural.backbone import prepare_encoder
 
-        encoder, self.n_layers_, self.pooling_ = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
-        return encoder
+        encoder, n_layers, pooling = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+        return encoder, {"n_layers_": n_layers, "pooling_": pooling}
 
 
 class ContextConcat(_ContextRanker):
@@ -225,13 +225,14 @@ reuse_fit, random_state, verbose
     ):
         self._keep_params(locals())
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from ..network import CrossEncoder
 
-        return CrossEncoder(encoder, self.pooling_, similarity=self.segment_similarity)
+        return CrossEncoder(encoder, fitted["pooling_"], similarity=self.segment_similarity)
 
-    def _encode_rows(self, module, X):
-        return self._encode_contexts(module.encoder, X, self._contexts(), segment_masks=module.similarity is not None)
+    def _encode_rows(self, module, X, tokenizer):
+        return self._encode_contexts(module.encoder, tokenizer, X, self._contexts(),
+                                     segment_masks=module.similarity is not None)
 
 
 class ContextMWA(_ContextRanker):
@@ -353,14 +354,15 @@ reuse_fit, random_state, verbose
                 "question and candidate tokens): pass summary='sequence' to read the first token."
             )
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from .network import MultiwayContextEncoder
 
-        return MultiwayContextEncoder(encoder, self.pooling_, self._contexts(), int(self.attention_dim), self.summary,
-                                      similarity=self.segment_similarity)
+        return MultiwayContextEncoder(encoder, fitted["pooling_"], self._contexts(), int(self.attention_dim),
+                                      self.summary, similarity=self.segment_similarity)
 
-    def _encode_rows(self, module, X):
-        return self._encode_contexts(module.encoder, X, self._contexts(), segment_masks=module.similarity is not None)
+    def _encode_rows(self, module, X, tokenizer):
+        return self._encode_contexts(module.encoder, tokenizer, X, self._contexts(),
+                                     segment_masks=module.similarity is not None)
 
 
 class ContextEnsemble(_ContextRanker):
@@ -470,16 +472,18 @@ reuse_fit, random_state, verbose
             for c in CONTEXTS
         }
         local = members["local"]
-        self.tokenizer_, self.n_layers_, self.pooling_ = local.tokenizer_, local.n_layers_, local.pooling_
-        self.member_histories_ = {c: m.history_ for c, m in members.items()}
-        return ContextEnsembleModule(local.model_.encoder, members["global"].model_.encoder, self.pooling_,
-                                     similarity=self.segment_similarity)
+        fitted = {"tokenizer_": local.tokenizer_, "n_layers_": local.n_layers_, "pooling_": local.pooling_,
+                  "member_histories_": {c: m.history_ for c, m in members.items()}}
+        module = ContextEnsembleModule(local.model_.encoder, members["global"].model_.encoder, local.pooling_,
+                                       similarity=self.segment_similarity)
+        return module, fitted
 
-    def _build_module(self, encoder):
+    def _build_module(self, encoder, fitted):
         from .network import ContextEnsembleModule
 
         # Same architecture for the global encoder; its weights come from the state being restored.
-        return ContextEnsembleModule(encoder, copy.deepcopy(encoder), self.pooling_, similarity=self.segment_similarity)
+        return ContextEnsembleModule(encoder, copy.deepcopy(encoder), fitted["pooling_"],
+                                     similarity=self.segment_similarity)
 
     def _set_trainable(self, module):
         from ...neural.backbone import layer_list
@@ -492,9 +496,10 @@ reuse_fit, random_state, verbose
             for layer in layers[len(layers) - int(self.unfreeze_layers) :]:
                 layer.requires_grad_(True)
 
-    def _encode_rows(self, module, X):
-        local = self._encode_contexts(module.encoder, X, ("local",), segment_masks=module.similarity is not None)
-        glob = self._encode_contexts(module.encoder, X, ("global",))
+    def _encode_rows(self, module, X, tokenizer):
+        local = self._encode_contexts(module.encoder, tokenizer, X, ("local",),
+                                      segment_masks=module.similarity is not None)
+        glob = self._encode_contexts(module.encoder, tokenizer, X, ("global",))
         encoded = {**local, **{f"global_{k}": v for k, v in glob.items() if k != "lengths"}}
         # Batches are cut to this width; the module then trims each input set to its own longest row.
         encoded["lengths"] = np.maximum(local["lengths"], glob["lengths"])
