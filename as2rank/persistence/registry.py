@@ -7,7 +7,8 @@ from importlib import import_module
 
 from ..params import CHECKPOINT_ALIASES, WORD_VECTOR_ALIASES
 
-__all__ = ["AS2RANK_CLASSES", "LAYOUTS", "REFERENCES", "SKLEARN_CLASSES", "class_name", "register_layout", "resolve_class"]
+__all__ = ["AS2RANK_CLASSES", "LAYOUTS", "REFERENCES", "SKLEARN_CLASSES", "class_name", "register_layout",
+           "resolve_class"]
 
 #: as2rank classes that a model directory may name, and their modules.
 AS2RANK_CLASSES = {
