@@ -22,6 +22,7 @@ __all__ = [
     "check_X",
     "check_ranking_data",
     "check_labels",
+    "require_columns",
     "retrieval_positions",
     "reading_order",
     "keep_answered",
@@ -249,6 +250,16 @@ def check_X(
     return _check_frame(X, text_columns, required)[0]
 
 
+def require_columns(columns, names, explain) -> None:
+    """Refuse a table without every column of ``names``: the one check of a table's required columns.
+
+    ``columns`` are the table's column labels; ``explain(missing)`` gives the message of the ValueError, which says
+    what the caller reads the ``missing`` columns for and how to supply them."""
+    missing = [c for c in names if c not in columns]
+    if missing:
+        raise ValueError(explain(missing))
+
+
 def _check_frame(X, text_columns, required):
     """:func:`check_X`, also returning the validated ``qid`` keys (so that they are checked once)."""
     if not isinstance(X, pd.DataFrame):
@@ -256,12 +267,10 @@ def _check_frame(X, text_columns, required):
             "X must be a pandas DataFrame in the grouped-candidate format (columns "
             f"{', '.join(REQUIRED_COLUMNS)}; one row per question/candidate pair), got {type(X).__name__}."
         )
-    missing = [c for c in required if c not in X.columns]
-    if missing:
-        raise ValueError(
-            f"X is missing the required column(s) {missing}; the grouped-candidate format needs "
-            f"{list(REQUIRED_COLUMNS)} (found {list(X.columns)})."
-        )
+    require_columns(X.columns, required, lambda missing: (
+        f"X is missing the required column(s) {missing}; the grouped-candidate format needs "
+        f"{list(REQUIRED_COLUMNS)} (found {list(X.columns)})."
+    ))
     if len(X) == 0:
         raise ValueError("X is empty: at least one question/candidate row is needed.")
     if X.columns.duplicated().any():

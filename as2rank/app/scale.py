@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..base import check_scores, rank_tiebreak
-from ..data import GroupIndex
+from ..data import REQUIRED_COLUMNS, GroupIndex, require_columns
 from ..files import atomic_file
 from ..params import Interval, check_param
 
@@ -366,9 +366,8 @@ def predict_dask(estimator, ddf, *, partitioned=False):
     """
     import dask
 
-    missing = [c for c in ("qid", "question", "candidate") if c not in ddf.columns]
-    if missing:
-        raise ValueError(f"ddf is missing the column(s) {missing} of the grouped-candidate format.")
+    require_columns(ddf.columns, REQUIRED_COLUMNS,
+                    lambda missing: f"ddf is missing the column(s) {missing} of the grouped-candidate format.")
     if not partitioned:
         if "position" not in ddf.columns:
             # The shuffle may reorder a question's rows: remember their order to break ties as in memory, in a

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..data import _describe_rows, _nonstring_rows, _plain, check_group_keys, check_X
+from ..data import _describe_rows, _nonstring_rows, _plain, check_group_keys, check_X, require_columns
 
 __all__ = ["read_pairs"]
 
@@ -105,13 +105,11 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
     if label == "label" and label not in table.columns:
         label = None  # the default label column is optional: no labels, y is None
     names = [c for c in dict.fromkeys((question, candidate, qid, position, label)) if c is not None]
-    missing = [c for c in names if c not in table.columns]
-    if missing:
-        raise ValueError(
-            f"{source} has no column(s) {missing}; its columns are {list(table.columns)}. Name yours with "
-            "read_pairs(..., question=..., candidate=..., label=..., qid=..., position=...), or on the command line "
-            "--question, --candidate, --label, --qid, --position."
-        )
+    require_columns(table.columns, names, lambda missing: (
+        f"{source} has no column(s) {missing}; its columns are {list(table.columns)}. Name yours with "
+        "read_pairs(..., question=..., candidate=..., label=..., qid=..., position=...), or on the command line "
+        "--question, --candidate, --label, --qid, --position."
+    ))
     repeated = [c for c in names if (table.columns == c).sum() > 1]
     if repeated:
         raise ValueError(f"{source} has several columns named {repeated}; name each column once.")

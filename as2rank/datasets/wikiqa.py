@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from ..data import check_ranking_data
+from ..data import check_ranking_data, require_columns
 
 __all__ = ["load_wikiqa"]
 
@@ -64,9 +64,8 @@ def load_wikiqa(path):
         raise ValueError(
             f"{os.fspath(path)!r} is not a WikiQA TSV (UTF-8, tab-separated, header {' '.join(_COLUMNS)}): {reason}"
         ) from None
-    missing = [c for c in _COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"{os.fspath(path)!r} is not a WikiQA TSV: missing column(s) {missing}.")
+    require_columns(df.columns, _COLUMNS,
+                    lambda missing: f"{os.fspath(path)!r} is not a WikiQA TSV: missing column(s) {missing}.")
     sentence_id = df["SentenceID"].str.rsplit("-", n=1)
     position = pd.to_numeric(sentence_id.str[1], errors="coerce")
     if position.isna().any():

@@ -22,7 +22,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, clone, is_classifier
 from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
-from ..data import FORMAT_COLUMNS, check_ranking_data, check_X, retrieval_positions
+from ..data import FORMAT_COLUMNS, check_ranking_data, check_X, require_columns, retrieval_positions
 from ..params import Boolean, HasMethods, InstanceOf, ParameterMixin, validated
 from ..persistence import PersistenceMixin
 from ..text import bag_of_words, tokenize
@@ -411,9 +411,7 @@ class PointwiseRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimat
         self._keep_params(locals())
 
     def _feature_matrix(self, X, features):
-        missing = [c for c in features if c not in X.columns]
-        if missing:
-            raise ValueError(f"X is missing the feature column(s) {missing}.")
+        require_columns(X.columns, features, lambda missing: f"X is missing the feature column(s) {missing}.")
         F = X[list(features)]
         non_numeric = [c for c in features if not pd.api.types.is_numeric_dtype(F[c].dtype)]
         if non_numeric:

@@ -25,9 +25,52 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..logistic import fit_logistic, logistic_logits
 from ..params import Boolean
 
-__all__ = ["PRIOR_ATTRS", "PRIOR_CONSTRAINTS", "fit_lexical_prior", "init_segment_weights", "lexical_prior_logits"]
+__all__ = [
+    "PRIOR_ATTRS",
+    "PRIOR_CONSTRAINTS",
+    "check_prior_labels",
+    "fit_lexical_prior",
+    "lexical_columns",
+    "lexical_prior_logits",
+]
+
+
+def check_prior_labels(y) -> None:
+    """Refuse training labels of a single class, on which the prior's regression cannot be fitted."""
+    positive = np.asarray(y) > 0
+    if positive.all() or not positive.any():
+        raise ValueError(
+            "The prior of a transformer ranker is a logistic regression on lexical and similarity features, which "
+            f"needs both correct and wrong candidates; all {len(positive)} training labels are "
+            f"{'positive' if positive.any() else 'negative'}. Set lexical_prior=False (and segment_similarity=False, "
+            "where the estimator has it) to train without it."
+        )
+
+
+def lexical_columns(X, lexical: bool = True) -> tuple:
+    """The lexical columns of the prior's regression on the training rows.
+
+    Parameters
+    ----------
+    X : pandas.DataFrame
+        Validated grouped-candidate frame.
+    lexical : bool, default=True
+        Whether the regression reads the lexical features; without them it reads other columns only.
+
+    Returns
+    -------
+    features : LexicalFeatures or None
+        Fitted on ``X`` (its IDF comes from the training candidates); None without ``lexical``.
+    F : ndarray of float64 of shape (n_rows, n_features)
+        Their values on ``X`` (no column without ``lexical``).
+    """
+    from ..lexical.baselines import LexicalFeatures
+
+    features = LexicalFeatures().fit(X) if lexical else None
+    return features, _matrix(features, X)
 
 
 def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None, lexical: bool = True) -> tuple:
@@ -51,40 +94,24 @@ def fit_lexical_prior(X, y, *, C: float = 1.0, extra=None, lexical: bool = True)
     features : LexicalFeatures or None
         Fitted (its IDF comes from the training candidates); None without ``lexical``.
     coef : ndarray of float64 of shape (n_features + n_extra + 1,)
-        Weights on the raw feature columns, intercept last (the standardisation is folded in).
+        Weights on the raw feature columns, intercept last (the standardisation is folded in,
+        :func:`as2rank.logistic.fit_logistic`).
 
     Raises
     ------
     ValueError
         When the labels hold a single class.
     """
-    from sklearn.linear_model import LogisticRegression
-
-    from ..lexical.baselines import LexicalFeatures
-
-    positive = np.asarray(y) > 0
-    if positive.all() or not positive.any():
-        raise ValueError(
-            "The prior of a transformer ranker is a logistic regression on lexical and similarity features, which "
-            f"needs both correct and wrong candidates; all {len(positive)} training labels are "
-            f"{'positive' if positive.any() else 'negative'}. Set lexical_prior=False (and segment_similarity=False, "
-            "where the estimator has it) to train without it."
-        )
-    features = LexicalFeatures().fit(X) if lexical else None
-    F = _matrix(features, X, extra)
-    mean, scale = F.mean(axis=0), F.std(axis=0)
-    scale[scale == 0] = 1.0
-    lr = LogisticRegression(C=C, max_iter=1000).fit((F - mean) / scale, positive)
-    w = lr.coef_.ravel() / scale
-    return features, np.append(w, lr.intercept_[0] - w @ mean)
+    check_prior_labels(y)
+    features, F = lexical_columns(X, lexical)
+    columns = F if extra is None else np.column_stack([F, np.asarray(extra, dtype=np.float64)])
+    return features, fit_logistic(columns, np.asarray(y) > 0, C=C)
 
 
 def lexical_prior_logits(features, coef, X, extra=None) -> np.ndarray:
     """The prior's logit for every row of ``X`` (float32, shape (n_rows,)); ``extra`` as in :func:`fit_lexical_prior`."""
     F = _matrix(features, X, extra)
-    if F.shape[1] != len(coef) - 1:
-        raise ValueError(f"The prior was fitted on {len(coef) - 1} features, got {F.shape[1]}.")
-    return (F @ coef[:-1] + coef[-1]).astype(np.float32)
+    return logistic_logits(F, coef)
 
 
 def _matrix(features, X, extra=None) -> np.ndarray:
@@ -100,15 +127,3 @@ PRIOR_ATTRS = ("lexical_features_", "lexical_coef_", "similarity_source_")
 
 #: The prior's parameters, entries of every transformer estimator's ``_parameter_constraints``.
 PRIOR_CONSTRAINTS = {"lexical_prior": [Boolean()], "similarity_prior": [Boolean()], "segment_similarity": [Boolean()]}
-
-
-def init_segment_weights(module, weight: float) -> None:
-    """Start every segment-similarity weight of ``module`` at ``weight``."""
-    import torch
-
-    from .network import SegmentSimilarity
-
-    with torch.no_grad():
-        for term in module.modules():
-            if isinstance(term, SegmentSimilarity):
-                term.weight.fill_(weight)

@@ -26,10 +26,11 @@ from sklearn.utils.validation import check_is_fitted
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
 from ..early_stopping import check_early_stopping, check_eval_set, training_summary
+from ..logistic import fit_logistic
 from ..params import MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, ParameterMixin, validated
 from .hooks import TrainingHooks
 from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS, resolve_batch_tokens
-from .prior import PRIOR_ATTRS, PRIOR_CONSTRAINTS, fit_lexical_prior, lexical_prior_logits
+from .prior import PRIOR_ATTRS, PRIOR_CONSTRAINTS, check_prior_labels, lexical_columns, lexical_prior_logits
 from .saving import PretrainedIO
 
 
@@ -150,15 +151,20 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
 
     def _fit_prior(self, module, X, y, tokenizer) -> dict:
         """Fit the prior of a fresh fit on the training rows: the module's segment-similarity weights are set;
-        returns the prior's fitted attributes (among :data:`~as2rank.transformer.prior.PRIOR_ATTRS`)."""
-        from .prior import init_segment_weights
+        returns the prior's fitted attributes (among :data:`~as2rank.transformer.prior.PRIOR_ATTRS`).
 
-        fitted, extra = {}, []
+        The regression's columns are the lexical features, then the similarity feature, then the pretrained
+        module's segment cosines, each as its option asks."""
+        if not (self.lexical_prior or self.segment_similarity):
+            return {}
+        check_prior_labels(y)
+        features, lexical = lexical_columns(X, self.lexical_prior)
+        fitted, columns = {}, [lexical]
         if self.similarity_prior:
             from .similarity import similarity_source
 
             fitted["similarity_source_"] = similarity_source(self.model, self.tokenizer)
-            extra.append(self._similarity(X, fitted["similarity_source_"]))
+            columns.append(self._similarity(X, fitted["similarity_source_"]))
         if self.segment_similarity:
             from ..neural import resolve_device
             from ..neural.predict import predict_outputs
@@ -168,15 +174,20 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
             # The pretrained module's cosines at a cascade's last exit: the layer the single-exit model would read.
             cosines = predict_outputs(module, module.segment_cosines, encoded, device,
                                       batch_tokens=self._batch_tokens(device), dtype=self._compute_dtype(device))
-            extra.append(cosines[:, -1:])
-        if self.lexical_prior or self.segment_similarity:
-            features, coef = fit_lexical_prior(X, y, extra=np.column_stack(extra) if extra else None,
-                                               lexical=self.lexical_prior)
-            if self.segment_similarity:  # its weight goes to the module, which computes the feature itself
-                init_segment_weights(module, float(coef[-2]))
-                coef = np.delete(coef, -2)
-            if self.lexical_prior:
-                fitted["lexical_features_"], fitted["lexical_coef_"] = features, coef
+            columns.append(cosines[:, -1:])
+        coef = fit_logistic(np.column_stack(columns), np.asarray(y) > 0)
+        if self.segment_similarity:  # its weight goes to the module, which computes the feature itself
+            import torch
+
+            from .network import SegmentSimilarity
+
+            with torch.no_grad():  # every term's (a cascade has one per exit)
+                for term in module.modules():
+                    if isinstance(term, SegmentSimilarity):
+                        term.weight.fill_(float(coef[-2]))
+            coef = np.delete(coef, -2)
+        if self.lexical_prior:
+            fitted["lexical_features_"], fitted["lexical_coef_"] = features, coef
         return fitted
 
     def _similarity(self, X, source) -> np.ndarray:

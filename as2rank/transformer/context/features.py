@@ -20,7 +20,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ...data import check_ranking_data, check_X, ragged_arange
+from ...data import check_ranking_data, check_X, ragged_arange, require_columns
 from ...params import DEVICE_CONSTRAINTS, InstanceOf, Interval, Options, ParameterMixin, validated
 from ...persistence import PersistenceMixin
 from ...text import bag_of_words, tokenize
@@ -255,13 +255,11 @@ class ContextExtractor(ParameterMixin, PersistenceMixin, TransformerMixin, BaseE
     # ----------------------------------------------------------------- documents
     def _check_document_columns(self, X):
         needed = ("doc_id",) if self.documents is not None else ("doc_id", "doc_position")
-        missing = [c for c in needed if c not in X.columns]
-        if missing:
-            raise ValueError(
-                f"ContextExtractor needs each candidate's document: X lacks the column(s) {missing}. Give X the "
-                "columns 'doc_id' and 'doc_position' (sentence index in its document; load_wikiqa and load_squad_sent "
-                "return both), or pass documents={doc_id: [sentences]} and a 'doc_id' column."
-            )
+        require_columns(X.columns, needed, lambda missing: (
+            f"ContextExtractor needs each candidate's document: X lacks the column(s) {missing}. Give X the "
+            "columns 'doc_id' and 'doc_position' (sentence index in its document; load_wikiqa and load_squad_sent "
+            "return both), or pass documents={doc_id: [sentences]} and a 'doc_id' column."
+        ))
         if X["doc_id"].isna().any():
             raise ValueError("Column 'doc_id' has missing values.")
         if "doc_position" in X.columns:

@@ -27,7 +27,7 @@ from numbers import Integral
 import numpy as np
 
 from .features import CONTEXTS, GLOBAL_METHODS, ContextExtractor, check_contexts
-from ...data import REQUIRED_COLUMNS, check_X
+from ...data import REQUIRED_COLUMNS, check_X, require_columns
 from ...params import POOLINGS, SUMMARIES, Interval, Options, SequenceOf, validated
 from ..scaffold import _TransformerEstimator
 
@@ -66,12 +66,11 @@ class _ContextRanker(_TransformerEstimator):
 
     def _check_columns(self, X):
         columns = self._input_columns
-        missing = [c for c in columns if c not in X.columns]
-        if missing:
-            raise ValueError(
-                f"{type(self).__name__} reads the column(s) {missing}, which ContextExtractor adds: use "
-                f"make_pipeline(ContextExtractor(), {type(self).__name__}(...)) or transform X with ContextExtractor first."
-            )
+        name = type(self).__name__
+        require_columns(X.columns, columns, lambda missing: (
+            f"{name} reads the column(s) {missing}, which ContextExtractor adds: use "
+            f"make_pipeline(ContextExtractor(), {name}(...)) or transform X with ContextExtractor first."
+        ))
         check_X(X, text_columns=columns, required=(*REQUIRED_COLUMNS, *columns))
 
     @validated
