@@ -394,6 +394,7 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
         state = TrainingState.resume(getattr(self, "_train_state", None), total_rows, int(self.batch_size))
         if hasattr(self, "model_"):
             self._check_continuation()
+        targets = self._row_targets(X, y, index)
         dtype = self._compute_dtype(device, training=True)
         session = training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs)
         with session as (setup, rng):
@@ -402,7 +403,7 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
                 for name in PRIOR_ATTRS:
                     self.__dict__.pop(name, None)
                 self.__dict__.update(fitted)
-            history, ranges = self.fit_loop(X, y, index, self._row_targets(X, y, index), rng, setup, state=state)
+            history, ranges = self.fit_loop(X, y, index, targets, rng, setup, state=state)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
             history if state.runs == 1 else self.history_.extend(history))
         if ranges is not None:
