@@ -22,6 +22,7 @@ __all__ = [
     "check_X",
     "check_ranking_data",
     "check_labels",
+    "check_text_columns",
     "require_columns",
     "retrieval_positions",
     "reading_order",
@@ -260,6 +261,19 @@ def require_columns(columns, names, explain) -> None:
         raise ValueError(explain(missing))
 
 
+def check_text_columns(X, columns) -> None:
+    """Refuse a column of ``columns`` that ``X`` has and that holds anything but ``str`` (a TypeError naming rows)."""
+    for col in columns:
+        if col not in X.columns:
+            continue
+        bad = _nonstring_rows(X[col])
+        if len(bad):
+            raise TypeError(
+                f"Column {col!r} must hold text (str) in every row; {_describe_rows(bad)} "
+                "hold a missing value (NaN/None) or a non-string."
+            )
+
+
 def _check_frame(X, text_columns, required):
     """:func:`check_X`, also returning the validated ``qid`` keys (so that they are checked once)."""
     if not isinstance(X, pd.DataFrame):
@@ -276,15 +290,7 @@ def _check_frame(X, text_columns, required):
     if X.columns.duplicated().any():
         raise ValueError(f"X has duplicated column names: {list(X.columns[X.columns.duplicated()])}.")
     qid = check_group_keys(X["qid"], name=_QID_COLUMN)
-    for col in text_columns:
-        if col not in X.columns:
-            continue
-        bad = _nonstring_rows(X[col])
-        if len(bad):
-            raise TypeError(
-                f"Column {col!r} must hold text (str) in every row; {_describe_rows(bad)} "
-                "hold a missing value (NaN/None) or a non-string."
-            )
+    check_text_columns(X, text_columns)
     if "position" in X.columns:
         pos = X["position"]
         if not pd.api.types.is_numeric_dtype(pos.dtype) or pd.api.types.is_bool_dtype(pos.dtype):

@@ -70,3 +70,21 @@ def test_a_transformer_fit_checks_its_table_once(checks):
     fits = [n for (_, name, _), n in checks.items() if name == "TransformerRanker.fit"]
     assert fits == [1]
     assert all(n == 1 for n in checks.values()), checks
+
+
+def test_a_context_ranker_fit_checks_its_table_once(checks):
+    """The context columns are checked where they are read; the table itself once, by the scaffold's data gate."""
+    pytest.importorskip("transformers")
+    from as2rank.transformer.context.rankers import ContextConcat, ContextExtractor
+    from tests.test_context import small, synthetic
+    from tests.test_transformer import SPECIAL, WORDS
+    import transformers
+
+    tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
+    X, y = synthetic()
+    X = ContextExtractor(max_global_sentences=2, max_global_tokens=12).fit_transform(X)
+    checks.clear()
+    small(ContextConcat, tokenizer, reuse_fit=False).fit(X, y)
+    fits = [n for (_, name, _), n in checks.items() if name == "ContextConcat.fit"]
+    assert fits == [1], checks
+    assert all(n == 1 for n in checks.values()), checks

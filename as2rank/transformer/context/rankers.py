@@ -25,9 +25,10 @@ import copy
 from numbers import Integral
 
 import numpy as np
+import pandas as pd
 
 from .features import CONTEXTS, GLOBAL_METHODS, ContextExtractor, check_contexts
-from ...data import REQUIRED_COLUMNS, check_X, require_columns
+from ...data import check_text_columns, require_columns
 from ...params import POOLINGS, SUMMARIES, Interval, Options, SequenceOf, validated
 from ..scaffold import _TransformerEstimator
 
@@ -65,13 +66,18 @@ class _ContextRanker(_TransformerEstimator):
             )
 
     def _check_columns(self, X):
+        """The columns this model reads, in a frame: present (the message says how to add them) and text. The rest
+        of the table is the data gate's (``check_ranking_data`` in ``fit``, ``check_X`` in ``predict``), which also
+        refuses what is not a frame."""
+        if not isinstance(X, pd.DataFrame):
+            return
         columns = self._input_columns
         name = type(self).__name__
         require_columns(X.columns, columns, lambda missing: (
             f"{name} reads the column(s) {missing}, which ContextExtractor adds: use "
             f"make_pipeline(ContextExtractor(), {name}(...)) or transform X with ContextExtractor first."
         ))
-        check_X(X, text_columns=columns, required=(*REQUIRED_COLUMNS, *columns))
+        check_text_columns(X, columns)
 
     @validated
     def fit(self, X, y, groups=None, eval_set=None):
