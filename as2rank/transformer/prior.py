@@ -38,15 +38,19 @@ __all__ = [
 ]
 
 
-def check_prior_labels(y) -> None:
-    """Refuse training labels of a single class, on which the prior's regression cannot be fitted."""
+def check_prior_labels(
+    y,
+    what: str = "The prior of a transformer ranker is a logistic regression on lexical and similarity features",
+    remedy: str = "Set lexical_prior=False (and segment_similarity=False, where the estimator has it) to train "
+                  "without it.",
+) -> None:
+    """Refuse training labels of a single class, on which the prior's regression cannot be fitted; the message is
+    ``what`` (the regression the caller fits), why it cannot, then ``remedy`` (the caller's parameters)."""
     positive = np.asarray(y) > 0
     if positive.all() or not positive.any():
         raise ValueError(
-            "The prior of a transformer ranker is a logistic regression on lexical and similarity features, which "
-            f"needs both correct and wrong candidates; all {len(positive)} training labels are "
-            f"{'positive' if positive.any() else 'negative'}. Set lexical_prior=False (and segment_similarity=False, "
-            "where the estimator has it) to train without it."
+            f"{what}, which needs both correct and wrong candidates; all {len(positive)} training labels are "
+            f"{'positive' if positive.any() else 'negative'}. {remedy}"
         )
 
 

@@ -23,10 +23,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import check_ranking_data, check_X
+from ..logistic import fit_logistic
 from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Boolean,
                       Interval, Options, ParameterMixin, validated)
 from ..persistence import PersistenceMixin
-from .prior import fit_lexical_prior, lexical_prior_logits
+from .prior import check_prior_labels, lexical_columns, lexical_prior_logits
 from .parameters import BATCH_TOKENS_CONSTRAINTS, resolve_batch_tokens
 
 __all__ = ["MODES", "ZeroShotRanker"]
@@ -163,12 +164,9 @@ class ZeroShotRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimato
 
         X, y, _ = check_ranking_data(X, y, groups, require_y=False)
         learn = bool(self.lexical) and y is not None
-        if learn and len(np.unique(y > 0)) < 2:
-            raise ValueError(
-                "lexical=True fits a logistic regression, which needs both correct and wrong candidates; all "
-                f"{len(y)} labels are {'positive' if (y > 0).any() else 'negative'}. Fit without labels (or with "
-                "lexical=False) to rank zero-shot."
-            )
+        if learn:
+            check_prior_labels(y, "lexical=True fits a logistic regression",
+                               "Fit without labels (or with lexical=False) to rank zero-shot.")
         device = resolve_device(self.device)
         with torch_threads(self.n_threads):
             model, tokenizer = load_backbone(self.model, self.tokenizer)
@@ -184,9 +182,10 @@ class ZeroShotRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimato
                 )
             module = self._scoring_module(mode, model)
             lexical = None
-            if learn:
+            if learn:  # the prior's regression, on the zero-shot score as its last column
+                features, columns = lexical_columns(X)
                 scores = self._scores(module, tokenizer, mode, X, device)
-                lexical = fit_lexical_prior(X, y, extra=scores[:, None])
+                lexical = features, fit_logistic(np.column_stack([columns, scores]), y > 0)
         self.mode_, self.model_, self.tokenizer_, self.config_ = mode, module, tokenizer, model.config
         for name in self._lexical_attrs:
             self.__dict__.pop(name, None)
