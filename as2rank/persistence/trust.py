@@ -13,12 +13,12 @@ read no file outside it, except the packaged weights that as2rank itself names:
   not authenticity: whoever rewrites the digests too writes a different model, which the other rules bound.
 * **References** (:func:`resolve_references`): a parameter or fitted attribute that a loaded model reads to
   predict and that names files or a model (a Cosinet's ``embeddings``, a ContextExtractor's ``encoder``, a
-  lexical prior's ``similarity_source_``) must name packaged weights (an alias of the class's own list) or a
-  folder inside the directory; anything else (an absolute path, ``..``, a Hugging Face id, ``gensim:...``) is
-  refused with a one-line error naming the parameter (the table: ``registry.REFERENCES``). Passing that
-  parameter to :func:`~as2rank.persistence.load` is the user's own choice and is not checked. Parameters that only a new ``fit`` reads (the ``model`` of a
-  fitted transformer, which loading replaces by the directory's ``encoder/``; a template step's ``model``) are
-  read as written and followed only by that fit.
+  lexical prior's ``similarity_source_``) must name packaged weights (an alias its class lists in
+  ``registry.REFERENCES``) or a folder inside the directory; anything else (an absolute path, ``..``, a Hugging
+  Face id, ``gensim:...``) is refused with a one-line error naming the parameter. Passing that parameter to
+  :func:`~as2rank.persistence.load` is the user's own choice and is not checked. Parameters that only a new
+  ``fit`` reads (the ``model`` of a fitted transformer, which loading replaces by the directory's ``encoder/``;
+  a template step's ``model``) are read as written and followed only by that fit.
 * **Classes and values**: only allow-listed classes are instantiated (``as2rank.persistence.registry``),
   JSON nests at most :data:`MAX_DEPTH` levels, and every fitted array is checked against what its estimator
   reads (:mod:`as2rank.persistence.schema`).
