@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from as2rank.files import atomic_file
+from fitcode import code_record, stale, syntax, traced
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The shared data folder; ``AS2RANK_SHARED_DATA`` points elsewhere (a copy carried to another machine).
@@ -102,20 +103,6 @@ def training_params(est) -> dict:
 APPLICATION = ("app", "__main__.py")
 
 
-def syntax(source) -> str:
-    """The syntax tree of Python ``source`` (text or bytes) without its docstrings, as text (comments and layout
-    are not in the tree): two sources with the same ``syntax`` are the same code."""
-    import ast
-
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                node.body = node.body[1:] or [ast.Pass()]
-    return ast.dump(tree)
-
-
 def library_digest(package: Path | None = None, *, application: bool = False) -> str:
     """Hash of the code of the installed ``as2rank`` package (or of the folder ``package``): every ``.py`` file's
     :func:`syntax`, by path, but those of the application floor (``app/``, ``__main__.py``: the command line and
@@ -139,11 +126,36 @@ def library_digest(package: Path | None = None, *, application: bool = False) ->
     return digest.hexdigest()
 
 
+#: The open :func:`code_ledger` blocks, innermost last.
+_LEDGERS: list[dict] = []
+
+
+def note_code(record: dict) -> None:
+    """Add a stored fit's or score's code record to every open :func:`code_ledger`."""
+    for ledger in _LEDGERS:
+        ledger.update(record)
+
+
+@contextlib.contextmanager
+def code_ledger():
+    """Yield a dict that receives the code record (:mod:`fitcode`) of everything computed inside the block: the
+    code that runs in it and that of every fit or score read back from a store, so that a result gathered from
+    stored pieces (one seed of a page) can itself be stored and checked."""
+    ledger: dict = {}
+    _LEDGERS.append(ledger)
+    try:
+        with traced() as ran:
+            yield ledger
+        ledger.update(code_record(ran))
+    finally:
+        _LEDGERS.remove(ledger)
+
+
 def cache_key(est, X, y) -> str:
-    """Hash of the estimator class, its training parameters, the content of the weights it starts from
-    (``model``/``tokenizer`` read through :func:`as2rank.neural.fitcache.source_digests`, so a replaced
-    checkpoint under the same name is trained again), the training data and the library's source
-    (:func:`library_digest`)."""
+    """Hash of what a fit is asked: the estimator class, its training parameters, the content of the weights it
+    starts from (``model``/``tokenizer`` read through :func:`as2rank.neural.fitcache.source_digests`, so a
+    replaced checkpoint under the same name is trained again) and the training data. The library's code that a
+    fit ran is kept beside it (:mod:`fitcode`) and checked when the fit is read back."""
     import joblib
 
     params = training_params(est)
@@ -154,7 +166,7 @@ def cache_key(est, X, y) -> str:
         weights = source_digests(params["model"], params.get("tokenizer"))
         if weights is None:
             raise SystemExit(f"{params['model']!r} resolves to no files on disk: a cached fit could not be checked.")
-    return joblib.hash((type(est).__name__, params, weights, X, y, library_digest()))
+    return joblib.hash((type(est).__name__, params, weights, X, y))
 
 
 def fitted(est, X, y, fit_log: list | None = None, **fit_params):
@@ -170,19 +182,24 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
     key = cache_key(est, X, y) if not fit_params else joblib.hash((cache_key(est, X, y), fit_params))
     path = CACHE / f"{type(est).__name__}-{key}.joblib"
     name = f"{type(est).__name__} {est.get_params().get('num_layers') or ''}".strip()
-    if path.exists():
+    entry = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+    changed = stale(entry.get("code")) if path.exists() else None
+    if path.exists() and not changed:
         log(f"cached {name} <- {path.name}")
         model = joblib.load(path)
         # The cached model predicts with the inference parameters asked for now.
         inference = inference_params(est)
         model.set_params(**inference)
-        entry = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+        note_code(entry["code"])
         if fit_log is not None:
             fit_log.append({**entry, "key": key, "cached": True})
         return model
+    if changed:
+        log(f"cached {name} is stale (the code it ran changed: {', '.join(changed[:5])}); fitting again")
     log(f"fitting {name} on {len(X)} pairs")
     start = time.perf_counter()
-    est.fit(X, y, **fit_params)
+    with traced() as ran:
+        est.fit(X, y, **fit_params)
     seconds = time.perf_counter() - start
     CACHE.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as temporary:  # a run stopped meanwhile leaves no truncated model to load
@@ -205,7 +222,9 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
         "load_average": load_average(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
+        "code": code_record(ran),
     }
+    note_code(entry["code"])
     write_text(path.with_suffix(".json"), json.dumps(entry, indent=2))
     pps = entry["pairs_per_second"]
     log(f"  fitted in {seconds:.0f}s" + (f" ({pps:.1f} pairs/s)" if pps else "") + f", load {entry['load_average']}")
@@ -218,10 +237,11 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     """``(scores, model)``: the scores on ``X_test`` of ``est`` fitted on ``(X, y)`` (:func:`fitted`), read
     from ``benchmarks/results/scores/`` when this fit was scored on ``X_test`` before (``model`` is then None).
 
-    Keyed by the fit's :func:`cache_key` (the library's code included), ``fit_params``, the inference
-    parameters and ``X_test``. The stored record is the fit's (``fit_log`` receives it), with the machine that
-    trained the model and the one that scored it: on another CPU, ``precision="auto"`` may have trained and
-    predicted in another dtype (bfloat16 where the CPU computes it natively, float32 elsewhere).
+    Keyed by the fit's :func:`cache_key`, ``fit_params``, the inference parameters and ``X_test``, and read
+    back only while the library's code that fitted and scored it is unchanged (its record's ``code``). The
+    stored record is the fit's (``fit_log`` receives it), with the machine that trained the model and the one
+    that scored it: on another CPU, ``precision="auto"`` may have trained and predicted in another dtype
+    (bfloat16 where the CPU computes it natively, float32 elsewhere).
     """
     import joblib
     import numpy as np
@@ -232,12 +252,19 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     records = fit_log if fit_log is not None else []
     if path.exists():
         record, arrays = load_stored(path)
-        log(f"stored scores of {type(est).__name__} <- {path.name} (trained on {record.get('machine', 'an unrecorded machine')})")
-        records.append({**record, "cached": True})
-        return arrays["scores"], None
+        changed = stale(record.get("code"))
+        if not changed:
+            log(f"stored scores of {type(est).__name__} <- {path.name} (trained on {record.get('machine', 'an unrecorded machine')})")
+            note_code(record["code"])
+            records.append({**record, "cached": True})
+            return arrays["scores"], None
+        log(f"stored scores of {type(est).__name__} are stale ({', '.join(changed[:5])}); scoring again")
     model = fitted(est, X, y, records, **fit_params)
-    scores = np.asarray(model.predict(X_test), dtype=np.float64)
+    with traced() as ran:
+        scores = np.asarray(model.predict(X_test), dtype=np.float64)
     record = {k: v for k, v in records[-1].items() if k != "cached"}
+    record["code"] = {**record.get("code", {}), **code_record(ran)}
+    note_code(record["code"])
     record["scored_on"] = machine()
     save_stored(path, record, {"scores": scores})
     records[-1].update(scored_on=record["scored_on"])

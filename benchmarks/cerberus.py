@@ -60,10 +60,12 @@ import numpy as np
 import pandas as pd
 import torch
 from _common import (write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log, machine,
-                     render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
+                     note_code, render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
+
+from fitcode import code_record, stale, traced
 
 from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_logits
@@ -149,13 +151,21 @@ def cross_fitted(spec, X, y, cv):
     key = joblib.hash(("teacher_logits", cache_key(spec, X, y), cv))
     path = SCORES / f"teacher_logits-{key}.npz"
     if path.exists():
-        return load_stored(path)[1]["logits"]
+        record, arrays = load_stored(path)
+        changed = stale(record.get("code"))
+        if not changed:
+            note_code(record["code"])
+            return arrays["logits"]
+        log(f"stored {type(spec).__name__} teacher logits are stale ({', '.join(changed[:5])}); cross-fitting again")
     log(f"cross-fitting {type(spec).__name__} ({cv} folds)")
     start = time.perf_counter()
-    # float64 as stored, so that the students' keys (which hold these arrays) are the same in a later run.
-    logits = np.asarray(teacher_logits([spec], X, y, cv=cv)[:, 0], dtype=np.float64)
+    with traced() as ran:
+        # float64 as stored, so that the students' keys (which hold these arrays) are the same in a later run.
+        logits = np.asarray(teacher_logits([spec], X, y, cv=cv)[:, 0], dtype=np.float64)
+    code = code_record(ran)
+    note_code(code)
     save_stored(path, {"teacher": type(spec).__name__, "cv": cv, "seconds": time.perf_counter() - start,
-                       "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}, {"logits": logits})
+                       "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "code": code}, {"logits": logits})
     return logits
 
 

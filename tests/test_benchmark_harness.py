@@ -1,6 +1,7 @@
 """The benchmark harness's store of test scores (``benchmarks/_common.fitted_scores``): a fit scored once is
 read back instead of trained again, and only for the same fit, inference parameters and test data."""
 
+import ast
 import json
 from pathlib import Path
 
@@ -117,3 +118,70 @@ def test_defaults_page_pools_a_variant_over_its_columns(common):
     assert row["delta"] == pytest.approx((1 / 6 - 1 / 6 + 1) / 3)
     variant, default = [0.75, 0.75, 0.5, 1, 1], [0.5, 1, 0.5, 0, 0]
     assert row["p"] == pytest.approx(paired_significance(np.array(variant), np.array(default)))
+
+
+FIT_ONCE = """
+import sys, json
+import numpy as np, pandas as pd
+sys.path.insert(0, {bench!r})
+import _common
+from pathlib import Path
+_common.CACHE = Path({cache!r})
+from as2rank import WordOverlapRanker
+X = pd.DataFrame({{"qid": [0, 0, 1, 1], "question": ["where is the cat"] * 2 + ["who is it"] * 2,
+                  "candidate": ["the cat is here", "a dog", "it is me", "nobody"]}})
+log = []
+_common.fitted(WordOverlapRanker(), X, np.array([1, 0, 1, 0]), log)
+print(json.dumps({{"cached": log[-1]["cached"], "code": sorted(log[-1]["code"])}}))
+"""
+
+
+def test_a_stored_fit_is_read_back_only_by_the_code_that_ran_it(tmp_path):
+    # A copy of the library, edited between runs: the fit cache keys what was asked (class, parameters, data)
+    # and checks the code the fit ran; an edit of code the fit never ran, or of a docstring, keeps the fit.
+    import shutil
+    import subprocess
+    import sys
+
+    import as2rank
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(Path(as2rank.__file__).parent, tmp_path / "as2rank", ignore=shutil.ignore_patterns("__pycache__"))
+    script = FIT_ONCE.format(bench=str(root / "benchmarks"), cache=str(tmp_path / "cache"))
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run()
+    ran = {e.split("::")[1] for e in first["code"] if e.startswith("lexical/baselines.py::")}
+    assert not first["cached"] and "_RuleRanker.fit" in ran
+    assert not any(e.startswith("app/") for e in first["code"])
+    assert run()["cached"]
+    lexical = tmp_path / "as2rank" / "lexical" / "baselines.py"
+    source = lexical.read_text()
+    # Not run by the fit: the command line, and the lexical module's functions that the fit did not call.
+    cli = tmp_path / "as2rank" / "app" / "cli.py"
+    cli.write_text(cli.read_text() + "\n\ndef _unused():\n    return 1\n")
+    assert run()["cached"]
+    rule = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "_RuleRanker")
+    idle = next(n for n in rule.body if isinstance(n, ast.FunctionDef) and n.name == "predict")
+    assert "_RuleRanker.predict" not in ran
+    lines = source.splitlines(keepends=True)
+    body = idle.body[-1]
+    lines.insert(body.lineno - 1, " " * body.col_offset + "_ = None\n")
+    lexical.write_text("".join(lines))
+    assert run()["cached"]
+    # Comments and layout are not code.
+    lexical.write_text(source + "\n# a comment\n")
+    assert run()["cached"]
+    # The fit's own code: a constant at module level, then the body of the fit: fitted again, then read back.
+    lexical.write_text(source + "\n\nEXTRA = 1\n")
+    assert not run()["cached"]
+    assert run()["cached"]
+    fit = next(n for n in rule.body if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    lines = source.splitlines(keepends=True)
+    lines.insert(fit.body[-1].lineno - 1, " " * fit.body[-1].col_offset + "_ = None\n")
+    lexical.write_text("".join(lines))
+    assert not run()["cached"]
