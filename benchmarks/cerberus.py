@@ -2,7 +2,8 @@
 SQuAD sample, at the library's strength or at the paper's.
 
     python benchmarks/cerberus.py [--data wikiqa|sample] [--paper] [--seeds 3] [--train-questions N] [--quick]
-                                  [--threads N] [--teacher-cv 3] [--teacher-model NAME]
+                                  [--threads N] [--teacher-cv 3] [--teacher-model NAME] [--teacher-seed T]
+                                  [--hydra-seeds 3]
     python benchmarks/cerberus.py ... --store-teachers S | --store-seed S   # one seed's part, in parallel
     python benchmarks/cerberus.py --render        # re-write the Markdown page from the JSON
 
@@ -18,7 +19,11 @@ every row below; writes ``cerberus[-sample]``.
 Teachers (three families, one set per seed ``s``): ``TransformerRanker`` on ``--teacher-model`` (default the
 offline ``minilm-l6``; any Hugging Face path for a bigger teacher on a GPU), ``Cosinet`` (BiRNN, listwise)
 and the lexical pointwise ranker ``LexicalFeatures → PointwiseRanker(LogisticRegression)``.
-Their training targets are cross-fitted: ``teacher_logits(teacher, X, y, cv=--teacher-cv)`` fits clones on
+``--teacher-seed T``: every student seed distils the teachers of seed ``T`` (one costly teacher, such as
+``--teacher-model mpnet-base`` on a CPU, instead of one per seed); ``--hydra-seeds 0`` leaves Hydra out (its
+teachers are transformer teachers of seeds 0, 1, 2). A teacher's scores of the test, training and dev rows are
+stored with its fit's code record (``teacher_scores``: the teacher artefact, committed): a later run reads them
+and the cross-fitted logits instead of the model. Their training targets are cross-fitted: ``teacher_logits(teacher, X, y, cv=--teacher-cv)`` fits clones on
 the other question folds, scores each fold, and Platt-calibrates each fold; the logits are computed once per
 teacher and passed to every student as precomputed scores (exactly what ``Cerberus(teachers=[...],
 teacher_cv=k)`` computes itself). One row distils from the fitted teachers' in-sample scores instead.
@@ -59,13 +64,14 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import (write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log, machine,
-                     note_code, render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
+from _common import (code_ledger, write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log,
+                     render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from fitcode import code_record, stale, traced
+from fitcode import stale
+from teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
 
 from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_logits
@@ -81,11 +87,9 @@ KD_ALPHA, TEMPERATURE = 0.5, 3.0
 METRICS = ("p@1", "map", "mrr")
 
 #: Layers of the student (and of the minilm-l6 transformer teacher); the Cerberus architectures (body and
-#: head layers; Hydra is B5 3H1 too); the seeds whose transformer teachers Hydra distils; the test pairs of
-#: the end-to-end timing of the teachers.
+#: head layers; Hydra is B5 3H1 too); the test pairs of the end-to-end timing of the teachers.
 STUDENT_LAYERS = 6
 ARCHITECTURES = {"Cerberus B5 3H1": {"body_layers": 5, "head_layers": 1}, "Cerberus B4 3H2": {"body_layers": 4, "head_layers": 2}}
-HYDRA_SEEDS = (0, 1, 2)
 #: The rows of the paper's configuration that the library-strength run leaves out (no library default to measure).
 PAPER_ONLY = ("KD_Sum", "KD_RR", "Cerberus B4 3H2", "Cerberus B5 3H1, in-sample teachers")
 TITLES = {"wikiqa": "WikiQA", "sample": "SQuAD sample"}
@@ -141,41 +145,6 @@ def teacher_specs(seed, epochs, teacher_model, paper):
         "Cosinet": Cosinet(random_state=seed, **COSINET_PAPER_BUDGET),
         "Lexical": make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000))),
     }
-
-
-def cross_fitted(spec, X, y, cv):
-    """``teacher_logits([spec], X, y, cv=cv)[:, 0]``, stored in ``benchmarks/results/scores/`` (its ``cv`` fits
-    are not cached otherwise, and Hydra's targets, the transformer teachers' of seeds 0-2, serve every seed)."""
-    # The fit cache's key (estimator, parameters, weights, data and the library's code) and the folds: logits of
-    # an earlier version of the library are not read back.
-    key = joblib.hash(("teacher_logits", cache_key(spec, X, y), cv))
-    path = SCORES / f"teacher_logits-{key}.npz"
-    if path.exists():
-        record, arrays = load_stored(path)
-        changed = stale(record.get("code"))
-        if not changed:
-            note_code(record["code"])
-            return arrays["logits"]
-        log(f"stored {type(spec).__name__} teacher logits are stale ({', '.join(changed[:5])}); cross-fitting again")
-    log(f"cross-fitting {type(spec).__name__} ({cv} folds)")
-    start = time.perf_counter()
-    with traced() as ran:
-        # float64 as stored, so that the students' keys (which hold these arrays) are the same in a later run.
-        logits = np.asarray(teacher_logits([spec], X, y, cv=cv)[:, 0], dtype=np.float64)
-    code = code_record(ran)
-    note_code(code)
-    save_stored(path, {"teacher": type(spec).__name__, "cv": cv, "seconds": time.perf_counter() - start,
-                       "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "code": code}, {"logits": logits})
-    return logits
-
-
-def n_params(model) -> int:
-    if hasattr(model, "model_"):
-        return int(sum(p.numel() for p in model.model_.parameters()))
-    if hasattr(model, "n_params_"):
-        return int(model.n_params_)
-    est = model[-1].estimator_  # the lexical pipeline: logistic regression coefficients
-    return int(est.coef_.size + est.intercept_.size)
 
 
 def students(paper, seed, epochs, cols, hydra, insample) -> dict:
@@ -287,6 +256,8 @@ def latency(archs, X, rounds, n_pairs):
         "cerberus_vs_student": [c / s for c, s in zip(times["Cerberus B5 3H1"], times["student"])],
         "cerberus_vs_kd_ensemble": [c / e for c, e in zip(times["Cerberus B5 3H1"], times["KD ensemble"])],
     }
+    if "TR teacher" in times:
+        ratios["cerberus_vs_teacher"] = [c / t for c, t in zip(times["Cerberus B5 3H1"], times["TR teacher"])]
     return {
         "us_per_sample": {n: float(np.median(t)) for n, t in times.items()},
         "rounds": times,
@@ -313,14 +284,15 @@ def seed_key(args, s, epochs, data) -> str:
     included), the students' training parameters (their teacher arrays follow from the teachers), the
     cross-fitting folds and the code of this script that computes a seed."""
     X_train, y_train = data[0]
-    specs = [spec for t in sorted({s, *HYDRA_SEEDS}) for spec in teacher_specs(t, epochs, args.teacher_model, args.paper).values()]
+    specs = [spec for t in teacher_seeds(args, s) for spec in teacher_specs(t, epochs, args.teacher_model, args.paper).values()]
     blank = [np.zeros(1)] * len(TEACHERS)
     studs = students(args.paper, s, epochs, blank, blank, np.zeros((1, len(TEACHERS))))
     config = {n: {k: v for k, v in training_params(e).items() if k != "teachers"} for n, e in studs.items()}
     code = [syntax(inspect.getsource(f)) for f in (seed_results, teacher_specs, students, budget, cross_fitted,
-                                                    heads_report, agreement, ensemble_scores, n_params, train_map)]
-    return joblib.hash(("cerberus seed", s, data, args.teacher_cv, [cache_key(spec, X_train, y_train) for spec in specs],
-                        config, code))
+                                                    teacher_scores, heads_report, agreement, ensemble_scores, n_params,
+                                                    train_map)]
+    return joblib.hash(("cerberus seed", s, data, args.teacher_cv, teacher_seeds(args, s), args.hydra_seeds,
+                        [cache_key(spec, X_train, y_train) for spec in specs], config, code))
 
 
 def seed_results(args, s, epochs, data) -> tuple[dict, dict]:
@@ -334,34 +306,43 @@ def seed_results(args, s, epochs, data) -> tuple[dict, dict]:
         fits[-1]["row"] = row
         return model
 
-    specs = {t: teacher_specs(t, epochs, args.teacher_model, args.paper) for t in sorted({s, *HYDRA_SEEDS})}
+    own, *_ = seeds = teacher_seeds(args, s)
+    hydra_seeds = list(range(args.hydra_seeds))
+    specs = {t: teacher_specs(t, epochs, args.teacher_model, args.paper) for t in seeds}
     oof = {(n, t): cross_fitted(specs[t][n], X_train, y_train, args.teacher_cv)
-           for t in specs for n in TEACHERS if t == s or n == "TR"}
-    rec = {"seed": s, "oof_map": {f"{n} seed {t}": train_map(y_train, v, X_train) for (n, t), v in oof.items()},
+           for t in specs for n in TEACHERS if t == own or n == "TR"}
+    rec = {"seed": s, "teacher_seed": own, "oof_map": {f"{n} seed {t}": train_map(y_train, v, X_train) for (n, t), v in oof.items()},
            "insample_map": {}, "params": {}, "ensemble_weights": {}, "fits": fits}
-    teachers = {name: fit(spec, f"teacher {name}") for name, spec in specs[s].items()}
-    cols = [np.ascontiguousarray(oof[(n, s)]) for n in TEACHERS]
-    # Rounded: the arrays join the students' cache keys, which float noise in the last bits would change.
-    insample = np.round(teacher_logits(list(teachers.values()), X_train, y_train), 5)
-    for j, n in enumerate(TEACHERS):
-        rec["insample_map"][f"{n} seed {s}"] = train_map(y_train, insample[:, j], X_train)
-    rec["agreement"] = agreement(cols, X_train)
-    hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in HYDRA_SEEDS]
-    models = {**teachers, **{name: fit(est, name) for name, est in students(args.paper, s, epochs, cols, hydra, insample).items()}}
+    # The teachers' scores from the teacher artefacts (a teacher's model is needed only the first time).
+    stored = {name: teacher_scores(spec, data, fits, f"teacher {name}") for name, spec in specs[own].items()}
     # Hydra's teachers fitted on all the training questions: their ensemble is the strength of its teacher set.
-    models.update({f"TR seed {t}": teachers["TR"] if t == s else fit(specs[t]["TR"], f"teacher TR seed {t}")
-                   for t in HYDRA_SEEDS})
+    stored.update({f"TR seed {t}": stored["TR"] if t == own else teacher_scores(specs[t]["TR"], data, fits, f"teacher TR seed {t}")
+                   for t in hydra_seeds})
+    teachers = {name: StoredScores([(X_test, v["test"]), (X_dev, v["dev"])]) for name, (v, _) in stored.items()}
+    cols = [np.ascontiguousarray(oof[(n, own)]) for n in TEACHERS]
+    # Rounded: the arrays join the students' cache keys, which float noise in the last bits would change.
+    insample = np.round(teacher_logits([stored[n][0]["train"] for n in TEACHERS], X_train, y_train), 5)
+    for j, n in enumerate(TEACHERS):
+        rec["insample_map"][f"{n} seed {own}"] = train_map(y_train, insample[:, j], X_train)
+    rec["agreement"] = agreement(cols, X_train)
+    hydra = [np.ascontiguousarray(oof[("TR", t)]) for t in hydra_seeds]
+    studs = students(args.paper, s, epochs, cols, hydra, insample)
+    models = {name: fit(est, name) for name, est in studs.items() if hydra_seeds or name != "Hydra"}
     rec["heads"] = heads_report(models["Cerberus B5 3H1"], X_test, y_test)
-    rec["hydra_heads"] = heads_report(models["Hydra"], X_test, y_test)
-    scores = {}
+    rec["hydra_heads"] = heads_report(models["Hydra"], X_test, y_test) if hydra_seeds else None
+    scores = {name: v["test"] for name, (v, _) in stored.items()}
+    rec["params"] = {name: n for name, (_, n) in stored.items()}
     for name, model in models.items():
         log(f"[seed {s}] scoring {name}")
         scores[name] = np.asarray(model.predict(X_test), dtype=np.float64)
         rec["params"][name] = n_params(model)
+    models.update(teachers)
     # Linear ensembles, weights tuned on dev; their test scores from the members' scores above.
-    ensembles = (("teacher ensemble", list(TEACHERS)), ("TR ensemble", [f"TR seed {t}" for t in HYDRA_SEEDS]),
+    ensembles = (("teacher ensemble", list(TEACHERS)), ("TR ensemble", [f"TR seed {t}" for t in hydra_seeds]),
                  ("KD ensemble", [f"KD {n}" for n in TEACHERS]))
     for ens_name, members in ensembles:
+        if not members:
+            continue
         ens = LinearEnsemble([models[m] for m in members]).fit(X_dev, y_dev)
         scores[ens_name] = ensemble_scores(ens, np.column_stack([scores[m] for m in members]))
         rec["params"][ens_name] = sum(rec["params"][m] for m in members)
@@ -405,14 +386,32 @@ def seed_path(args, s, data):
     return SCORES / f"cerberus-seed-{seed_key(args, s, args.epochs, data)}.npz"
 
 
+def stored_seed(args, s, data) -> tuple[dict, dict, bool]:
+    """``(record, scores, stored)`` of seed ``s``: read back while the library code its fits and scores ran
+    (the record's ``code``) is unchanged, else computed and stored whole with that code."""
+    path = seed_path(args, s, data)
+    if path.exists():
+        rec, scores = load_stored(path)
+        changed = stale(rec.get("code"))
+        if not changed:
+            log(f"[seed {s}] stored results <- {path.name}")
+            return rec, scores, True
+        log(f"[seed {s}] stored results are stale ({', '.join(changed[:5])}); computing again")
+    with code_ledger() as code:
+        rec, scores = seed_results(args, s, args.epochs, data)
+    rec["code"] = code
+    save_stored(path, rec, scores)
+    return rec, scores, False
+
+
 def store_teachers(args, t, data):
     """Seed ``t``'s teachers cross-fitted and fitted (the fit cache and the score store keep them), so that
     ``--store-seed`` processes running side by side do not each fit Hydra's shared transformer teachers."""
     X_train, y_train = data[0]
     for name, spec in teacher_specs(t, args.epochs, args.teacher_model, args.paper).items():
-        if name == "TR" or t < args.seeds:
+        if name == "TR" or t < args.seeds or t == args.teacher_seed:
             cross_fitted(spec, X_train, y_train, args.teacher_cv)
-            fitted(spec, X_train, y_train)
+            teacher_scores(spec, data, [], f"teacher {name}")
 
 
 def run(args):
@@ -426,21 +425,15 @@ def run(args):
            "n_test_rows": len(X_test), "seeds": seeds, "epochs": epochs, "teacher_cv": args.teacher_cv,
            "teacher_model": args.teacher_model, "kd_alpha": KD_ALPHA, "temperature": TEMPERATURE,
            "budget": {k: v for k, v in budget(0, epochs).items() if k not in ("epochs", "random_state")} if args.paper else None,
-           "student_layers": STUDENT_LAYERS, "architectures": ARCHITECTURES, "hydra_teacher_seeds": list(HYDRA_SEEDS),
+           "student_layers": STUDENT_LAYERS, "architectures": ARCHITECTURES, "hydra_teacher_seeds": list(range(args.hydra_seeds)),
+           "teacher_seed": args.teacher_seed,
            "latency_architecture": LATENCY_ARCHITECTURE, "latency_fit_questions": LATENCY_FIT_QUESTIONS,
            "paper": PAPER, "paper_latency": PAPER_LATENCY, "fits": [], "ensemble_weights": {}}
     scores, params, oof_map, insample_map = {}, {}, {}, {}
     for s in seeds:
         # A seed's results are stored whole (benchmarks/results/scores/): a run that ends early keeps the seeds
         # it finished, and the next run, here or on another machine, goes on from there.
-        path = seed_path(args, s, data)
-        stored = path.exists()
-        if stored:
-            rec, seed_scores = load_stored(path)
-            log(f"[seed {s}] stored results <- {path.name}")
-        else:
-            rec, seed_scores = seed_results(args, s, epochs, data)
-            save_stored(path, rec, seed_scores)
+        rec, seed_scores, stored = stored_seed(args, s, data)
         for name, v in seed_scores.items():
             scores.setdefault(name, []).append(v)
         params.update(rec["params"])
@@ -456,6 +449,9 @@ def run(args):
     X_e2e = X_test.iloc[: min(END_TO_END_PAIRS, len(X_test))]
     archs = {"student": [keep["student"]], "KD ensemble": [keep[f"KD {n}"] for n in TEACHERS],
              **{a: [keep[a]] for a in ARCHITECTURES if a in keep}}
+    if args.teacher_model != "minilm-l6":  # a teacher of another architecture: timed as the students are
+        archs["TR teacher"] = [teachers["TR"]]
+        res["latency_architecture"] = {**LATENCY_ARCHITECTURE, "TR": "TR teacher"}
     res["latency"] = latency(archs, X_test, rounds=2 if args.quick else 5, n_pairs=256 if args.quick else 1024)
     res["latency"]["end_to_end_us_per_sample"] = {name: end_to_end_us(teachers[name], X_e2e) for name in TEACHERS}
     res["latency"]["end_to_end_n_pairs"] = len(X_e2e)
@@ -537,6 +533,10 @@ def acceptance(res) -> list:
          "per batch of 128 (row blocks in CPU inference)",
          res["latency"]["heads_per_head_block_call"] == [res["latency"]["n_heads"]]),
     ]
+    if "cerberus_vs_teacher" in lat:
+        checks.append((f"Latency, batch 128: Cerberus B5 3H1 ≤ 0.5× the transformer teacher ({res['teacher_model']})",
+                       f"{lat['cerberus_vs_teacher']:.2f}× (" + ", ".join(f"{r:.2f}" for r in res["latency"]["ratios"]["cerberus_vs_teacher"]) + ")",
+                       lat["cerberus_vs_teacher"] <= 0.5))
     if "Hydra" in rows:  # the remedy: teachers as strong as the student
         hy = rows["Hydra"]
         checks.append((f"MAP: Hydra (Cerberus B5 3H1 ← TR seeds {', '.join(map(str, res['hydra_teacher_seeds']))}) > the student with no teacher",
@@ -555,6 +555,9 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=2, help="with --paper: epochs of every transformer")
     parser.add_argument("--teacher-cv", type=int, default=3, help="question folds of the cross-fitted teacher targets")
     parser.add_argument("--teacher-model", default="minilm-l6", help="backbone of the transformer teacher")
+    parser.add_argument("--teacher-seed", type=int, default=None,
+                        help="the one seed whose teachers every student seed distils (default: each seed its own)")
+    parser.add_argument("--hydra-seeds", type=int, default=3, help="transformer teachers of Hydra (0: no Hydra row)")
     parser.add_argument("--quick", action="store_true", help="1 seed, 1 epoch, 100/40/60 train/dev/test questions, 2 folds")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--render", action="store_true", help="only re-write the Markdown page from the JSON")
@@ -563,7 +566,8 @@ def main(argv=None):
     parser.add_argument("--store-seed", type=int, metavar="S", default=None,
                         help="only compute and store seed S's results (one process per seed, side by side)")
     args = parser.parse_args(argv)
-    name = ("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
+    name = (("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
+            + ("" if args.teacher_model == "minilm-l6" else f"-{args.teacher_model.replace('/', '-')}"))
     if args.render:
         res = json.loads((RESULTS / tagged(f"{name}.json")).read_text())
         write_text(DOCS / tagged(f"{name}.md"), render_page(res))
@@ -577,8 +581,8 @@ def main(argv=None):
         data = prepared(args)
         if args.store_teachers is not None:
             store_teachers(args, args.store_teachers, data)
-        if args.store_seed is not None and not seed_path(args, args.store_seed, data).exists():
-            save_stored(seed_path(args, args.store_seed, data), *seed_results(args, args.store_seed, args.epochs, data))
+        if args.store_seed is not None:
+            stored_seed(args, args.store_seed, data)
         log("stored; a run without --store-teachers/--store-seed gathers the seeds and writes the page")
         return
     start = time.perf_counter()

@@ -2,8 +2,8 @@
 code is unchanged, and an edit of code the fit never ran (the command line, saving and loading, another
 estimator, the predict path of the same one) trains nothing again.
 
-:func:`traced` records the ``as2rank`` functions that run inside a ``with`` block (a profile hook, set for the
-calling thread and the threads started inside the block), by file and qualified name. :func:`code_record`
+:func:`traced` records the ``as2rank`` functions that run inside a ``with`` block (a global trace function, set for
+the calling thread and the threads started inside the block), by file and qualified name. :func:`code_record`
 turns them into ``{entry: digest}``:
 
 * ``path::Qualified.name``: a function or method that ran (a nested function, lambda or comprehension counts
@@ -54,20 +54,21 @@ def traced():
     root = str(package_root()) + "/"
     files: set[tuple] = set()
 
-    def profile(frame, event, arg):
-        if event == "call":
-            code = frame.f_code
-            if code.co_filename.startswith(root):
-                files.add((code.co_filename, getattr(code, "co_qualname", None)))
+    def trace(frame, event, arg):
+        # The global trace function sees each new frame once ("call") and, returning None, traces none of its
+        # lines: cheaper than a profile hook, which also sees every return and every call into C.
+        code = frame.f_code
+        if code.co_filename.startswith(root):
+            files.add((code.co_filename, getattr(code, "co_qualname", None)))
 
-    previous, previous_threads = sys.getprofile(), threading.getprofile()
-    sys.setprofile(profile)
-    threading.setprofile(profile)
+    previous, previous_threads = sys.gettrace(), threading.gettrace()
+    sys.settrace(trace)
+    threading.settrace(trace)
     try:
         yield files
     finally:
-        sys.setprofile(previous)
-        threading.setprofile(previous_threads)
+        sys.settrace(previous)
+        threading.settrace(previous_threads)
 
 
 def _module_name(path: Path, root: Path) -> str:

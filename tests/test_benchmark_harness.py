@@ -185,3 +185,40 @@ def test_a_stored_fit_is_read_back_only_by_the_code_that_ran_it(tmp_path):
     lines.insert(fit.body[-1].lineno - 1, " " * fit.body[-1].col_offset + "_ = None\n")
     lexical.write_text("".join(lines))
     assert not run()["cached"]
+
+
+def test_teacher_artefacts_are_read_back_only_for_the_same_teacher_data_and_code(common, monkeypatch):
+    # The teacher artefacts (benchmarks/teachers.py) hold a costly teacher's scores; a later run reads them
+    # instead of the model. Another training set, another parameter, or a change of the code that fitted and
+    # scored them (as the stored record says) computes them again.
+    import teachers
+
+    monkeypatch.setattr(teachers, "SCORES", common.SCORES)
+    X = pd.DataFrame({"qid": [0, 0, 0, 1, 1, 1], "question": ["where is the cat"] * 3 + ["who is it"] * 3,
+                      "candidate": ["the cat is here", "a dog", "cats", "it is me", "nobody", "who"]})
+    y = np.array([1, 0, 0, 1, 0, 0])
+    X_dev, X_test = X.iloc[:3].reset_index(drop=True), X.iloc[3:].reset_index(drop=True)
+    data = ((X, y), (X_dev, y[:3]), (X_test, y[3:]))
+    fits = []
+    first, n = teachers.teacher_scores(WordOverlapRanker(), data, fits, "teacher")
+    assert not fits[-1]["cached"] and n == 0 and set(first) == {"test", "train", "dev"}
+    np.testing.assert_array_equal(first["test"], WordOverlapRanker().fit(X, y).predict(X_test))
+    again, _ = teachers.teacher_scores(WordOverlapRanker(), data, fits, "teacher")
+    assert fits[-1]["cached"] and fits[-1]["row"] == "teacher"
+    for part in first:
+        np.testing.assert_array_equal(again[part], first[part])
+    # Other labels, other parameters: other teachers.
+    teachers.teacher_scores(WordOverlapRanker(), ((X, 1 - y), *data[1:]), fits, "teacher")
+    assert not fits[-1]["cached"]
+    teachers.teacher_scores(WordOverlapRanker(lowercase=False), data, fits, "teacher")
+    assert not fits[-1]["cached"]
+    # A stored artefact whose record says other code ran: computed again, and stored with today's code.
+    (path,) = [p for p in common.SCORES.glob("teacher_scores-*.npz") if common.load_stored(p)[0]["key"] == fits[0]["key"]]
+    record, arrays = common.load_stored(path)
+    entry = next(iter(record["code"]))
+    common.save_stored(path, {**record, "code": {**record["code"], entry: "0" * 64}}, arrays)
+    monkeypatch.setattr(WordOverlapRanker, "predict", lambda self, X: np.full(len(X), 7.0))
+    rescored, _ = teachers.teacher_scores(WordOverlapRanker(), data, fits, "teacher")
+    assert (rescored["test"] == 7.0).all() and common.load_stored(path)[0]["code"][entry] != "0" * 64
+    again, _ = teachers.teacher_scores(WordOverlapRanker(), data, fits, "teacher")
+    assert fits[-1]["cached"] and (again["dev"] == 7.0).all()
