@@ -417,8 +417,7 @@ def store_teachers(args, t, data):
 def run(args):
     data = prepared(args)
     (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = data
-    seeds = list(range(args.seeds))
-    epochs = args.epochs
+    seeds, epochs = list(range(args.seeds)), args.epochs
     res = {"data": args.data, "title": TITLES[args.data], "teachers": list(TEACHERS), "paper_config": args.paper, "args_train_questions": args.train_questions,
            "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
            "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),
@@ -456,7 +455,7 @@ def run(args):
     res["latency"]["end_to_end_us_per_sample"] = {name: end_to_end_us(teachers[name], X_e2e) for name in TEACHERS}
     res["latency"]["end_to_end_n_pairs"] = len(X_e2e)
     res["teacher_targets"] = {"cross_fitted_train_map": oof_map, "in_sample_train_map": insample_map}
-    res["rows"], res["best_kd"] = summarise(scores, params, y_test, X_test)
+    res["rows"], res["best_kd"] = summarise(scores, params, y_test, X_test, args.teacher_model)
     return res
 
 
@@ -485,7 +484,7 @@ def train_map(y, scores, X) -> float:
     return evaluate(y, scores, X, metrics=("map",), use_position=False)["map"]
 
 
-def summarise(scores, params, y, X) -> list:
+def summarise(scores, params, y, X, teacher_model="minilm-l6") -> list:
     # Per-question AP, mean over seeds: what the paired tests compare.
     per_q = {n: np.mean([per_question(y, s, X, "map", use_position=False) for s in v], axis=0) for n, v in scores.items()}
     metrics = {n: [evaluate(y, s, X, metrics=METRICS) for s in v] for n, v in scores.items()}
@@ -497,6 +496,8 @@ def summarise(scores, params, y, X) -> list:
         if key not in metrics:  # a row of the paper's configuration only
             continue
         ms = metrics[key]
+        if teacher_model != "minilm-l6" and key in ("TR", "student"):  # the teacher is not the student's model
+            label = f"Teacher: TransformerRanker ({teacher_model})" if key == "TR" else "Student, no teacher (MiniLM-L6)"
         row = {"key": key, "label": label, "group": group, "params": params[key], "n_seeds": len(ms)}
         for m in METRICS:
             vals = [r[m] for r in ms]
@@ -543,7 +544,6 @@ def acceptance(res) -> list:
                        f"{100 * hy['map']['mean']:.2f} vs {100 * student['map']['mean']:.2f} (p={hy['p_map_vs_student']:.3f})",
                        hy["map"]["mean"] > student["map"]["mean"]))
     return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
-
 
 
 def main(argv=None):

@@ -12,6 +12,7 @@ import time
 
 import joblib
 import numpy as np
+from sklearn.base import BaseEstimator
 from _common import SCORES, cache_key, fitted, inference_params, load_stored, log, machine, note_code, save_stored
 from fitcode import code_record, stale, traced
 
@@ -61,12 +62,18 @@ def teacher_seeds(args, s) -> list:
     return [own] + [t for t in range(args.hydra_seeds) if t != own]
 
 
-class StoredScores:
+class StoredScores(BaseEstimator):
     """A teacher read back from the score store: ``predict`` gives its stored scores of the frames it scored
     (a linear ensemble of teachers needs only those), and refuses any other rows."""
 
     def __init__(self, frames):
         self.frames = frames
+
+    def fit(self, X, y=None):
+        raise TypeError("a stored teacher is fitted already")
+
+    def __sklearn_is_fitted__(self):
+        return True
 
     def predict(self, X):
         for frame, scores in self.frames:
