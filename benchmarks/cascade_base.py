@@ -119,7 +119,7 @@ def plot(res, path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (name, r), color in zip(res["cascades"].items(), ("tab:red", "tab:blue")):
-        pts = sorted((v["ms_per_question"], 100 * v["map"], a) for a, v in r["uniform"].items())
+        pts = [(v["ms_per_question"], 100 * v["map"], a) for a, v in sorted(r["uniform"].items(), key=lambda kv: float(kv[0]))]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, label=f"{name}, uniform α 0-0.6")
         for x, yv, a in pts:
             ax.annotate(a, (x, yv), fontsize=6, xytext=(3, 3), textcoords="offset points")
