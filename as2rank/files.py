@@ -11,7 +11,9 @@ A model directory is written the same way: built complete under a temporary name
 previous directory in one ``renameat2(RENAME_EXCHANGE)`` call on Linux, so that the path names the old
 complete model or the new one at every instant (elsewhere two renames, with an instant in which the path
 names nothing, never a mix). :func:`directory_target` says what may be replaced: nothing that is not an
-as2rank model, unless the caller says ``overwrite``.
+as2rank model, unless the caller says ``overwrite``; and even then only what the writer itself wrote there. An
+entry of the user's (a file, a folder) is never deleted or replaced: a new entry of the same name makes the
+write refuse, before anything is moved.
 
 Files and directories get the permissions that the process's umask gives a new file (``0644`` under the
 usual umask), never the ``0600`` of a temporary file.
@@ -102,14 +104,16 @@ def directory_target(path, *, is_model, overwrite: bool = False) -> str:
     -------
     {"new", "replace", "merge"}
         ``"new"``: nothing (or an empty directory) is there; ``"replace"``: a model is there, and the new one
-        takes its place whole; ``"merge"``: with ``overwrite``, a directory of other files, into which the
-        model's files are moved (files of the same names replaced, the others kept).
+        takes its place whole (the user's entries beside it carried over); ``"merge"``: with ``overwrite``, a
+        directory of the user's files, into which the model's files are moved beside them.
 
     Raises
     ------
     ValueError
         If ``path`` is a file, its folder does not exist, or it is a non-empty directory that is not a model
-        and ``overwrite`` is False.
+        and ``overwrite`` is False, or holds a non-empty folder, a link or a device (which a merge could
+        neither keep apart from the model nor replace: the model's loader refuses folders and links it did
+        not save).
     """
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
@@ -121,13 +125,22 @@ def directory_target(path, *, is_model, overwrite: bool = False) -> str:
     if is_model(path):
         return "replace"
     if overwrite:
+        odd = next((p for p in sorted(path.iterdir()) if p.is_symlink() or not (p.is_file() or _empty_folder(p))),
+                   None)
+        if odd is not None:
+            kind = "link" if odd.is_symlink() else "folder" if odd.is_dir() else "special file"
+            raise ValueError(
+                f"{str(path)!r} holds the {kind} {odd.name!r} of yours: a model's files are added only beside files "
+                "of yours, never beside or over a folder or a link (the loader refuses those it did not save), and "
+                "nothing is written. Choose a new or empty directory."
+            )
         return "merge"
     names = sorted(p.name for p in path.iterdir())
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     raise ValueError(
         f"{str(path)!r} is not an as2rank model directory and is not empty (it holds {shown}); nothing is written "
-        "into it. Choose a new or empty directory, or pass overwrite=True (--overwrite) to add the model's files to "
-        "it (files of the same names are replaced)."
+        "into it. Choose a new or empty directory, or pass overwrite=True (--overwrite) to add the model's files "
+        "beside yours (a file of yours that has the name of a model's file is refused, never replaced)."
     )
 
 
@@ -143,7 +156,14 @@ def atomic_directory(path, *, is_model, overwrite: bool = False, keep=()):
         As in :func:`directory_target`, which is checked first.
     keep : callable or sequence of str, default=()
         When a model is replaced: the names of its top-level entries to carry into the new directory (the
-        user's own files beside the model), or ``keep(old_path)`` returning them.
+        user's own files beside the model), or ``keep(old_path)`` returning them. Hidden entries (``.git``,
+        ``.gitignore``) are carried too, but for as2rank's own temporaries: as2rank writes no other.
+
+    Raises
+    ------
+    ValueError
+        As :func:`directory_target`; or, when the block ends, an entry of the user's (a kept entry, or any entry
+        of a merged directory) has the name of an entry of the new directory: nothing is replaced or moved.
 
     Yields
     ------
@@ -159,9 +179,12 @@ def atomic_directory(path, *, is_model, overwrite: bool = False, keep=()):
         if action == "merge":
             _merge(temporary, path)
         elif action == "replace":
-            for name in keep(path) if callable(keep) else keep:
-                if not (temporary / name).exists():
-                    _copy_entry(path / name, temporary / name)
+            kept = set(keep(path) if callable(keep) else keep)
+            kept |= {p.name for p in path.iterdir()
+                     if p.name.startswith(".") and not p.name.startswith(TEMPORARY_PREFIX)}
+            _refuse_clash(path, sorted(n for n in kept if os.path.lexists(temporary / n)))
+            for name in sorted(kept):
+                _copy_entry(path / name, temporary / name)
             _exchange(temporary, path)
             shutil.rmtree(temporary, ignore_errors=True)  # now the previous model
         else:
@@ -178,14 +201,28 @@ def _temporary_name(path: Path) -> Path:
     return path.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(4)}-{path.name}"
 
 
+def _empty_folder(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def _refuse_clash(target: Path, names) -> None:
+    """One line naming the first entry of the user's in ``target`` that a new entry would replace."""
+    if names:
+        more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        raise ValueError(
+            f"{str(target)!r} holds {names[0]!r}{more}, which as2rank did not write there and which the new model "
+            "writes too; nothing was replaced or written. Move it away, or choose another directory."
+        )
+
+
 def _merge(source: Path, target: Path) -> None:
-    """Move every entry of ``source`` into ``target``, ``as2rank.json`` last (a reader looks for it first)."""
-    entries = sorted(source.iterdir(), key=lambda p: p.name == "as2rank.json")
+    """Move every entry of ``source`` into ``target`` (a directory of the user's files), ``as2rank.json`` last (a
+    reader looks for it first). Every entry already there is the user's: a name in both is refused before
+    anything is moved, so that nothing of the user's is replaced or deleted."""
+    entries = sorted(source.iterdir(), key=lambda p: (p.name == "as2rank.json", p.name))
+    _refuse_clash(target, [p.name for p in entries if os.path.lexists(target / p.name)])
     for entry in entries:
-        destination = target / entry.name
-        if destination.is_dir() and not destination.is_symlink():
-            shutil.rmtree(destination)
-        os.replace(entry, destination)
+        os.rename(entry, target / entry.name)
     source.rmdir()
 
 

@@ -243,7 +243,7 @@ def scoring(files: dict, models: dict, folder: Path, chunksize: int) -> list:
             out = folder / f"scores-{name.replace('+', '')}-{n_rows}.parquet"
             report = folder / f"predict-{name.replace('+', '')}-{n_rows}.json"
             # --overwrite: every run is timed from scratch, never resumed from an earlier run's output in --workdir.
-            command = ["--child-cli", str(report), "predict", "--model", str(model), "--input", str(path), "--output", str(out), "--chunksize", str(chunksize), "--quiet", "--overwrite"]
+            command = ["--child-cli", str(report), "predict", "--model", str(model), "--allow-pickle", "--input", str(path), "--output", str(out), "--chunksize", str(chunksize), "--quiet", "--overwrite"]
             log(f"[predict] {name} on {n_rows:,} rows")
             result = run_measured(command, report)
             loop = re.search(r"\(([\d.]+) rows/s\)", result["stderr"])

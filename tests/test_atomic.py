@@ -203,6 +203,10 @@ def test_a_directory_that_is_not_a_model_is_never_written_into(two_models, tmp_p
     assert main(["fit", str(table), "--model", "WO+RR", "--qid", "qid", "--output", str(folder)]) == 2
     assert "--overwrite" in capsys.readouterr().err and (folder / "README.md").read_text() == "my notes\n"
     (folder / "keep.txt").write_text("kept")
+    # --overwrite adds the model beside the user's files, never over one: their README.md is where the card goes.
+    assert main(["fit", str(table), "--model", "WO+RR", "--qid", "qid", "--output", str(folder), "--overwrite"]) == 2
+    assert "README.md" in capsys.readouterr().err and (folder / "README.md").read_text() == "my notes\n"
+    (folder / "README.md").rename(tmp_path / "notes.md")
     assert main(["fit", str(table), "--model", "WO+RR", "--qid", "qid", "--output", str(folder), "--overwrite"]) == 0
     assert (folder / "keep.txt").read_text() == "kept" and "my notes" not in (folder / "README.md").read_text()
     as2rank.load(folder)

@@ -28,7 +28,9 @@ def test_evaluate_and_save(tmp_path, capsys):
     assert main(["evaluate", "--model", "wo+rr", "--save", str(saved), "--ties", "all"]) == 0
     first = capsys.readouterr().out
     assert first.count("\n| ") == 3  # one row per tie policy
-    assert main(["evaluate", "--model", str(saved), "--ties", "all"]) == 0
+    assert main(["evaluate", "--model", str(saved), "--ties", "all"]) == 2  # a pickle loads only when allowed
+    assert "--allow-pickle" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(saved), "--ties", "all", "--allow-pickle"]) == 0
     assert capsys.readouterr().out == first
 
 

@@ -150,16 +150,23 @@ def test_card_data_is_checked_again_when_written(tmp_path):
         as2rank.save(OverlapRankRanker(), tmp_path / "m", card={"map": 0.9})
 
 
-def test_a_readme_of_the_users_is_replaced_only_when_asked(tmp_path):
+def test_a_readme_of_the_users_is_never_replaced(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / CARD_FILE).write_text("my notes\n")
     with pytest.raises(ValueError, match="not an as2rank model directory and is not empty.*README.md.*overwrite=True"):
         as2rank.save(OverlapRankRanker(), tmp_path / "m")
     assert (tmp_path / "m" / CARD_FILE).read_text() == "my notes\n"
+    # overwrite=True adds the model beside the user's files, never over one of them.
+    with pytest.raises(ValueError, match="holds 'README.md'.*nothing was replaced"):
+        as2rank.save(OverlapRankRanker(), tmp_path / "m", card=ModelCardData(notes="Kept here instead."), overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [CARD_FILE]
+    assert (tmp_path / "m" / CARD_FILE).read_text() == "my notes\n"
+    (tmp_path / "m" / CARD_FILE).rename(tmp_path / "notes.md")
+    (tmp_path / "m" / "notes.txt").write_text("mine\n")
     as2rank.save(OverlapRankRanker(), tmp_path / "m", card=ModelCardData(notes="Kept here instead."), overwrite=True)
     text = (tmp_path / "m" / CARD_FILE).read_text(encoding="utf-8")
-    assert text.startswith("---\n") and "Kept here instead." in text and "my notes" not in text
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [CARD_FILE, "as2rank.json"]
+    assert text.startswith("---\n") and "Kept here instead." in text
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [CARD_FILE, "as2rank.json", "notes.txt"]
 
 
 def test_saving_a_lexical_model_with_a_card_does_not_import_torch(pipeline, tmp_path):

@@ -323,8 +323,9 @@ def test_cli_predict_one_score_per_row_as_in_memory(asnq_file, tmp_path, capsys)
     model = WordOverlapRanker()
     joblib.dump(model, tmp_path / "wo.joblib")
     out = tmp_path / "scores.parquet"
-    assert main(["predict", "--model", str(tmp_path / "wo.joblib"), "--input", str(asnq_file), "--output", str(out),
-                 "--chunksize", "50", "--quiet"]) == 0
+    command = ["predict", "--model", str(tmp_path / "wo.joblib"), "--allow-pickle", "--input", str(asnq_file),
+               "--output", str(out), "--quiet"]
+    assert main([*command, "--chunksize", "50"]) == 0
     assert "rows in" in capsys.readouterr().err
     X, _ = load_asnq(asnq_file)
     scores = read_scores(out)
@@ -334,11 +335,9 @@ def test_cli_predict_one_score_per_row_as_in_memory(asnq_file, tmp_path, capsys)
     np.testing.assert_array_equal(scores["qid"], X["qid"])
     assert len(list(out.glob("part-*.parquet"))) > 3
     # A finished run is not redone; another chunk size is another run.
-    assert main(["predict", "--model", str(tmp_path / "wo.joblib"), "--input", str(asnq_file), "--output", str(out),
-                 "--chunksize", "50", "--quiet"]) == 0
+    assert main([*command, "--chunksize", "50"]) == 0
     assert "from an earlier run" in capsys.readouterr().err
-    assert main(["predict", "--model", str(tmp_path / "wo.joblib"), "--input", str(asnq_file), "--output", str(out),
-                 "--chunksize", "70", "--quiet"]) == 2
+    assert main([*command, "--chunksize", "70"]) == 2
     assert "different chunksize" in capsys.readouterr().err
 
 
@@ -360,8 +359,8 @@ def test_predict_file_resumes_after_an_interruption_without_duplicates(asnq_file
 def test_cli_predict_killed_and_restarted_gives_complete_output(asnq_file, tmp_path):
     joblib.dump(scale_helpers.SlowRanker(delay=0.3), tmp_path / "slow.joblib")
     out = tmp_path / "scores.parquet"
-    command = [sys.executable, "-m", "as2rank", "predict", "--model", str(tmp_path / "slow.joblib"), "--input",
-               str(asnq_file), "--output", str(out), "--chunksize", "20", "--quiet"]
+    command = [sys.executable, "-m", "as2rank", "predict", "--model", str(tmp_path / "slow.joblib"), "--allow-pickle",
+               "--input", str(asnq_file), "--output", str(out), "--chunksize", "20", "--quiet"]
     process = subprocess.Popen(command, cwd=ROOT, env=env(), stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while len(list(out.glob("part-*.parquet"))) < 3 and process.poll() is None and time.time() < deadline:
@@ -383,13 +382,14 @@ def test_cli_predict_errors(asnq_file, tmp_path, capsys):
     joblib.dump(WordOverlapRanker(), tmp_path / "wo.joblib")
     rows = asnq_rows(WORDS, 5)
     unsorted = write_asnq(tmp_path / "unsorted.tsv", rows + [rows[0]])
-    args = ["predict", "--model", str(tmp_path / "wo.joblib"), "--output", str(tmp_path / "o"), "--quiet"]
+    args = ["predict", "--model", str(tmp_path / "wo.joblib"), "--allow-pickle", "--output", str(tmp_path / "o"),
+            "--quiet"]
     assert main([*args, "--input", str(unsorted)]) == 2
     assert "appears again" in capsys.readouterr().err
     assert main([*args, "--input", str(tmp_path / "missing.tsv")]) == 2
     assert "No input" in capsys.readouterr().err
-    assert main(["predict", "--model", str(tmp_path / "none.joblib"), "--input", str(asnq_file), "--output",
-                 str(tmp_path / "p"), "--quiet"]) == 2
+    assert main(["predict", "--model", str(tmp_path / "none.joblib"), "--allow-pickle", "--input", str(asnq_file),
+                 "--output", str(tmp_path / "p"), "--quiet"]) == 2
 
 
 def test_chunked_scoring_of_a_neural_model_matches_in_memory(tokenizer, asnq_file, tmp_path):

@@ -19,26 +19,27 @@
 The table commands read CSV, TSV, Parquet or JSON Lines through :func:`as2rank.datasets.read_pairs`, with the
 column flags ``--question --candidate --label --qid --position``.
 
-Every error a user can cause (a bad table, a damaged or edited model, a path that cannot be written, an argument
-out of range) is one line, ``as2rank: error: ...``, and exit status 2; arguments are checked against the
-library's own constraint tables and output paths are checked before any work starts. Every file and model
-directory is written atomically (:mod:`as2rank.files`): an interrupted command leaves the previous complete
-result or the new one.
+Every error (a bad table, a damaged or edited model, a path that cannot be written, an argument out of range, and
+whatever a library underneath raises) is one line, ``as2rank: error: ...``, and exit status 2; a warning is one
+line, ``as2rank: warning: ...``; arguments are checked against the library's own constraint tables and paths are
+checked before any work starts (:mod:`as2rank.app.guards`: a model path is a directory, or a pickle only with
+``--allow-pickle``; no output over, into or around an input). Every file and model directory is written atomically
+(:mod:`as2rank.files`): an interrupted command leaves the previous complete result or the new one.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import os
 import shlex
 import sys
 from pathlib import Path
 
 from .._version import __version__
-
-#: ``--model``/``--save`` paths with these suffixes are joblib (pickle) files; other paths are model directories.
-_PICKLE_SUFFIXES = (".joblib", ".pkl")
+from .guards import BUNDLED as _BUNDLED, PICKLE_SUFFIXES as _PICKLE_SUFFIXES, OneLineParser
+from .guards import command_paths, error_line, is_failure, one_line
+from .guards import is_model_path as _is_model_path, read_table as _read_table, say as _say
 
 
 def _add_data_args(p, *, tables: bool = False):
@@ -58,19 +59,12 @@ def _add_column_args(p, *, label_help="column of the 0/1 labels (default: label)
     g.add_argument("--question", default="question", help="column of the question text (default: question)")
     g.add_argument("--candidate", default="candidate", help="column of the candidate sentence (default: candidate)")
     g.add_argument("--label", default="label", help=label_help)
-    g.add_argument("--qid", help="column of the question ids (default: the question text identifies the question)")
+    ids = g.add_mutually_exclusive_group()
+    ids.add_argument("--qid", help="column of the question ids (default: the table's qid column if it has one, else "
+                     "the question text identifies the question)")
+    ids.add_argument("--no-qid", action="store_true",
+                     help="the question text identifies the question, even where the table has a qid column")
     g.add_argument("--position", help="column of each candidate's 0-based retrieval rank (default: none, no order)")
-
-
-def _read_table(path, args, *, labels: bool):
-    """``(X, y)`` of a user's table under the column flags; ``labels``: the label column is required."""
-    from ..datasets import read_pairs
-
-    X, y = read_pairs(path, question=args.question, candidate=args.candidate, label=args.label, qid=args.qid,
-                      position=args.position)
-    if labels and y is None:
-        raise ValueError(f"{path}: no label column {args.label!r}; name it with --label.")
-    return X, y
 
 
 def _selector(args, refit: bool):
@@ -82,9 +76,9 @@ def _selector(args, refit: bool):
 
 
 def _check_args(args) -> None:
-    """Numeric flags against the constraint tables of the library functions they set, and the output paths,
-    before any work starts (a command that trains for minutes must not fail on its last line). A missing extra
-    first, before the imports the other checks need, so that it fails at once."""
+    """Numeric flags against the constraint tables of the library functions they set, the output paths against
+    the inputs, and the model path, before any work starts (a command that trains for minutes must not fail on its
+    last line). A missing extra first, before the imports the other checks need, so that it fails at once."""
     if getattr(args, "plot", None):
         import importlib.util
 
@@ -113,6 +107,13 @@ def _check_args(args) -> None:
     for name in getattr(args, "output_files", ()):
         if getattr(args, name, None):
             check_output_file(getattr(args, name))
+    from .guards import check_no_overlap
+
+    check_no_overlap(*command_paths(args))  # no output over, into or around an input, even with --overwrite
+    if args.command in ("rank", "predict") or (args.command == "evaluate" and _is_model_path(args.model)):
+        from ..persistence import check_model_path
+
+        check_model_path(args.model, allow_pickle=args.allow_pickle)  # as2rank.load decides, before reading a byte
 
 
 def _write_json(path, data) -> None:
@@ -131,6 +132,7 @@ def _select(args) -> int:
         # At once: reading and checking a large table takes seconds before the selector speaks.
         print(f"as2rank select: reading {args.data}", file=sys.stderr, flush=True)
     X, y = _read_table(args.data, args, labels=True)
+    _say(args)
     selector = _selector(args, refit=False).fit(X, y)
     print(selector.format_table())
     print(f"Next: as2rank fit {shlex.quote(args.data)} --model {shlex.quote(selector.best_name_)} --output path/to/model"
@@ -156,20 +158,22 @@ def _column_flags(args) -> str:
     flags = [f" --{name} {shlex.quote(getattr(args, name))}" for name, default in
              (("question", "question"), ("candidate", "candidate"), ("label", "label"), ("qid", None),
               ("position", None)) if getattr(args, name) != default]
-    return "".join(flags)
+    return "".join(flags) + (" --no-qid" if args.no_qid else "")
 
 
 def _fit(args) -> int:
-    from ..files import directory_target
-    from ..persistence import is_model_directory, save
+    from ..persistence import save
     from ..persistence.card import ModelCardData
+    from .guards import check_model_output
     from .suite import show_fit_progress, select
 
-    directory_target(args.output, is_model=is_model_directory, overwrite=args.overwrite)  # before the fit
+    check_model_output(args.output, overwrite=args.overwrite)  # before the fit
     X, y = _read_table(args.data, args, labels=True)
+    _say(args)
     card = ModelCardData.from_data(X, y, name=args.data_name)
-    card.columns = {name: getattr(args, name) for name in ("qid", "question", "candidate", "label", "position")
-                    if getattr(args, name) is not None}
+    card.columns = {name: args.qid_used if name == "qid" else getattr(args, name) for name in
+                    ("qid", "question", "candidate", "label", "position")
+                    if (args.qid_used if name == "qid" else getattr(args, name)) is not None}
     if args.model == "auto":
         selector = _selector(args, refit=not args.calibrate).fit(X, y)
         # Calibrating refits the choice on folds: an unfitted one, rather than the selector's refit.
@@ -237,7 +241,7 @@ def _rank(args) -> int:
         raise ValueError(f"--output {args.output!r}: use a .csv, .tsv, .parquet or .jsonl file name.")
     args.label = None  # labels are never read to rank (--label is ignored, as its help says)
     X, _ = _read_table(args.data, args, labels=False)
-    model = _scoring(args.model, lambda: load_model(args.model))
+    model = _scoring(args.model, lambda: load_model(args.model, allow_pickle=args.allow_pickle))
     abstain = hasattr(model, "predict_answer")
     if args.target_precision is not None:
         if not abstain:
@@ -248,6 +252,7 @@ def _rank(args) -> int:
     with atomic_file(args.output) as temporary:  # the previous output stays whole until this one is
         _RANKED_WRITERS[suffix](ranked, temporary)
     answered = f", {int(ranked['answer'].sum()):,} answered" if "answer" in ranked else ""
+    _say(args)
     print(f"as2rank rank: {X['qid'].nunique():,} questions{answered}, {len(ranked):,} ranked candidates -> "
           f"{args.output}", file=sys.stderr)
     return 0
@@ -260,10 +265,10 @@ def _scoring(model, score):
         return score()
     except (ValueError, FileNotFoundError, ImportError, OSError):
         raise
-    except Exception as exc:
-        from ..persistence import _one_line
-
-        raise ValueError(f"the model at {model} cannot score this table ({type(exc).__name__}: {_one_line(exc)}); "
+    except BaseException as exc:  # a Rust panic of tokenizers is a BaseException
+        if not is_failure(exc):
+            raise
+        raise ValueError(f"the model at {model} cannot score this table ({type(exc).__name__}: {one_line(exc, 300)}); "
                          "its saved state is damaged or was edited.") from None
 
 
@@ -285,14 +290,6 @@ def _bench(args) -> int:
     return 0
 
 
-def _is_model_path(model: str) -> bool:
-    """Whether ``--model`` names a saved model (a joblib/pickle file or a model directory), not a suite entry."""
-    from pathlib import Path
-
-    return model.endswith(_PICKLE_SUFFIXES) or Path(model).is_dir()
-
-
-_BUNDLED = ("sample", "squad", "wikiqa")
 #: ``predict --input`` suffixes that are always a user's table (other inputs are one when a column flag is given).
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 
@@ -316,27 +313,26 @@ def _evaluate(args) -> int:
     from .scale import load_model
     from .suite import select
 
-    if args.save and not args.save.endswith(_PICKLE_SUFFIXES) and not _is_model_path(args.model):
-        from ..files import directory_target
-        from ..persistence import is_model_directory
+    if args.save and not args.save.lower().endswith(_PICKLE_SUFFIXES) and not _is_model_path(args.model):
+        from .guards import check_model_output
 
-        directory_target(args.save, is_model=is_model_directory)  # before the fit
+        check_model_output(args.save)  # before the fit
     elif args.save:
         from ..files import check_output_file
 
         check_output_file(args.save)
     X_train, y_train, X_test, y_test = _evaluation_data(args)
+    _say(args)
     saved = _is_model_path(args.model)
     if saved:
-        model = load_model(args.model)
+        model = load_model(args.model, allow_pickle=args.allow_pickle)
     else:
         (entry,) = select(("all",), [args.model])
         missing = entry.missing()
         if missing:
-            print(f"{entry.name} needs: pip install {' '.join(missing)}", file=sys.stderr)
-            return 2
+            raise ImportError(f"{entry.name} needs: pip install {' '.join(missing)}")
         model = entry.make(args.seed).fit(X_train, y_train)
-        if args.save and args.save.endswith(_PICKLE_SUFFIXES):
+        if args.save and args.save.lower().endswith(_PICKLE_SUFFIXES):
             import joblib
 
             from ..files import atomic_file
@@ -371,7 +367,7 @@ def _predict(args) -> int:
     from ..digest import content_digest
     from .scale import load_model, predict_file
 
-    model = load_model(args.model)
+    model = load_model(args.model, allow_pickle=args.allow_pickle)
     if args.device is not None:
         _set_everywhere(model, "device", args.device)
     if args.n_threads is not None:
@@ -380,7 +376,12 @@ def _predict(args) -> int:
     # can stay the same while the weights change.
     model_id = f"{Path(args.model).resolve()}@{content_digest(args.model)}"
     table = Path(args.input).suffix.lower() in _TABLE_SUFFIXES or _column_flags(args)
-    columns = {"question": args.question, "candidate": args.candidate, "qid": args.qid, "position": args.position}
+    frame = None
+    if table:
+        args.label = None  # labels are not read to score
+        frame, _ = _read_table(args.input, args, labels=False)  # checked before the output is touched
+    columns = {"question": args.question, "candidate": args.candidate, "qid": getattr(args, "qid_used", args.qid),
+               "position": args.position}
     try:
         summary = _scoring(args.model, lambda: predict_file(
             model,
@@ -392,18 +393,25 @@ def _predict(args) -> int:
             progress=not args.quiet,
             overwrite=args.overwrite,
             columns=columns if table else None,
+            table=frame,
         ))
     except KeyboardInterrupt:
         print("as2rank predict: interrupted; run the same command again to resume.", file=sys.stderr)
         return 130
     resumed = f", {summary['parts_skipped']} of them from an earlier run" if summary["parts_skipped"] else ""
     rate = f" ({summary['rows_per_second']:.0f} rows/s)" if summary["parts_skipped"] < summary["parts"] else ""
+    _say(args)
     print(f"as2rank predict: {summary['rows']} rows in {summary['parts']} parts{resumed} -> {args.output}{rate}", file=sys.stderr)
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="as2rank", description="Answer sentence selection with scikit-learn.")
+#: ``--allow-pickle``'s help: the one way a pickle is loaded.
+_ALLOW_PICKLE = ("load a --model that is a .joblib/.pkl/.pickle file: unpickling runs any code the file holds, so "
+                 "only from a source you trust (without it, a model is a directory, which is loaded pickle-free)")
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="as2rank", description="Answer sentence selection with scikit-learn.")
     parser.add_argument("--version", action="version", version=f"as2rank {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -424,14 +432,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--model",
         required=True,
-        help="a suite model name (e.g. WO+RR), a save_pretrained directory, or a .joblib/.pkl file (pickles run "
-        "code when loaded: only from a trusted source)",
+        help="a suite model name (e.g. WO+RR), a save_pretrained directory, or with --allow-pickle a "
+        ".joblib/.pkl/.pickle file (pickles run code when loaded: only from a trusted source)",
     )
+    ev.add_argument("--allow-pickle", action="store_true", help=_ALLOW_PICKLE)
     ev.add_argument("--ties", choices=("pessimistic", "stable", "optimistic", "all"), default="pessimistic")
     ev.add_argument(
         "--save",
-        help="save the fitted model: a path ending in .joblib/.pkl is written with joblib.dump, any other path "
-        "is a pickle-free save_pretrained directory",
+        help="save the fitted model: a path ending in .joblib/.pkl/.pickle is written with joblib.dump, any other "
+        "path is a pickle-free save_pretrained directory",
     )
     ev.set_defaults(func=_evaluate)
 
@@ -442,9 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--model",
         required=True,
-        help="a save_pretrained directory (pickle-free), or a model saved with joblib.dump (.joblib/.pkl; a pickle "
-        "runs code when loaded: only from a trusted source)",
+        help="a save_pretrained directory (pickle-free), or with --allow-pickle a model saved with joblib.dump "
+        "(.joblib/.pkl/.pickle; a pickle runs code when loaded: only from a trusted source)",
     )
+    pr.add_argument("--allow-pickle", action="store_true", help=_ALLOW_PICKLE)
     pr.add_argument(
         "--input",
         required=True,
@@ -459,7 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--device", help="set the model's device (e.g. cpu, cuda)")
     pr.add_argument("--n-threads", type=int, help="set the model's torch thread count")
-    pr.add_argument("--overwrite", action="store_true", help="start over instead of resuming an interrupted run")
+    pr.add_argument("--overwrite", action="store_true", help="start over instead of resuming an interrupted run "
+                    "(deletes only the parts its manifest lists, never a file of yours)")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_column_args(pr, label_help="ignored (labels are not needed to score)")
     pr.set_defaults(func=_predict)
@@ -478,10 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a suite model name (e.g. Lexical+LR, Transformer; see as2rank bench --suite all) or auto: "
                     "the choice of as2rank select")
     fi.add_argument("--output", required=True, help="the model directory to write (read it with as2rank.load): new, "
-                    "empty, or a model directory, which the new model replaces whole")
+                    "empty, or a model directory, whose model the new one replaces (your files beside it are kept)")
     fi.add_argument("--overwrite", action="store_true",
-                    help="also write into a non-empty directory that is not an as2rank model (its files of the same "
-                    "names, such as README.md, are replaced)")
+                    help="also write into a non-empty directory that is not an as2rank model, beside your files (a "
+                    "file or folder of yours with a name the model writes, such as README.md, is refused, never "
+                    "replaced)")
     fi.add_argument("--data-name", help="a name for the training data in the model card")
     fi.add_argument("--calibrate", action="store_true",
                     help="wrap the model in as2rank.answer.CalibratedRanker: candidate probabilities and when to "
@@ -494,7 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     fi.set_defaults(func=_fit)
 
     ra = sub.add_parser("rank", help="rank every question's candidates with a saved model")
-    ra.add_argument("model", help="a saved model directory (as2rank fit --output) or a .joblib/.pkl file")
+    ra.add_argument("model", help="a saved model directory (as2rank fit --output), or with --allow-pickle a "
+                    ".joblib/.pkl/.pickle file")
+    ra.add_argument("--allow-pickle", action="store_true", help=_ALLOW_PICKLE)
     ra.add_argument("data", help="the table to rank: .csv, .tsv, .parquet or .jsonl with a header; labels not needed")
     ra.add_argument("--output", required=True, help="ranked candidates: .csv, .tsv, .parquet or .jsonl "
                     "(qid, question, rank, candidate, score, row; a calibrated model adds "
@@ -521,13 +535,28 @@ def _add_selection_args(p):
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        _check_args(args)
-        return args.func(args)
-    except (ValueError, OSError, ImportError) as exc:  # OSError: FileNotFoundError, IsADirectoryError, a full disk
-        print(f"as2rank: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+    """Run a command: every failure is one line, ``as2rank: error: ...``, and status 2 (whatever raised it: a
+    usage error, the user's input, a library underneath; ``AS2RANK_DEBUG=1`` prints the traceback too); a warning
+    is one line, ``as2rank: warning: ...``. Ctrl-C keeps its usual behaviour."""
+    import warnings
+
+    from .guards import show_warning
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        try:
+            args = build_parser().parse_args(argv)
+            _check_args(args)
+            return args.func(args)
+        except BaseException as exc:  # SafetensorError, a Rust PanicException, pandas' and pyarrow's own errors
+            if not is_failure(exc):  # Ctrl-C, exits
+                raise
+            if os.environ.get("AS2RANK_DEBUG", "") not in ("", "0"):
+                import traceback
+
+                traceback.print_exc()
+            print(error_line(exc), file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ partition after making sure no question spans two partitions.
 from __future__ import annotations
 
 import json
+import re
 import time
 from numbers import Integral
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..base import check_scores, rank_tiebreak
 from ..data import REQUIRED_COLUMNS, GroupIndex, require_columns
 from ..files import atomic_file
 from ..params import Interval, check_param
+from .guards import is_failure as _is_failure, one_line as _one_line
 
 __all__ = ["PREDICT_FILE_CONSTRAINTS", "count_rows", "iter_chunks", "load_model", "predict_dask", "predict_file",
            "score_frame"]
@@ -29,6 +31,8 @@ __all__ = ["PREDICT_FILE_CONSTRAINTS", "count_rows", "iter_chunks", "load_model"
 PREDICT_FILE_CONSTRAINTS = {"chunksize": [Interval(Integral, 1, None)], "window": [Interval(Integral, 0, None)]}
 
 _MANIFEST = "_as2rank_predict.json"
+#: The name of a part that :func:`predict_file` writes (an earlier run's, when its manifest lists it).
+_PART = re.compile(r"part-\d{5}\.parquet")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
@@ -107,16 +111,21 @@ def count_rows(path) -> int:
     return count + (last != b"\n")
 
 
-def load_model(path):
-    """A fitted model: a ``save_pretrained`` directory (pickle-free), or a ``joblib.dump``/pickle file.
+def load_model(path, *, allow_pickle=False):
+    """A fitted model: a ``save_pretrained`` directory (pickle-free), or, if the caller allows it, a pickle.
 
-    A directory is read by :func:`as2rank.load <as2rank.persistence.load>`, which instantiates only as2rank
-    classes and allow-listed scikit-learn estimators. A joblib or pickle file runs code when it is loaded:
-    load only files from a trusted source.
+    The one way the command line loads a model, through :func:`as2rank.load <as2rank.persistence.load>`, which
+    decides from the path's own entry, before a byte of it is read: a directory is loaded pickle-free (only
+    as2rank classes and allow-listed scikit-learn estimators); a file named ``.joblib``, ``.pkl`` or ``.pickle`` is
+    unpickled only with ``allow_pickle=True`` (``--allow-pickle``), since unpickling runs whatever code it holds;
+    anything else (a pickle renamed ``model.safetensors``, ``model.json`` or ``model``, a link) is refused. An
+    unpickled object must be a fitted estimator.
 
     Parameters
     ----------
     path : str or os.PathLike
+    allow_pickle : bool, default=False
+        Open a pickle file (the caller trusts its source).
 
     Returns
     -------
@@ -127,25 +136,21 @@ def load_model(path):
     FileNotFoundError
         If nothing is at ``path``.
     ValueError
-        With a one-line message naming the file, when it is not a fitted model (random bytes, a truncated
-        or foreign pickle, an object without ``predict``, a damaged directory, ...).
+        With a one-line message naming the path: a file that is not a pickle by its name, a pickle without
+        ``allow_pickle``, or anything that is not a fitted model (random bytes, a truncated or foreign pickle, an
+        object without ``predict``, a damaged directory, ...).
     """
-    from ..persistence import _one_line, load
+    from ..persistence import check_model_path, load
 
     path = Path(path)
+    if check_model_path(path, allow_pickle=allow_pickle) == "directory":
+        return _loaded(path, lambda: load(path))  # every damage is a one-line ValueError there
     expected = "expected a save_pretrained directory or a joblib file of a fitted estimator"
-    if not path.exists():
-        raise FileNotFoundError(f"No model at {str(path)!r}.")
-    if path.is_dir():
-        return load(path)  # every damage is a one-line ValueError there
-    import joblib
-
     try:
-        model = joblib.load(path)
-    except Exception as exc:  # a damaged or foreign file fails in many ways (EOFError, UnpicklingError, ...)
-        detail = _one_line(exc, 200)
-        detail = detail if detail == type(exc).__name__ else f"{type(exc).__name__}: {detail}"
-        reason = f"it cannot be unpickled ({detail})"
+        model = _loaded(path, lambda: load(path, allow_pickle=True))
+    except ValueError as exc:  # a damaged or foreign file fails in many ways (EOFError, UnpicklingError, ...)
+        reason = _one_line(exc, 300).rstrip(".")
+        reason = f"it {reason[len(str(path)) + 1:]}" if reason.startswith(f"{path} ") else reason
         raise ValueError(f"{path} is not a fitted as2rank model: {reason}; {expected}.") from None
     reason = None
     if not hasattr(model, "predict"):
@@ -163,6 +168,21 @@ def load_model(path):
     if reason is not None:
         raise ValueError(f"{path} is not a fitted as2rank model: {reason}; {expected}.")
     return model
+
+
+def _loaded(path, load_it):
+    """``load_it()``, with what a native library raises outside the ``Exception`` tree (a Rust panic of tokenizers or
+    safetensors is a ``BaseException``), or any other ``Exception`` but a ValueError, as a one-line ValueError naming
+    the model; Ctrl-C and exits pass through."""
+    try:
+        return load_it()
+    except (ValueError, FileNotFoundError):
+        raise
+    except BaseException as exc:
+        if not _is_failure(exc):
+            raise
+        raise ValueError(f"{path} is not a loadable as2rank model ({type(exc).__name__}: {_one_line(exc, 300)}).") \
+            from None
 
 
 def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
@@ -188,7 +208,7 @@ def score_frame(estimator, X: pd.DataFrame) -> pd.DataFrame:
 
 
 def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model_id=None, progress=True, overwrite=False,
-                 columns=None):
+                 columns=None, table=None):
     """Score every row of a file in chunks of whole questions, writing one Parquet part per chunk.
 
     The output is a directory (``scores.parquet/part-00000.parquet``, ...) that ``pandas.read_parquet`` and
@@ -197,7 +217,9 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     name, then a rename). Chunks are a deterministic function of the input and ``chunksize``, so a run
     that was interrupted resumes at the first missing part and rewrites nothing twice: the output ends
     with every row exactly once. A manifest (``_as2rank_predict.json``, ignored by Parquet readers) records
-    the input, ``chunksize``, ``window`` and ``model_id`` so that a resumed run cannot mix two runs.
+    the input, ``chunksize``, ``window`` and ``model_id`` so that a resumed run cannot mix two runs, and the name
+    of every part before it is written: only those parts are ever skipped, replaced or deleted, so that a file of
+    the user's in the directory (another table's parts) is never taken for a part or removed.
 
     Parameters
     ----------
@@ -215,10 +237,13 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     progress : bool, default=True
         A tqdm progress bar over the input rows.
     overwrite : bool, default=False
-        Start over, deleting the parts of an earlier run, instead of resuming it.
+        Start over, deleting the parts that the manifest lists (an earlier run's), instead of resuming it.
     columns : dict, default=None
         The input is a user's table, read whole under these column names (see :func:`iter_chunks`); ``row``
         is then its 0-based data row.
+    table : pandas.DataFrame, default=None
+        With ``columns``: the table already read from ``input`` under them (``read_pairs``'s ``X``), which the
+        command line reads first to check it; it is not read again.
 
     Returns
     -------
@@ -230,7 +255,8 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     ------
     ValueError
         If ``output`` holds the output of a different run (another input, chunk size, window or model) and
-        ``overwrite`` is False, or is a file.
+        ``overwrite`` is False, or is a file, or holds files named like parts that its manifest does not list
+        (even with ``overwrite``: they are not this command's to replace).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -255,24 +281,31 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     manifest = output / _MANIFEST
     if output.exists() and not output.is_dir():
         raise ValueError(f"--output {str(output)!r} is a file; the output is a directory of Parquet parts.")
-    if output.exists() and overwrite:
-        for part in output.glob("*part-*.parquet*"):
-            part.unlink()
-        manifest.unlink(missing_ok=True)
-    if manifest.exists():
-        previous = json.loads(manifest.read_text())
-        if previous["settings"] != settings:
-            changed = [k for k in settings if previous["settings"].get(k) != settings[k]]
-            raise ValueError(
-                f"{str(output)!r} holds the output of another run (different {', '.join(changed)}); pass "
-                "overwrite=True (--overwrite) to start over, or choose another output."
-            )
-    elif output.exists() and any(output.glob("part-*.parquet")):
-        raise ValueError(f"{str(output)!r} holds Parquet parts without a manifest; remove them or pass overwrite=True.")
+    previous = _read_manifest(manifest) if output.is_dir() else None
+    ours = set() if previous is None else _listed_parts(previous, output)
+    # Parts that Parquet readers would read with ours (hidden names, such as a killed write's temporary, they skip).
+    foreign = sorted(p.name for p in output.glob("part-*.parquet") if p.name not in ours) if output.is_dir() else []
+    if foreign:
+        raise ValueError(
+            f"{str(output)!r} holds {foreign[0]!r}" + (f" and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+            + ", which as2rank predict did not write (no manifest there lists it): it is neither replaced nor deleted, "
+            "even with overwrite=True (--overwrite). Choose another output directory, or remove them yourself."
+        )
+    if previous is not None and overwrite:
+        for name in sorted(ours):
+            (output / name).unlink(missing_ok=True)
+        manifest.unlink()
+        previous, ours = None, set()
+    if previous is not None and previous["settings"] != settings:
+        changed = [k for k in settings if previous["settings"].get(k) != settings[k]]
+        raise ValueError(
+            f"{str(output)!r} holds the output of another run (different {', '.join(changed)}); pass "
+            "overwrite=True (--overwrite) to start over, or choose another output."
+        )
     output.mkdir(parents=True, exist_ok=True)
-    _write_json(manifest, {"settings": settings, "complete": False})
+    _write_json(manifest, {"settings": settings, "complete": False, "parts_written": sorted(ours)})
 
-    total = count_rows(input) if progress and columns is None else None
+    total = count_rows(input) if progress and columns is None else None if table is None else len(table)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -281,13 +314,18 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     start = time.perf_counter()
     rows = parts = skipped = scored = 0
     try:
-        for i, (X, _) in enumerate(iter_chunks(input, int(chunksize), int(window), columns)):
+        chunks = iter_chunks(input, int(chunksize), int(window), columns) if table is None else \
+            _frame_chunks(table, int(chunksize))
+        for i, (X, _) in enumerate(chunks):
             part = output / f"part-{i:05d}.parquet"
-            if part.exists():
+            if part.name in ours and part.exists():
                 skipped += 1
             else:
+                if part.name not in ours:  # listed before it is written: a part is ours, complete or absent
+                    ours.add(part.name)
+                    _write_json(manifest, {"settings": settings, "complete": False, "parts_written": sorted(ours)})
                 scores = score_frame(estimator, X)
-                table = pa.table(
+                arrow = pa.table(
                     {
                         "row": pa.array(X.index.to_numpy(np.int64)),
                         "qid": pa.array(X["qid"].to_numpy()),
@@ -296,7 +334,7 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
                     }
                 )
                 with atomic_file(part) as temporary:  # a part is either complete or absent
-                    pq.write_table(table, temporary)
+                    pq.write_table(arrow, temporary)
                 scored += len(X)
             rows += len(X)
             parts += 1
@@ -305,10 +343,11 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
     finally:
         if bar is not None:
             bar.close()
-    stale = sorted(p for p in output.glob("part-*.parquet") if int(p.stem.split("-")[1]) >= parts)
+    stale = sorted(name for name in ours if int(name[5:10]) >= parts and (output / name).exists())
     if stale:
-        raise ValueError(f"{str(output)!r} holds parts beyond the {parts} chunks of the input: {stale[0].name}.")
-    _write_json(manifest, {"settings": settings, "complete": True, "rows": rows, "parts": parts})
+        raise ValueError(f"{str(output)!r} holds parts beyond the {parts} chunks of the input: {stale[0]}.")
+    _write_json(manifest, {"settings": settings, "complete": True, "rows": rows, "parts": parts,
+                           "parts_written": sorted(ours)})
     seconds = time.perf_counter() - start
     return {
         "rows": rows,
@@ -322,6 +361,28 @@ def predict_file(estimator, input, output, *, chunksize=100_000, window=0, model
 def _write_json(path: Path, data: dict) -> None:
     with atomic_file(path) as temporary:
         temporary.write_text(json.dumps(data, indent=2))
+
+
+def _read_manifest(manifest: Path):
+    """The manifest of an earlier run, or None where there is none; one line when it is not one as2rank wrote."""
+    if not manifest.exists():
+        return None
+    try:
+        previous = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        previous = exc
+    if not isinstance(previous, dict) or not isinstance(previous.get("settings"), dict):
+        raise ValueError(f"{str(manifest)!r} is not a manifest that as2rank predict wrote; nothing in its folder is "
+                         "replaced or deleted. Choose another output directory.")
+    return previous
+
+
+def _listed_parts(previous: dict, folder: Path) -> set:
+    """Names of the parts an earlier run wrote: those its manifest lists; for a manifest written before it listed
+    them, the files of the folder named as parts are (``part-00000.parquet``, the pattern of as2rank's alone)."""
+    listed = previous.get("parts_written")
+    names = listed if isinstance(listed, list) else [p.name for p in folder.iterdir()]
+    return {name for name in names if isinstance(name, str) and _PART.fullmatch(name)}
 
 
 def predict_dask(estimator, ddf, *, partitioned=False):

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..data import _describe_rows, _nonstring_rows, _plain, check_group_keys, check_X, require_columns
 
-__all__ = ["read_pairs"]
+__all__ = ["read_pairs", "table_columns"]
 
 #: File suffix -> format.
 _FORMATS = {
@@ -139,6 +139,47 @@ def read_pairs(data, *, question="question", candidate="candidate", label="label
     if positions is not None:
         X["position"] = positions
     return check_X(X), y
+
+
+def table_columns(path) -> list:
+    """The column names of a table file, from its header alone: a CSV or TSV's first line, a Parquet file's schema,
+    the keys of a JSON Lines file's first object. No row is read, so a caller may choose columns (the command line:
+    a ``qid`` column) before :func:`read_pairs` reads the table once.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A table file, as :func:`read_pairs` takes it.
+
+    Returns
+    -------
+    list of str
+        Empty when the header cannot be read (a missing file, an unknown suffix, bytes that are not a table):
+        :func:`read_pairs` then says why.
+    """
+    import json
+
+    path = os.fspath(path)
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    compressed = bool(suffixes) and suffixes[-1] in _COMPRESSIONS
+    kind = _FORMATS.get(suffixes[-2 if compressed else -1]) if len(suffixes) > compressed else None
+    try:
+        if kind == "Parquet" and not compressed:
+            import pyarrow.parquet as pq
+
+            return [str(name) for name in pq.read_schema(path).names]
+        if kind == "JSON Lines":
+            with _open_text(path) as fh:
+                line = next((line for line in fh if line.strip()), "{}")
+            row = json.loads(line)
+            return [str(k) for k in row] if isinstance(row, dict) else []
+        if kind in ("CSV", "TSV"):
+            with _open_text(path) as fh:
+                header = pd.read_csv(fh, sep="\t" if kind == "TSV" else ",", dtype=str, keep_default_na=False, nrows=0)
+            return [str(c) for c in header.columns]
+    except Exception:  # whatever is wrong with the file, read_pairs reports it, in one line
+        return []
+    return []
 
 
 def _read(path: str) -> pd.DataFrame:

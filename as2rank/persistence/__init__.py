@@ -9,9 +9,13 @@ tokenizer), ``heads.safetensors`` and, if saved so, int8 graphs (``onnx/``): its
 (``as2rank.transformer.saving``, registered in ``as2rank.persistence.registry.LAYOUTS``). Nothing in it is a pickle: loading
 reads tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
 estimators (:data:`SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file.
-What loading trusts, and how it is enforced, is :mod:`as2rank.persistence.trust`: no links or pickles in the
-tree, the SHA-256 of every file checked against the seal of ``as2rank.json``, no reference to a file outside
-the directory but packaged weights, and every fitted value checked (:mod:`as2rank.persistence.schema`).
+What loading trusts, and how it is enforced, is :mod:`as2rank.persistence.trust`: no link, no pickle and nothing
+read before the tree is checked, the SHA-256 of every file checked against the seal of ``as2rank.json`` (which
+is required), no reference to a file outside the directory but packaged weights, every file handed to another
+library checked against the others (:mod:`as2rank.persistence.checks`: safetensors weights only, of the shapes
+their configuration implies, no remote code, no Hub option, no file named by a configuration or a graph), and
+every fitted value checked (:mod:`as2rank.persistence.schema`). A pickle file is loaded only when the caller asks
+(``load(path, allow_pickle=True)``).
 
 A directory is written whole (:func:`as2rank.files.atomic_directory`): built under a temporary name, sealed,
 then put in the place of the previous model in one step, so that a reader or a killed writer leaves the old
@@ -36,12 +40,15 @@ from .._version import __version__
 from ..files import atomic_directory
 from ..params import param_names
 from .card import write_card
+from .checks import (build_config, check_config, check_loaded_tokenizer, check_network_state, check_params,
+                     load_tokenizer, one_line_errors, safetensors_header)
 from .registry import LAYOUTS, SKLEARN_CLASSES, _is_estimator, class_name, resolve_class
 from .schema import check_fitted
-from .trust import check_tree, kept_entries, parse_json, resolve_references, seal, verify
+from .trust import (check_model_path, check_tree, kept_entries, parse_json, read_pickle, resolve_references, seal,
+                    verify)
 
-__all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "is_model_directory", "load", "read_meta", "save",
-           "write_model"]
+__all__ = ["FORMAT_VERSION", "SKLEARN_CLASSES", "PersistenceMixin", "check_model_path", "is_model_directory", "load",
+           "read_meta", "save", "write_model"]
 
 #: Version of the directory format written by this as2rank; directories of a newer version are refused.
 #: A directory without a ``format_version`` is version 0 and is read as version 1. Version 2 seals the
@@ -162,11 +169,14 @@ def read_meta(path) -> dict:
 
 def open_model(path) -> dict:
     """``as2rank.json`` of a model directory about to be loaded, after the checks of
-    :mod:`as2rank.persistence.trust`: the tree (no links, no pickles) and the seal (every file as saved)."""
+    :mod:`as2rank.persistence.trust`, in this order: the path (a folder, not a link), the tree (no links, no
+    pickles; nothing is read before it), then the seal (required; every file as saved)."""
     path = Path(path)
-    meta = read_meta(path)
+    check_model_path(path)  # a folder (a file or a link is refused, pickles included)
     check_tree(path)
-    verify(path, meta)
+    meta = read_meta(path)
+    # The seal's digest covers the file as written: without the keys read_meta fills in for older versions.
+    verify(path, json.loads((path / META_FILE).read_text(encoding="utf-8")))
     return meta
 
 
@@ -328,13 +338,10 @@ class _Reader:
             _check_tensors(state, file)
             return state
         if kind == "transformers_config":
-            from transformers import AutoConfig
-
-            return AutoConfig.for_model(**self.decode(value["value"]))
+            source = self.path / META_FILE
+            return build_config(check_config(self.decode(value["value"]), source, saved_object=True), source)
         if kind == "tokenizer":
-            from transformers import AutoTokenizer
-
-            return AutoTokenizer.from_pretrained(str(self.path / _safe_name(value["path"], self.path)), local_files_only=True)
+            return load_tokenizer(self.path / _safe_name(value["path"], self.path))
         if kind == "fitted_vectors":
             return None
         raise ValueError(f"{self.path / META_FILE} holds a value of unknown type {kind!r}.")
@@ -347,6 +354,7 @@ def _hashable(key):
 def _read_safetensors(file: Path, load_file) -> dict:
     if not file.is_file():
         raise ValueError(f"{file} is missing: the model directory is incomplete.")
+    safetensors_header(file)  # its metadata names nothing, its tensors lie in it
     try:
         return load_file(str(file))
     except Exception as exc:  # safetensors raises its own error type on a damaged file
@@ -440,12 +448,23 @@ def _save(estimator, path: Path) -> None:
     writer.write(name, params, fitted)
 
 
-def load(path, **params):
-    """Load any model directory written by ``save_pretrained`` or :func:`save`, whatever its class.
+def load(path, *, allow_pickle=False, **params):
+    """Load any model directory written by ``save_pretrained`` or :func:`save`, whatever its class; or, when the
+    caller opts in, a pickle file.
+
+    What ``path`` is decides how it is loaded, from its own entry and before any byte of it is read
+    (:func:`~as2rank.persistence.trust.check_model_path`): a directory is loaded pickle-free, after the checks of
+    :mod:`~as2rank.persistence.trust` and :mod:`~as2rank.persistence.checks`; a file named ``*.joblib``,
+    ``*.pkl`` or ``*.pickle`` is unpickled (:func:`joblib.load`) only with ``allow_pickle=True``; a symbolic
+    link, or any other file, is refused. The command line loads every model through this function (its
+    ``--allow-pickle`` flag is ``allow_pickle``).
 
     Parameters
     ----------
     path : str or os.PathLike
+    allow_pickle : bool, default=False
+        Accept a pickle file. Unpickling runs whatever code the file holds: pass True only for a file from a
+        source you trust.
     **params
         Parameters overriding the saved ones (e.g. ``device="cpu"``); a name that the saved class does not
         have is set on every nested estimator that has it (the steps of a ``SequentialRanker``, ...).
@@ -456,9 +475,12 @@ def load(path, **params):
 
     Raises
     ------
+    FileNotFoundError
+        If nothing is at ``path``.
     ValueError
-        If the directory is not a model directory, is damaged, names a class outside the allow-list, or
-        has a newer format version.
+        One line: ``path`` is a link, a file that is not an opted-in pickle, a directory that is not a sealed
+        model directory, is damaged, names a class outside the allow-list, holds a file another library would
+        follow elsewhere, or has a newer format version.
 
     Examples
     --------
@@ -466,24 +488,28 @@ def load(path, **params):
     >>> model = as2rank.load("wo-rr")                  # doctest: +SKIP
     """
     path = Path(path)
+    if check_model_path(path, allow_pickle=allow_pickle) == "pickle":
+        return _with_params(read_pickle(path), params)
     meta = open_model(path)
     cls = resolve_class(meta["class"], path / META_FILE)
     return _guarded(path, lambda: _load(cls, path, meta, params))
 
 
+def _with_params(est, params: dict):
+    """An unpickled estimator with ``params`` set as :func:`load` sets them (its own, then its nested ones')."""
+    if params:
+        if not hasattr(est, "get_params"):
+            raise ValueError(f"The pickled {type(est).__name__} takes no parameters.")
+        own = est.get_params(deep=False)
+        est.set_params(**{k: v for k, v in params.items() if k in own})
+        _set_nested(est, {k: v for k, v in params.items() if k not in own})
+    return est
+
+
 def _guarded(path, load_it):
-    """``load_it()``, with what a damaged directory raises deep inside a third-party loader (transformers,
-    tokenizers, safetensors, torch) as one ValueError naming the directory."""
-    try:
-        return load_it()
-    except (ValueError, ImportError, FileNotFoundError) as exc:
-        if "\n" not in str(exc):
-            raise
-        raise type(exc)(f"{path} is not a loadable as2rank model: {_one_line(exc)}") from None
-    except RecursionError:
-        raise ValueError(f"{path} is not a loadable as2rank model: its values nest too deeply.") from None
-    except Exception as exc:
-        raise ValueError(f"{path} is not a loadable as2rank model ({type(exc).__name__}: {_one_line(exc)}).") from None
+    """``load_it()``, with what a damaged directory raises deep inside a third-party loader as one ValueError
+    naming the directory (:func:`~as2rank.persistence.checks.one_line_errors`)."""
+    return one_line_errors(path, load_it)
 
 
 def _load(cls, path: Path, meta: dict, params: dict):
@@ -497,6 +523,9 @@ def _load(cls, path: Path, meta: dict, params: dict):
         renamed = _RENAMED_ATTRS.get(meta["class"], {})
         fitted = {renamed.get(k, k): v for k, v in fitted.items()}
         check_fitted(meta["class"], fitted, path / META_FILE)
+        if isinstance(fitted.get("model_"), dict) and "config_" in fitted:  # a ZeroShotRanker's network, as saved
+            check_network_state(fitted["config_"], fitted["model_"], path / META_FILE)
+            check_loaded_tokenizer(fitted.get("tokenizer_"), getattr(fitted["config_"], "vocab_size", None), path)
         est = cls(**{**saved, **{k: v for k, v in params.items() if k in own}})
         state = {**est.__getstate__(), **fitted}
         state.update(_SKLEARN_RESTORES.get(meta["class"], lambda state: {})(state))
@@ -506,6 +535,7 @@ def _load(cls, path: Path, meta: dict, params: dict):
     # from its weights.
     est.__setstate__(state)
     _set_nested(est, {k: v for k, v in params.items() if k not in own})
+    check_params(est, path / META_FILE)
     return est
 
 

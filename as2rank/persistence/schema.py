@@ -150,8 +150,17 @@ def _sequential(a):
         _fail("steps_", "must be a non-empty list of fitted rankers")
 
 
-def _prior(a):
+def _lexical(a):
+    """The lexical prior's coefficients, and its features: None (a prior without lexical columns) or fitted
+    LexicalFeatures."""
     _optional(_array, a, "lexical_coef_", (None,))
+    features = a.get("lexical_features_")
+    if features is not None and not (hasattr(features, "transform") and hasattr(features, "feature_names")):
+        _fail("lexical_features_", "must be the prior's fitted LexicalFeatures")
+
+
+def _prior(a):
+    _lexical(a)
     source = a.get("similarity_source_")
     if source is not None and (not isinstance(source, dict) or not isinstance(source.get("model"), str)
                                or not isinstance(source.get("digests"), list)):
@@ -180,7 +189,13 @@ def _transformer(*extra):
 
 def _zeroshot(a):
     _choice(a, "mode_", ("bi-encoder", "cross-encoder"))
-    _optional(_array, a, "lexical_coef_", (None,))
+    if not isinstance(_get(a, "model_"), dict) or not a["model_"]:
+        _fail("model_", "must be the saved network's weights")
+    if not hasattr(_get(a, "config_"), "to_dict"):
+        _fail("config_", "must be the saved network's transformers configuration")
+    if _get(a, "tokenizer_") is None or isinstance(a["tokenizer_"], (str, dict, list)):
+        _fail("tokenizer_", "must be the saved network's tokenizer")
+    _lexical(a)
 
 
 def _calibrated(a):

@@ -12,6 +12,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..persistence import (HEADS_FILE, INT8_FOLDER, _check_class, _check_tensors, _load, _one_line, _read_safetensors,
                            _Reader, _Writer, _write_torch, open_model)
+from ..persistence.checks import (check_checkpoint, check_loaded_tokenizer, check_onnx_folder, check_params,
+                                  one_line_errors)
 from ..persistence.registry import class_name, register_layout
 from ..persistence.schema import check_fitted
 from ..persistence.trust import resolve_references
@@ -107,7 +109,7 @@ class PretrainedIO:
             Fitted; its ``model`` parameter names the saved encoder, so ``warm_start`` or a fresh ``fit``
             continue from the adapted weights.
         """
-        return read_transformer(cls, path, params)
+        return one_line_errors(path, lambda: read_transformer(cls, path, params))
 
     def _optional_attrs(self) -> tuple:
         return ("activation_ranges_", *PRIOR_ATTRS)
@@ -155,7 +157,14 @@ def write_transformer(est, path) -> None:
 def read_transformer(cls, path, params: dict, meta=None):
     """Load a transformer-family estimator written by :func:`write_transformer` (weights on the CPU; the
     ``device`` parameter moves them at prediction). ``meta`` None: ``path`` is opened and checked first
-    (``as2rank.persistence.open_model``)."""
+    (``as2rank.persistence.open_model``).
+
+    Before transformers reads ``encoder/``, the folder is checked as a checkpoint
+    (:func:`~as2rank.persistence.checks.check_checkpoint`: safetensors weights of the shapes its configuration
+    implies, no remote code or Hub option, a tokenizer that fits the embeddings); once loaded, the tokenizer
+    against the embedding matrix, the fitted depth against the encoder's, and the heads against the module the
+    fitted attributes build (strictly); int8 graphs are used only once checked
+    (:func:`~as2rank.persistence.checks.check_onnx_folder`)."""
     from ..neural.backbone import load_backbone
 
     path = Path(path)
@@ -179,8 +188,12 @@ def read_transformer(cls, path, params: dict, meta=None):
 
     heads = _read_safetensors(path / HEADS_FILE, load_file)
     _check_tensors(heads, path / HEADS_FILE)
+    check_checkpoint(path / "encoder")
     encoder, tokenizer = load_backbone(est.model)
     _check_tensors(encoder.state_dict(), path / "encoder")
+    check_loaded_tokenizer(tokenizer, encoder.get_input_embeddings().weight.shape[0], path / "encoder")
+    if est.model == str(path / "encoder"):  # the directory's own encoder (not one passed to the loader)
+        _check_depth(learnt, encoder, path / "as2rank.json")
     # The estimator's own state protocol (unpickling restores through it too) sets what was read: the fitted
     # attributes first, which the module is built from, then the module.
     est.__setstate__({**est.__getstate__(), **learnt, "tokenizer_": tokenizer})
@@ -192,11 +205,31 @@ def read_transformer(cls, path, params: dict, meta=None):
     if unexpected or any(not k.startswith("encoder.") for k in missing):
         raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
     est.__setstate__({**est.__getstate__(), "model_": module.eval()})
-    if (path / INT8_FOLDER).is_dir():  # int8 graphs saved with the model: read where they match its weights
+    if (path / INT8_FOLDER).is_dir() and check_onnx_folder(path / INT8_FOLDER):
+        # int8 graphs saved with the model: read where they match its weights
         from ..neural.onnx.copies import INT8_COPIES
 
         INT8_COPIES.attach_graphs(est.model_, path / INT8_FOLDER)
+    # The parameters the directory saved (or the caller passed); those only fit reads (teachers) are not saved.
+    saved = {*meta["params"], *params}
+    check_params(est, path / "as2rank.json", {k: v for k, v in cls._parameter_constraints.items() if k in saved})
     return est
+
+
+def _check_depth(fitted: dict, encoder, source) -> None:
+    """The fitted attributes against the encoder saved beside them: no more layers than it has (a Cerberus's
+    body; its head layers are in its heads), and a checkpoint's own head (``pooling_="classifier"``) exactly when
+    it is a sequence classifier (otherwise the module would be built around a new, randomly initialised one)."""
+    from ..neural.backbone import is_sequence_classifier
+
+    depth = getattr(encoder.config, "num_hidden_layers", None)
+    name = "body_layers_" if "body_layers_" in fitted else "n_layers_"
+    if isinstance(depth, int) and fitted[name] > depth:
+        raise ValueError(f"{source}: {name} is {fitted[name]}, but the encoder saved beside it has {depth} layers; the "
+                         "model is damaged or was edited.")
+    if (fitted.get("pooling_") == "classifier") != is_sequence_classifier(encoder):
+        raise ValueError(f"{source}: pooling_ {fitted.get('pooling_')!r} does not fit the encoder saved beside it (a "
+                         f"{type(encoder).__name__}); the model is damaged or was edited.")
 
 
 register_layout(("TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker", "ContextConcat",
