@@ -156,7 +156,8 @@ def atomic_directory(path, *, is_model, overwrite: bool = False, keep=()):
         As in :func:`directory_target`, which is checked first.
     keep : callable or sequence of str, default=()
         When a model is replaced: the names of its top-level entries to carry into the new directory (the
-        user's own files beside the model), or ``keep(old_path)`` returning them. Hidden entries (``.git``,
+        user's own files beside the model), or ``keep(old_path)`` returning them, or None where they cannot be
+        told (the directory is then not replaced). Hidden entries (``.git``,
         ``.gitignore``) are carried too, but for as2rank's own temporaries: as2rank writes no other.
 
     Raises
@@ -179,7 +180,13 @@ def atomic_directory(path, *, is_model, overwrite: bool = False, keep=()):
         if action == "merge":
             _merge(temporary, path)
         elif action == "replace":
-            kept = set(keep(path) if callable(keep) else keep)
+            kept = keep(path) if callable(keep) else keep
+            if kept is None:
+                raise ValueError(
+                    f"{str(path)!r} is a model directory whose own files cannot be told from yours (it has no seal, "
+                    "or its as2rank.json cannot be read); it is not replaced and nothing is written. Save to a new "
+                    "directory, or move your files out of it and delete it first.")
+            kept = set(kept)
             kept |= {p.name for p in path.iterdir()
                      if p.name.startswith(".") and not p.name.startswith(TEMPORARY_PREFIX)}
             _refuse_clash(path, sorted(n for n in kept if os.path.lexists(temporary / n)))

@@ -1,6 +1,7 @@
 """The benchmark harness that every script in ``benchmarks/`` and ``benchmarks/studies/`` shares: where the
 data is, which machine ran them, logging, the cache of fitted models (``benchmarks/cache/``, git-ignored) that
-lets a re-run retrain nothing unchanged (the library's source included), and the pages: a script saves its
+lets a re-run retrain nothing unchanged (each fit is read back only while the library code it ran is unchanged:
+``benchmarks/fitcode.py``), and the pages: a script saves its
 results (``benchmarks/results/<name>.json``) and renders them through its template
 (``benchmarks/pages/<template>.md.j2``) to ``docs/benchmarks/<name>.md``. The studies (investigations behind
 the library's choices, not reproductions of a paper) keep theirs apart: a template in

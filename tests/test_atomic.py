@@ -4,6 +4,7 @@ of a new file."""
 
 import builtins
 import io
+import json
 import os
 import shutil
 import signal
@@ -219,6 +220,29 @@ def test_replacing_a_model_keeps_the_users_files_beside_it(two_models, tmp_path)
     as2rank.save(new, tmp_path / "m")
     assert (tmp_path / "m" / "evaluation.csv").read_text() == "the user's own file\n"
     np.testing.assert_array_equal(as2rank.load(tmp_path / "m").predict(X), new.predict(X))
+
+
+@pytest.mark.parametrize("damage", ["seal stripped", "unreadable"])
+def test_a_model_whose_own_files_cannot_be_told_is_not_replaced(damage, two_models, tmp_path):
+    # The seal lists the model's files; without it (or with an as2rank.json that cannot be read) every entry
+    # might be the user's, so saving over the directory refuses instead of deleting them, even with overwrite.
+    X, old, new = two_models
+    target = tmp_path / "m"
+    as2rank.save(old, target)
+    (target / "evaluation.csv").write_text("the user's own file\n")
+    meta = json.loads((target / "as2rank.json").read_text())
+    if damage == "seal stripped":
+        del meta["files"], meta["sha256"]
+        (target / "as2rank.json").write_text(json.dumps(meta))
+    else:
+        (target / "as2rank.json").write_bytes(b"\x00{")
+    before = {p.relative_to(target): p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="cannot be told from yours") as info:
+            as2rank.save(new, target, overwrite=overwrite)
+        assert "\n" not in str(info.value)
+    assert {p.relative_to(target): p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(files.TEMPORARY_PREFIX)]
 
 
 def test_files_get_the_permissions_of_a_new_file(two_models, tmp_path):

@@ -395,8 +395,9 @@ def save(estimator, path, *, card=None, overwrite=False) -> None:
     card : as2rank.persistence.card.ModelCardData, optional
         Training data and metrics for the model card, ``README.md`` (:mod:`as2rank.persistence.card`).
     overwrite : bool, default=False
-        Also write into a non-empty directory that is not an as2rank model (files of the same names, such
-        as a ``README.md``, are replaced; the others are kept). Without it such a directory is refused.
+        Also write into a non-empty directory that is not an as2rank model (the files there are kept; a
+        file of the user's with the name of a model's file, such as a ``README.md``, is refused, never
+        replaced). Without it such a directory is refused.
 
     Raises
     ------

@@ -272,17 +272,19 @@ def verify(path: Path, meta: dict) -> None:
         raise ValueError(f"{path}: {extra[0]} was not saved with the model; remove it (a loader would read it).")
 
 
-def kept_entries(path: Path) -> list[str]:
+def kept_entries(path: Path) -> list[str] | None:
     """Top-level entries of a model directory that are not part of the model (the user's own files), to carry
-    into the directory that replaces it; none for a directory saved before sealing."""
+    into the directory that replaces it; None when the seal cannot tell them apart (a directory saved before
+    sealing, or an ``as2rank.json`` that cannot be read), which :func:`as2rank.files.atomic_directory` refuses
+    to replace rather than lose a file of the user's."""
     path = Path(path)
     try:
         meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
+        return None
     listed = meta.get("files") if isinstance(meta, dict) else None
     if not isinstance(listed, dict):
-        return []
+        return None
     own = {PurePosixPath(name).parts[0] for name in listed} | {META_FILE, CARD_FILE}
     return sorted(p.name for p in path.iterdir() if p.name not in own and not p.name.startswith("."))
 
