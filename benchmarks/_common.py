@@ -251,15 +251,12 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     key = joblib.hash((cache_key(est, X, y), fit_params, inference, X_test))
     path = SCORES / f"{type(est).__name__}-{key}.npz"
     records = fit_log if fit_log is not None else []
-    if path.exists():
-        record, arrays = load_stored(path)
-        changed = stale(record.get("code"))
-        if not changed:
-            log(f"stored scores of {type(est).__name__} <- {path.name} (trained on {record.get('machine', 'an unrecorded machine')})")
-            note_code(record["code"])
-            records.append({**record, "cached": True})
-            return arrays["scores"], None
-        log(f"stored scores of {type(est).__name__} are stale ({', '.join(changed[:5])}); scoring again")
+    stored = read_fresh(path, f"scores of {type(est).__name__}")
+    if stored:
+        record, arrays = stored
+        log(f"stored scores of {type(est).__name__} <- {path.name} (trained on {record.get('machine', 'an unrecorded machine')})")
+        records.append({**record, "cached": True})
+        return arrays["scores"], None
     model = fitted(est, X, y, records, **fit_params)
     with traced() as ran:
         scores = np.asarray(model.predict(X_test), dtype=np.float64)
@@ -270,6 +267,21 @@ def fitted_scores(est, X, y, X_test, fit_log: list | None = None, **fit_params):
     save_stored(path, record, {"scores": scores})
     records[-1].update(scored_on=record["scored_on"])
     return scores, model
+
+
+def read_fresh(path: Path, what: str):
+    """``(record, arrays)`` stored at ``path`` (:func:`save_stored`) while the library code that computed them
+    is unchanged (their record's ``code``, added to the open :func:`code_ledger` blocks); None when nothing is
+    stored there or it is stale (said in the log), for the caller to compute again."""
+    if not path.exists():
+        return None
+    record, arrays = load_stored(path)
+    changed = stale(record.get("code"))
+    if changed:
+        log(f"stored {what} are stale (the code they ran changed: {', '.join(changed[:5])}); computing again")
+        return None
+    note_code(record["code"])
+    return record, arrays
 
 
 def save_stored(path: Path, record: dict, arrays: dict) -> None:

@@ -64,13 +64,12 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import (code_ledger, write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, load_stored, log,
+from _common import (code_ledger, write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, log, read_fresh,
                      render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from fitcode import stale
 from teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
 
 from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
@@ -390,13 +389,10 @@ def stored_seed(args, s, data) -> tuple[dict, dict, bool]:
     """``(record, scores, stored)`` of seed ``s``: read back while the library code its fits and scores ran
     (the record's ``code``) is unchanged, else computed and stored whole with that code."""
     path = seed_path(args, s, data)
-    if path.exists():
-        rec, scores = load_stored(path)
-        changed = stale(rec.get("code"))
-        if not changed:
-            log(f"[seed {s}] stored results <- {path.name}")
-            return rec, scores, True
-        log(f"[seed {s}] stored results are stale ({', '.join(changed[:5])}); computing again")
+    stored = read_fresh(path, f"results of seed {s}")
+    if stored:
+        log(f"[seed {s}] stored results <- {path.name}")
+        return (*stored, True)
     with code_ledger() as code:
         rec, scores = seed_results(args, s, args.epochs, data)
     rec["code"] = code

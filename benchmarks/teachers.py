@@ -13,8 +13,8 @@ import time
 import joblib
 import numpy as np
 from sklearn.base import BaseEstimator
-from _common import SCORES, cache_key, fitted, inference_params, load_stored, log, machine, note_code, save_stored
-from fitcode import code_record, stale, traced
+from _common import SCORES, cache_key, fitted, inference_params, log, machine, note_code, read_fresh, save_stored
+from fitcode import code_record, traced
 
 from as2rank.transformer.cerberus import teacher_logits
 
@@ -26,13 +26,9 @@ def cross_fitted(spec, X, y, cv):
     # an earlier version of the library are not read back.
     key = joblib.hash(("teacher_logits", cache_key(spec, X, y), cv))
     path = SCORES / f"teacher_logits-{key}.npz"
-    if path.exists():
-        record, arrays = load_stored(path)
-        changed = stale(record.get("code"))
-        if not changed:
-            note_code(record["code"])
-            return arrays["logits"]
-        log(f"stored {type(spec).__name__} teacher logits are stale ({', '.join(changed[:5])}); cross-fitting again")
+    stored = read_fresh(path, f"{type(spec).__name__} teacher logits")
+    if stored:
+        return stored[1]["logits"]
     log(f"cross-fitting {type(spec).__name__} ({cv} folds)")
     start = time.perf_counter()
     with traced() as ran:
@@ -90,14 +86,11 @@ def teacher_scores(spec, data, fits, row) -> tuple[dict, int]:
     frames = {"test": X_test, "train": X_train, "dev": X_dev}
     key = joblib.hash(("teacher scores", cache_key(spec, X_train, y_train), inference_params(spec), frames))
     path = SCORES / f"teacher_scores-{type(spec).__name__}-{key}.npz"
-    if path.exists():
-        record, arrays = load_stored(path)
-        changed = stale(record.get("code"))
-        if not changed:
-            note_code(record["code"])
-            fits.append({**record, "cached": True, "row": row})
-            return arrays, record["n_params"]
-        log(f"stored scores of {row} are stale ({', '.join(changed[:5])}); scoring again")
+    stored = read_fresh(path, f"scores of {row}")
+    if stored:
+        record, arrays = stored
+        fits.append({**record, "cached": True, "row": row})
+        return arrays, record["n_params"]
     model = fitted(spec, X_train, y_train, fits)
     with traced() as ran:
         arrays = {part: np.asarray(model.predict(X), dtype=np.float64) for part, X in frames.items()}

@@ -20,25 +20,18 @@ import as2rank
 from as2rank import OverlapRankRanker, WordOverlapRanker
 from as2rank.app.cli import main
 from as2rank.app.guards import PICKLE_SUFFIXES, similar_questions
+from tests.utils import Payload, no_code_runs
 
 #: Where a payload that runs writes, proving it ran.
 MARKER = Path(__file__).with_name(".as2rank-cli-trust-marker")
 
 
-class _Payload:
-    """Unpickling this writes MARKER: a pickle saved under any name, whose code must never run unasked."""
-
-    def __reduce__(self):
-        return (Path.write_text, (MARKER, "ran"))
 
 
 @pytest.fixture(autouse=True)
 def no_marker():
-    MARKER.unlink(missing_ok=True)
-    yield
-    ran = MARKER.exists()
-    MARKER.unlink(missing_ok=True)
-    assert not ran, "code from a pickle ran"
+    with no_code_runs(MARKER, "a pickle"):
+        yield
 
 
 @pytest.fixture
@@ -88,7 +81,7 @@ def test_a_pickle_under_another_name_is_never_unpickled(name, command, work, tmp
     _, table = work
     (tmp_path / "given").mkdir()
     path = tmp_path / "given" / name
-    path.write_bytes(pickle.dumps(_Payload()))
+    path.write_bytes(pickle.dumps(Payload(MARKER)))
     argv = {"rank": ["rank", str(path), str(table), "--output", str(tmp_path / "r.csv")],
             "predict": ["predict", "--model", str(path), "--input", str(table), "--output", str(tmp_path / "o"),
                         "--quiet"],
@@ -104,7 +97,7 @@ def test_a_pickle_under_another_name_is_never_unpickled(name, command, work, tmp
 def test_a_pickle_loads_only_with_allow_pickle(suffix, command, work, tmp_path, capsys):
     _, table = work
     hostile, good = tmp_path / f"hostile{suffix}", tmp_path / f"good{suffix}"
-    hostile.write_bytes(pickle.dumps(_Payload()))
+    hostile.write_bytes(pickle.dumps(Payload(MARKER)))
     good.write_bytes(pickle.dumps(WordOverlapRanker()))
 
     def argv(path, out):

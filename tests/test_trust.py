@@ -23,7 +23,7 @@ from as2rank.lexical.baselines import (
     ReciprocalRankRanker,
     WordOverlapRanker,
 )
-from tests.utils import reseal
+from tests.utils import Payload, no_code_runs, reseal
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -45,20 +45,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MARKER = Path(__file__).with_name(".as2rank-trust-marker")
 
 
-class _Payload:
-    """Unpickling this writes MARKER: what a .kv file, a torch archive or a joblib file in a hostile directory does."""
-
-    def __reduce__(self):
-        return (Path.write_text, (MARKER, "ran"))
 
 
 @pytest.fixture(autouse=True)
 def no_marker():
-    MARKER.unlink(missing_ok=True)
-    yield
-    ran = MARKER.exists()
-    MARKER.unlink(missing_ok=True)
-    assert not ran, "code from a model directory ran"
+    with no_code_runs(MARKER, "a model directory"):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +180,7 @@ def test_cosinet_embeddings_cannot_name_a_pickle_or_a_file_elsewhere(where, save
     load for the first word not seen in fit. Every way of naming it is refused, and the payload never runs."""
     model_dir = copy_of(saved, "Cosinet", tmp_path)
     payload = tmp_path / "vectors.kv"
-    payload.write_bytes(pickle.dumps(_Payload()))
+    payload.write_bytes(pickle.dumps(Payload(MARKER)))
     value = {"absolute": str(payload), "relative": "vectors.txt", "parent": "../vectors.kv", "hub": "org/vectors",
              "gensim": "gensim:glove-wiki-gigaword-50"}[where]
     if where == "relative":  # a pickle shipped inside the directory under an innocent name
@@ -199,7 +191,7 @@ def test_cosinet_embeddings_cannot_name_a_pickle_or_a_file_elsewhere(where, save
 
 def test_a_pickle_inside_the_directory_is_refused_by_its_format(saved, table, tmp_path, capsys):
     model_dir = copy_of(saved, "TransformerRanker", tmp_path)
-    (model_dir / "encoder" / "pytorch_model.bin").write_bytes(pickle.dumps(_Payload()))
+    (model_dir / "encoder" / "pytorch_model.bin").write_bytes(pickle.dumps(Payload(MARKER)))
     reseal(model_dir)
     refused_everywhere(model_dir, table, tmp_path, capsys, "pytorch_model.bin is in a format that runs code")
 

@@ -24,6 +24,7 @@ import as2rank
 from as2rank.lexical.baselines import WordOverlapRanker
 from as2rank.persistence import check_model_path
 from as2rank.persistence.trust import seal
+from tests.utils import Payload, no_code_runs
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,20 +39,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MARKER = Path(__file__).with_name(".as2rank-trust-loader-marker")
 
 
-class _Payload:
-    """Unpickling this writes MARKER."""
-
-    def __reduce__(self):
-        return (Path.write_text, (MARKER, "ran"))
 
 
 @pytest.fixture(autouse=True)
 def no_marker():
-    MARKER.unlink(missing_ok=True)
-    yield
-    ran = MARKER.exists()
-    MARKER.unlink(missing_ok=True)
-    assert not ran, "code from a model file ran"
+    with no_code_runs(MARKER, "a model file"):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +114,7 @@ def test_a_pickle_loads_only_with_the_opt_in(suffix, rows, tmp_path):
 
 def test_a_pickle_without_the_opt_in_is_refused_before_it_is_read(tmp_path):
     path = tmp_path / "model.joblib"
-    path.write_bytes(pickle.dumps(_Payload()))
+    path.write_bytes(pickle.dumps(Payload(MARKER)))
     refused(path, "is a pickle")
     assert not MARKER.exists()
     as2rank.load(path, allow_pickle=True)  # the caller's own choice: the payload runs
@@ -132,7 +125,7 @@ def test_a_pickle_without_the_opt_in_is_refused_before_it_is_read(tmp_path):
 @pytest.mark.parametrize("name", ["model.bin", "model.pt", "weights.safetensors", "model", "as2rank.json", "m.txt"])
 def test_any_other_file_is_refused_even_with_the_opt_in(name, tmp_path):
     path = tmp_path / name
-    path.write_bytes(pickle.dumps(_Payload()))
+    path.write_bytes(pickle.dumps(Payload(MARKER)))
     for allow in (False, True):
         refused(path, r"is not a model: as2rank loads a model directory", allow_pickle=allow)
     assert not MARKER.exists()
@@ -140,7 +133,7 @@ def test_any_other_file_is_refused_even_with_the_opt_in(name, tmp_path):
 
 def test_a_link_is_refused_without_being_followed(saved, tmp_path):
     pickled = tmp_path / "real.joblib"
-    pickled.write_bytes(pickle.dumps(_Payload()))
+    pickled.write_bytes(pickle.dumps(Payload(MARKER)))
     (tmp_path / "model.joblib").symlink_to(pickled)
     (tmp_path / "model").symlink_to(saved["ranker"][0], target_is_directory=True)
     for link in ("model.joblib", "model"):

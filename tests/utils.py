@@ -1,6 +1,8 @@
 """Helpers shared by the tests: paths to the development data in ``../shared/data`` (tests that need it skip
-when it is absent), frames of questions, and the ONNX exports of a test run (:class:`ExportMemo`)."""
+when it is absent), frames of questions, the ONNX exports of a test run (:class:`ExportMemo`), and a pickle
+whose code, if it ever runs, leaves a mark (:class:`Payload`, :func:`no_code_runs`)."""
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +141,23 @@ class ExportMemo:
             return None
 
         return memoized
+
+
+class Payload:
+    """Unpickling this writes ``"ran"`` to ``marker``: what a hostile pickle, under any name, would do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@contextlib.contextmanager
+def no_code_runs(marker: Path, source: str):
+    """Fail when a :class:`Payload` of ``marker`` ran inside the block (``source``: what held it)."""
+    marker.unlink(missing_ok=True)
+    yield
+    ran = marker.exists()
+    marker.unlink(missing_ok=True)
+    assert not ran, f"code from {source} ran"
