@@ -136,6 +136,7 @@ print(json.dumps({{"cached": log[-1]["cached"], "code": sorted(log[-1]["code"])}
 """
 
 
+@pytest.mark.slow  # starts seven processes, each importing the library anew
 def test_a_stored_fit_is_read_back_only_by_the_code_that_ran_it(tmp_path):
     # A copy of the library, edited between runs: the fit cache keys what was asked (class, parameters, data)
     # and checks the code the fit ran; an edit of code the fit never ran, or of a docstring, keeps the fit.
