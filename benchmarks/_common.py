@@ -224,6 +224,7 @@ def fitted(est, X, y, fit_log: list | None = None, **fit_params):
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
         "code": code_record(ran),
+        "traced": True,  # fit_seconds includes the trace's cost (benchmarks/fitcode.py)
     }
     note_code(entry["code"])
     write_text(path.with_suffix(".json"), json.dumps(entry, indent=2))

@@ -15,6 +15,9 @@ turns them into ``{entry: digest}``:
   entries).
 
 Digests are of syntax trees without docstrings (:func:`syntax`): comments, layout and docstrings are not code.
+The trace calls a Python function for every new frame, so a traced fit takes longer than an untraced one: the
+fit times the harness records are of traced fits (``"traced": true`` in the record), comparable with each other,
+not with records made before tracing.
 :func:`stale` says which entries of a record differ from the library as it is now.
 """
 
