@@ -238,17 +238,42 @@ def test_cascade_module_chunks_match_one_chunk(tokenizer):
     assert rows_chunked.tolist() == rows_exact.tolist() == rows_one.tolist() == [80, 80, 56, 45, 45, 23]  # 50 -> 35 -> 28 -> 14, 30 -> 21 -> 17 -> 9
 
 
-def test_survivor_chunks_keep_each_chunk_s_survivors_cut_to_their_longest():
+def test_survivor_chunks_repack_survivors_under_the_token_budget():
     from as2rank.transformer.network import _survivor_chunks
 
     hidden = [torch.arange(3 * 5 * 2, dtype=torch.float32).reshape(3, 5, 2),
               100 + torch.arange(2 * 6 * 2, dtype=torch.float32).reshape(2, 6, 2)]
     kept = np.array([0, 2, 4])  # rows 0 and 2 of the first chunk, row 1 of the second
-    spans, states = _survivor_chunks(hidden, kept, lengths=np.array([2, 4, 6]))
+    lengths = np.array([2, 4, 6])
+    # A budget of 8 padded tokens: rows of lengths 2 and 4 (2 x 4), then the row of 6 alone.
+    spans, states = _survivor_chunks(hidden, kept, lengths, chunk_tokens=8)
     assert spans == [(0, 2, 4), (2, 3, 6)]
     torch.testing.assert_close(states[0], hidden[0][[0, 2], :4])
     torch.testing.assert_close(states[1], hidden[1][[1], :6])
+    # A budget that holds them all: one chunk across both old chunks, the narrower rows padded with zeros.
+    spans, states = _survivor_chunks(hidden, kept, lengths, chunk_tokens=18)
+    assert spans == [(0, 3, 6)]
+    expected = torch.cat([torch.nn.functional.pad(hidden[0][[0, 2]], (0, 0, 0, 1)), hidden[1][[1]]])
+    torch.testing.assert_close(states[0], expected)
+    assert _survivor_chunks(hidden, kept, lengths)[0] == [(0, 3, 6)]  # no budget: one chunk
     assert all(s.is_contiguous() for s in states)
+
+
+def test_cascade_packs_survivors_into_fewer_chunks(fitted, monkeypatch):
+    """After drops, the survivors run in full chunks: fewer segment calls than chunks that only shrink."""
+    from as2rank.transformer import network
+
+    X, _ = synthetic()
+    calls = []
+    original = network.ExitSegment.forward
+    monkeypatch.setattr(network.ExitSegment, "forward",
+                        lambda self, state: calls.append((self.stop, state["attention_mask"].shape[0])) or original(self, state))
+    fitted.set_params(alpha=0.5, batch_tokens=256, device="cpu")
+    fitted.predict(X)
+    fitted.set_params(alpha=0.0, batch_tokens="auto")
+    first = [rows for stop, rows in calls if stop == fitted.exits_[0]]
+    last = [rows for stop, rows in calls if stop == fitted.exits_[-1]]
+    assert sum(last) < sum(first) and len(last) < len(first)
 
 
 def test_token_cost_weights_the_row_cost_by_tokens(fitted, monkeypatch):

@@ -318,10 +318,10 @@ class CascadeEncoder(nn.Module):
             Tokens of each row (its attention mask's sum), as the host's encoding knows them; ``None``
             reads them from the mask.
         exact_widths : bool, default=False
-            After each drop, read which rows survived and keep each chunk's survivors as a chunk of their own,
-            cut to their real lengths rather than to the bound: one read per drop, which costs nothing where
-            the batch already lives in host memory (the CPU), and saves the padding that the bound leaves and
-            the copies that regrouping rows across chunks would make (chunks shrink with each drop).
+            After each drop, read which rows survived and pack them again into chunks under ``chunk_tokens``,
+            each cut to its rows' real lengths rather than to the bound: one read per drop, which costs nothing
+            where the batch already lives in host memory (the CPU), and saves the padding that the bound leaves
+            (``_survivor_chunks``: why full chunks rather than the old chunks' shrunken remains).
         segments : list of callable, default=None
             What computes each exit's step, called like :class:`ExitSegment` (e.g. their ONNX Runtime
             copies, :class:`~as2rank.neural.onnx.runtime.OnnxModule`); ``None``: :meth:`segments`.
@@ -378,12 +378,12 @@ class CascadeEncoder(nn.Module):
             # Survivors first, each group in its order (shortest first still): a static number of rows.
             survivors = torch.argsort((~keep).to(torch.uint8), stable=True)[: int(alive[e + 1].sum())]
             if exact_widths:
-                # The one read of this drop: which rows survived, so that each chunk keeps its own survivors
-                # (one gather, no copy across chunks), cut to their longest.
+                # The one read of this drop: which rows survived, so that the survivors are packed again into
+                # full chunks, each cut to its longest row.
                 kept = survivors.numpy()
                 order_host = order_host[kept]
                 order = torch.from_numpy(order_host)
-                spans_now, hidden = _survivor_chunks([h for h, _ in outputs], kept, lengths[order_host])
+                spans_now, hidden = _survivor_chunks([h for h, _ in outputs], kept, lengths[order_host], chunk_tokens)
             else:
                 order = order[survivors]
                 spans_now = spans(widths[e + 1])
@@ -424,8 +424,16 @@ def _exit_logits(classifier, similarity, hidden: torch.Tensor, batch: dict) -> t
     return logits if similarity is None else logits + similarity(hidden, batch)
 
 
-def _survivor_chunks(hidden: list, kept: np.ndarray, lengths: np.ndarray) -> tuple[list, list]:
-    """The chunks after a drop: the survivors of each chunk of the last exit, as a chunk of their own.
+def _survivor_chunks(hidden: list, kept: np.ndarray, lengths: np.ndarray,
+                     chunk_tokens: int | None = None) -> tuple[list, list]:
+    """The chunks after a drop: the survivors, packed again into chunks of at most ``chunk_tokens`` padded
+    tokens, each cut to its longest survivor.
+
+    Survivors are re-packed rather than left in their old chunks: a drop shrinks every chunk, and on a CPU a
+    layer costs more per token on many small chunks than on a few full ones (each operator's fixed cost and
+    the matrix products' efficiency at few rows), so that without it the later exits gain less than the rows
+    they drop. The survivors run in ascending length, so a new chunk gathers rows of neighbouring old chunks,
+    of about its width: rows shorter than it are padded with zeros, which its attention mask hides.
 
     Parameters
     ----------
@@ -434,23 +442,36 @@ def _survivor_chunks(hidden: list, kept: np.ndarray, lengths: np.ndarray) -> tup
     kept : ndarray of int
         The survivors' positions along those chunks' rows, ascending.
     lengths : ndarray of int
-        The survivors' lengths, in order (ascending inside each chunk).
+        The survivors' lengths, in order (ascending).
+    chunk_tokens : int, default=None
+        Padded tokens per new chunk; None: one chunk.
 
     Returns
     -------
     spans : list of (int, int, int)
         (first, end, width) of each new chunk along ``kept``; its width is its longest survivor's.
     states : list of Tensor
-        Each new chunk's hidden states: one gather of its survivors from their old chunk, cut to its width.
+        Each new chunk's hidden states: its survivors gathered from their old chunks, cut or padded to its width.
     """
+    from ..neural.batching import token_budget_batches
+
     starts = np.cumsum([0] + [len(h) for h in hidden])
     chunk = np.searchsorted(starts, kept, side="right") - 1
-    ends = np.flatnonzero(np.diff(chunk, append=-1)) + 1
+    if chunk_tokens is None:
+        parts = [np.arange(len(kept))]
+    else:
+        parts = token_budget_batches(np.ones(len(kept), dtype=np.int64), lengths, chunk_tokens)
     spans, states = [], []
-    for first, end in zip(np.concatenate([[0], ends[:-1]]), ends):
-        c, width = chunk[first], int(lengths[first:end].max())
-        spans.append((int(first), int(end), width))
-        states.append(hidden[c][:, :width][torch.from_numpy(kept[first:end] - starts[c])])
+    for part in parts:
+        first, end = int(part[0]), int(part[-1]) + 1
+        width = int(lengths[first:end].max())
+        pieces = []
+        for c in np.unique(chunk[first:end]):
+            rows = np.flatnonzero(chunk[first:end] == c) + first
+            piece = hidden[c][:, :width][torch.from_numpy(kept[rows] - starts[c])]
+            pieces.append(nn.functional.pad(piece, (0, 0, 0, width - piece.shape[1])))
+        spans.append((first, end, width))
+        states.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
     return spans, states
 
 
