@@ -1,8 +1,9 @@
 """Context for answer sentence selection on WikiQA and the SQuAD sample: the shape of Tables 2-4 of Han,
 Soldaini & Moschitti (2021).
 
-    python benchmarks/context.py [--paper] [--quick] [--seeds 0 1 2] [--epochs N] [--data wikiqa squad]
-                                [--train-questions N] [--threads N] [--rows R ...]
+    python benchmarks/context.py [--paper] [--model mpnet-base|minilm-l6] [--quick] [--seeds 0 1 2] [--epochs N]
+                                [--data wikiqa squad] [--train-questions N] [--threads N] [--rows R ...]
+                                [--page-rows R ...]
 
 **At the library's strength** (the default): every row is the library's estimator at its defaults
 (``random_state`` the seed): No context = ``TransformerRanker()``, Local / Global = ``ContextConcat`` with one
@@ -23,8 +24,9 @@ Contexts: ``ContextExtractor`` with the paper's settings (``local_window=1``, ``
 128 tokens), ``global_method="cosine"`` (all-MiniLM-L6-v2 sentence embeddings) for Table 2 and both methods
 for the Table 4 analog; the extracted frames are cached in ``benchmarks/cache/``.
 
-With ``--paper``, models (the Table 2 rows), one backbone (``minilm-l6``) and, per data set, one training budget for all
-(``budget()``; epochs: ``EPOCHS``), every one the paper's model without the lexical prior
+With ``--paper``, models (the Table 2 rows), one backbone (``--model``; by default ``mpnet-base``, a 12-layer BASE
+encoder as the paper's RoBERTa-base) and, per data set, one training budget for all (``budget()``; epochs:
+``EPOCHS``; the learning rate of the backbone, ``BACKBONES``), every one the paper's model without the lexical prior
 (``lexical_prior=False``): No context = ``TransformerRanker(max_length=128)``; Local / Global = ``ContextConcat`` with
 ``contexts=("local",)`` / ``("global",)``; Concat = ``ContextConcat()``; Ensemble = ``ContextEnsemble()``
 (whose two member encoders are the Local and Global fits, reused from the in-process fit cache when they were
@@ -47,6 +49,12 @@ command until every fit is stored, and the page records which machine trained ea
 
 ``--rows R ...`` fits those rows only (their test scores go to the score store, no page is written): parts of
 one page for parallel processes, each its own rows and seeds; the run without ``--rows`` then reads them all.
+
+``--page-rows R ...`` writes a page of those rows (and No context) only, naming the others as not run: the rows a
+host can afford (on a 2-core CPU a BASE fit of a context model takes about half an hour).
+
+The page is ``context`` (``--paper``) or ``context-library``, with ``-<model>`` appended when ``--model`` is not
+that kind's default.
 
 ``--train-questions N`` keeps N training questions of each data set (drawn once, seed 0), as ``cerberus.py``
 does: the CPU page's budget (300), since at all 796 WikiQA training questions one seed of every row at the
@@ -103,8 +111,19 @@ N_RESAMPLES = inspect.signature(paired_significance).parameters["n_resamples"].d
 #: A fit whose final training loss is at least this share of the base-rate loss (``base_rate_loss``) learned
 #: next to nothing: the pages list such fits.
 NEAR_BASE_RATE = 0.9
-#: The backbone every row fine-tunes (the library's default ``model``).
-BACKBONE = {"model": "minilm-l6", "name": "all-MiniLM-L6-v2", "layers": 6, "hidden": 384, "pooling": "mean"}
+#: The backbones a run can fine-tune (``--model``), and the learning rate of the paper's budget on each: on the
+#: 6-layer MiniLM the rate ``benchmarks/cascade.py`` selected on WikiQA dev; on the 12-layer BASE encoder the
+#: Cascade Transformer paper's fine-tuning rate for its BASE models (Soldaini & Moschitti 2020; the context paper
+#: does not give its own), 1e-4 being far above what BASE encoders are fine-tuned at.
+BACKBONES = {
+    "minilm-l6": {"model": "minilm-l6", "name": "all-MiniLM-L6-v2", "layers": 6, "hidden": 384, "pooling": "mean",
+                  "learning_rate": 1e-4},
+    "mpnet-base": {"model": "mpnet-base", "name": "all-mpnet-base-v2", "layers": 12, "hidden": 768, "pooling": "mean",
+                   "learning_rate": 2e-5},
+}
+#: The backbone of each kind of run when ``--model`` is not given: the paper's pure models at the paper's size
+#: (a BASE encoder, as its RoBERTa-base), the library's estimators at their default.
+DEFAULT_MODEL = {"paper": "mpnet-base", "library": "minilm-l6"}
 
 #: Han, Soldaini & Moschitti (2021). Table 2 (ASNQ test, RoBERTa-base): P@1, MAP, MRR, and latency per sample
 #: as printed (ms, fixed batch of 128, one V100); Table 4 (ASNQ test, MWA): global context by n-gram overlap
@@ -150,30 +169,40 @@ def rows(paper: bool) -> tuple:
     return ROWS if paper else ROWS + tuple(EARLIER_DEFAULTS)
 
 
-def budget(epochs: int, seed: int) -> dict:
-    """The one training budget of every model (the budget ``benchmarks/cascade.py`` selected on WikiQA dev)."""
-    return {"epochs": epochs, "batch_size": 32, "learning_rate": 1e-4, "random_state": seed}
+def page_rows(args) -> tuple:
+    """The rows this run's page has: ``--page-rows`` (in table order; "No context", which every other row is
+    tested against, always), else all of :func:`rows`."""
+    if not args.page_rows:
+        return rows(args.paper)
+    return tuple(row for row in rows(args.paper) if row in {"No context", *args.page_rows})
+
+
+def budget(epochs: int, seed: int, model: str = "minilm-l6") -> dict:
+    """The one training budget of every model on ``model`` (its rate: :data:`BACKBONES`)."""
+    return {"model": model, "epochs": epochs, "batch_size": 32, "learning_rate": BACKBONES[model]["learning_rate"],
+            "random_state": seed}
 
 
 def epochs_for(name: str, args) -> int:
     return args.epochs or EPOCHS[name]
 
 
-def make(row: str, epochs: int | None, seed: int, paper: bool = True):
-    """The estimator of a table row, and the global-context method of the frame it reads: the paper's pure model
-    at one budget, or the library's estimator at its defaults (``epochs`` given: that many)."""
+def make(row: str, epochs: int | None, seed: int, paper: bool = True, model: str = "minilm-l6"):
+    """The estimator of a table row on the backbone ``model``, and the global-context method of the frame it
+    reads: the paper's pure model at one budget, or the library's estimator at its defaults (``epochs`` given:
+    that many)."""
     if not paper:
-        kw = {"random_state": seed, **({"epochs": epochs} if epochs else {})}
+        kw = {"model": model, "random_state": seed, **({"epochs": epochs} if epochs else {})}
         if row in EARLIER_DEFAULTS:
             base, params = EARLIER_DEFAULTS[row]
-            return make(base, epochs, seed, paper)[0].set_params(**params), "cosine"
+            return make(base, epochs, seed, paper, model)[0].set_params(**params), "cosine"
         if row == "No context":
             return TransformerRanker(**kw), None
         if row in ("Local", "Global"):
             return ContextConcat(contexts=(row.lower(),), **kw), "cosine"
         model = {"Concat": ContextConcat, "Ensemble": ContextEnsemble}.get(row, ContextMWA)(**LIBRARY_DEFAULTS.get(row, {}), **kw)
         return model, "ngram" if row == "MWA (n-gram)" else "cosine"
-    b = budget(epochs, seed)
+    b = budget(epochs, seed, model)
     if row == "No context":
         return TransformerRanker(max_length=NO_CONTEXT_LENGTH, lexical_prior=False, segment_similarity=False, **b), None
     if row in ("Local", "Global"):
@@ -284,7 +313,7 @@ def latency_model(row, data, frames, args):
     """The row's estimator (seed 0) fitted for one epoch on ``LATENCY_FIT_QUESTIONS`` training questions, and
     the test frame it reads: a forward pass costs the same whatever the weights, so latency needs the row's
     architecture and inputs, not its full fit (whose scores may come from ``benchmarks/results/scores/``)."""
-    est, method = make(row, 1, 0, args.paper)
+    est, method = make(row, 1, 0, args.paper, args.model)
     X, y = data["train"] if method is None else (frames[("train", method)], data["train"][1])
     return fitted(est, *subset_questions(X, y, LATENCY_FIT_QUESTIONS)), data["test"][0] if method is None else frames[("test", method)]
 
@@ -397,11 +426,11 @@ def run_dataset(name, args, fit_log) -> dict:
     }
     y_train, y_dev, y_test = (data[s][1] for s in ("train", "dev", "test"))
     X_test_plain = data["test"][0]
-    per_q = {row: {"map": [], "p@1": []} for row in args.rows or rows(args.paper)}
+    per_q = {row: {"map": [], "p@1": []} for row in args.rows or page_rows(args)}
     for row in per_q:
         runs = []
         for seed in args.seeds:
-            est, method = make(row, epochs_for(name, args) if args.paper else args.epochs, seed, args.paper)
+            est, method = make(row, epochs_for(name, args) if args.paper else args.epochs, seed, args.paper, args.model)
             X_train = data["train"][0] if method is None else frames[("train", method)]
             X_dev = data["dev"][0] if method is None else frames[("dev", method)]
             X_test = X_test_plain if method is None else frames[("test", method)]
@@ -426,14 +455,15 @@ def run_dataset(name, args, fit_log) -> dict:
             if row != "No context":
                 res["rows"][row][f"p_{m}"] = tests[row]["p"]
         for row, (base, _) in EARLIER_DEFAULTS.items():
-            if row in per_q:  # the earlier default against today's
+            if row in per_q and base in per_q:  # the earlier default against today's
                 res["rows"][row][f"p_{m}_vs_default"] = compare({base: means[base], row: means[row]}, base)[row]["p"]
-        # Table 4: the two global-context methods against each other, not only against no context.
-        res["rows"]["MWA (n-gram)"][f"p_{m}_vs_cosine"] = compare(
-            {"MWA": means["MWA"], "MWA (n-gram)": means["MWA (n-gram)"]}, "MWA")["MWA (n-gram)"]["p"]
+        if {"MWA", "MWA (n-gram)"} <= set(per_q):
+            # Table 4: the two global-context methods against each other, not only against no context.
+            res["rows"]["MWA (n-gram)"][f"p_{m}_vs_cosine"] = compare(
+                {"MWA": means["MWA"], "MWA (n-gram)": means["MWA (n-gram)"]}, "MWA")["MWA (n-gram)"]["p"]
     log(f"[{name}] in-process fit cache hits so far: {FIT_CACHE.hits} (ensemble members served by this run's Local/Global fits)")
     models, frames_test = {}, {}
-    for row in rows(args.paper):
+    for row in per_q:
         models[row], frames_test[row] = latency_model(row, data, frames, args)
         res["rows"][row]["tokens_per_pair"] = mean_tokens(models[row], frames_test[row])
     res["latency"] = latency(models, frames_test, rounds=1 if args.quick else 3, n_rows=128 if args.quick else 512)
@@ -466,6 +496,8 @@ def acceptance(res) -> list:
             ratio = lat["MWA"] / lat["Concat"]
             checks.append((f"{name}, {mode} padding: MWA latency ≤ {MWA_OVER_CONCAT}× Concat (paper "
                            f"{paper['MWA'] / paper['Concat']:.2f}×)", f"{ratio:.2f}×", ratio <= MWA_OVER_CONCAT))
+            if "Ensemble" not in lat:
+                continue
             ratio = lat["MWA"] / lat["Ensemble"]
             checks.append((f"{name}, {mode} padding: MWA latency below Ensemble (paper {paper['MWA'] / paper['Ensemble']:.2f}×)",
                            f"{ratio:.2f}×", ratio < 1))
@@ -483,10 +515,17 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--rows", nargs="+", choices=ROWS + tuple(EARLIER_DEFAULTS), default=None,
                         help="fit these rows only, into the score store (a part of the page, for parallel processes)")
+    parser.add_argument("--page-rows", nargs="+", choices=ROWS + tuple(EARLIER_DEFAULTS), default=None,
+                        help="the page's rows (No context always among them): a page of the rows a host can afford")
+    parser.add_argument("--model", choices=tuple(BACKBONES), default=None,
+                        help=f"the backbone of every row (default: {DEFAULT_MODEL['paper']} with --paper, the paper's "
+                             f"size; else {DEFAULT_MODEL['library']}, the library's default)")
     args = parser.parse_args(argv)
     if args.paper and set(args.rows or ()) - set(ROWS):
         parser.error(f"--paper has the rows {', '.join(ROWS)}")
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    kind = "paper" if args.paper else "library"
+    args.model = args.model or DEFAULT_MODEL[kind]
     args.epochs = args.epochs or (1 if args.quick else None)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -499,7 +538,9 @@ def main(argv=None):
         "train_questions": args.train_questions,
         "paper_config": args.paper,
         "paper": PAPER,
-        "backbone": BACKBONE,
+        "backbone": {k: v for k, v in BACKBONES[args.model].items() if k != "learning_rate"},
+        "page_rows": list(page_rows(args)),
+        "rows_not_run": [row for row in rows(args.paper) if row not in page_rows(args)],
         "extractor": {k: v for k, v in ContextExtractor().get_params().items()
                       if k in ("local_window", "max_global_sentences", "max_global_tokens", "encoder")},
         "latency_batch": LATENCY_BATCH,
@@ -509,7 +550,7 @@ def main(argv=None):
         "near_base_rate": NEAR_BASE_RATE,
         "earlier_defaults": {} if args.paper else {row: {"row": base, "params": params} for row, (base, params) in EARLIER_DEFAULTS.items()},
         "budget": {
-            **{k: v for k, v in budget(None, args.seeds[0]).items() if k not in ("random_state", "epochs")},
+            **{k: v for k, v in budget(None, args.seeds[0], args.model).items() if k not in ("random_state", "epochs", "model")},
             "epochs": {name: epochs_for(name, args) for name in args.data},
         } if args.paper else None,
         "datasets": {},
@@ -522,7 +563,8 @@ def main(argv=None):
         return
     res["fits"] = fit_log
     res["template"] = "context"
-    conclude(res, "context" if args.paper else "context-library", start, acceptance(res))
+    page = "context" if args.paper else "context-library"
+    conclude(res, page if args.model == DEFAULT_MODEL[kind] else f"{page}-{args.model}", start, acceptance(res))
 
 
 if __name__ == "__main__":
