@@ -17,7 +17,7 @@ FLOORS = [
     ("persistence", ["persistence"]),
     ("rankers without torch", ["lexical", "pruning", "ensemble", "answer"]),
     ("model families", ["cosinet", "transformer"]),
-    ("application", ["app"]),
+    ("application", ["app", "serve"]),
 ]
 #: The package's facade imports lazily from every floor; ``python -m as2rank`` runs the command line.
 FACADE = {"as2rank", "as2rank.__main__"}

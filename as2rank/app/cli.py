@@ -15,6 +15,9 @@
 ``as2rank rank DIR DATA --output ranked.csv``
     Writes every question's candidates in rank order with their scores; with a model fitted with
     ``--calibrate``, also which questions it answers (``--target-precision`` chooses another threshold).
+``as2rank serve DIR``
+    Serves the model over HTTP (text-embeddings-inference's and Cohere's rerank routes, ``/answer``):
+    :mod:`as2rank.serve.command`.
 
 The table commands read CSV, TSV, Parquet or JSON Lines through :func:`as2rank.datasets.read_pairs`, with the
 column flags ``--question --candidate --label --qid --position``.
@@ -110,7 +113,7 @@ def _check_args(args) -> None:
     from .guards import check_no_overlap
 
     check_no_overlap(*command_paths(args))  # no output over, into or around an input, even with --overwrite
-    if args.command in ("rank", "predict") or (args.command == "evaluate" and _is_model_path(args.model)):
+    if args.command in ("rank", "predict", "serve") or (args.command == "evaluate" and _is_model_path(args.model)):
         from ..persistence import check_model_path
 
         check_model_path(args.model, allow_pickle=args.allow_pickle)  # as2rank.load decides, before reading a byte
@@ -519,6 +522,10 @@ def build_parser() -> OneLineParser:
                     "(default: the threshold it was fitted with)")
     _add_column_args(ra, label_help="ignored (labels are not needed to rank)")
     ra.set_defaults(func=_rank, output_files=("output",))
+
+    from ..serve.command import add_parser as add_serve_parser
+
+    add_serve_parser(sub, _ALLOW_PICKLE)
     return parser
 
 

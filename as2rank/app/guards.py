@@ -127,6 +127,7 @@ def command_paths(args):
         "select": [("the table", get("data"))],
         "fit": [("the table", get("data"))],
         "bench": [("--path", get("path"))],
+        "serve": [("the model", get("model"))],
     }.get(args.command)
     if args.command == "evaluate":
         inputs = [("--model", get("model") if is_model_path(get("model")) else None),
