@@ -7,6 +7,7 @@ wrapper that counts, blocks or fails the model's calls."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -357,6 +358,10 @@ def test_metrics_count_requests_per_app(overlap):
         assert 'as2rank_request_duration_seconds_count{route="/rerank"} 4.0' in text
         assert "as2rank_queue_depth 0.0" in text and "as2rank_batch_pairs_count" in text
         assert 'route="/rerank"' not in other.get("/metrics").text
+        # The /metrics request itself is in flight while it is answered; afterwards none is.
+        assert "as2rank_requests_in_flight 1.0" in text
+        answered, in_flight = one.app.state.telemetry.totals()
+        assert in_flight == 0 and answered >= 6  # the five and /metrics (and the warm-up's /health polls)
 
 
 def test_openapi_schema_lists_the_routes(overlap):
@@ -599,7 +604,9 @@ def test_real_server_answers_accepted_requests_through_sigterm(overlap, tmp_path
         assert [r.status_code for r in responses] == [200] * 8
         assert all([x["index"] for x in r.json()] == expected for r in responses)
         assert process.wait(30) == 0
-        assert "as2rank serve: stopped" in process.stderr.read()
+        tail = process.stderr.read()
+        answered = int(re.search(r"stopped; (\d+) requests answered, 0 received and not answered", tail).group(1))
+        assert answered >= 8 + 1  # the eight, and /health
     finally:
         if process.poll() is None:
             process.kill()

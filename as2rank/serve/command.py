@@ -5,7 +5,8 @@ request before the server binds its port: a bad model path, a damaged directory 
 at once in one line (``as2rank: error: ...``, status 2). The server binds 127.0.0.1 unless told otherwise, and
 warns in one line when it listens beyond the loopback interface without an API key. SIGTERM (or Ctrl-C) stops it
 gracefully: uvicorn stops accepting connections and answers every request it accepted, then the inference worker
-stops; the command exits 0 after SIGTERM, 130 after Ctrl-C.
+stops; the command says how many requests it answered and how many it received and did not answer (0 unless a
+model call outlasted the drain), and exits 0 after SIGTERM, 130 after Ctrl-C.
 
 This module imports no web framework at import time: the command line builds its parser from it.
 """
@@ -160,5 +161,7 @@ def _serve(app, sock, served, host, timeout_s) -> int:
         sock.close()
     if not server.started:
         raise ValueError("the server did not start (uvicorn's message above says why).")
-    print("as2rank serve: stopped", file=sys.stderr, flush=True)
+    answered, in_flight = app.state.telemetry.totals()
+    print(f"as2rank serve: stopped; {answered} requests answered, {in_flight} received and not answered",
+          file=sys.stderr, flush=True)
     return 130 if signal.SIGINT in received else 0

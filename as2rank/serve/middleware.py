@@ -46,7 +46,8 @@ class Telemetry:
 
     Metrics: ``as2rank_requests_total`` (by route and status), ``as2rank_request_duration_seconds`` (by route),
     ``as2rank_batch_requests`` and ``as2rank_batch_pairs`` (requests and pairs per model call),
-    ``as2rank_predict_duration_seconds``, ``as2rank_predict_failures_total`` and ``as2rank_queue_depth``.
+    ``as2rank_predict_duration_seconds``, ``as2rank_predict_failures_total``, ``as2rank_queue_depth`` and
+    ``as2rank_requests_in_flight`` (received, not yet answered).
 
     Parameters
     ----------
@@ -72,8 +73,17 @@ class Telemetry:
         self.predict = Histogram("as2rank_predict_duration_seconds", "Time of one model call.", buckets=_LATENCY,
                                  registry=r)
         self.failures = Counter("as2rank_predict_failures", "Model calls that raised.", registry=r)
+        self.in_flight = Gauge("as2rank_requests_in_flight", "HTTP requests received and not yet answered.",
+                               registry=r)
         self.depth = Gauge("as2rank_queue_depth", "Requests waiting for a batch.", registry=r)
         self.depth.set_function(depth)
+
+    def totals(self) -> tuple[int, int]:
+        """``(answered, in flight)``: HTTP requests answered so far, and those received and not yet answered."""
+        answered = sum(s.value for metric in self.requests.collect() for s in metric.samples
+                       if s.name.endswith("_total"))
+        in_flight = sum(s.value for metric in self.in_flight.collect() for s in metric.samples)
+        return int(answered), int(in_flight)
 
     def label(self, path: str) -> str:
         return path if path in self.routes else "other"
@@ -99,9 +109,11 @@ class Telemetry:
                     status[0] = message["status"]
                 await send(message)
 
+            self.in_flight.inc()
             try:
                 await app(scope, receive, sending)
             finally:
+                self.in_flight.dec()
                 self.requests.labels(route, str(status[0])).inc()
                 self.latency.labels(route).observe(time.perf_counter() - start)
 
