@@ -1,0 +1,406 @@
+"""``as2rank serve`` under load: requests/s and latency percentiles against a CrossEncoder service, on one host.
+
+    python benchmarks/serve.py [--seconds 8] [--rounds 3] [--train-questions 300] [--threads 2] [--quick]
+
+Every server is a real process on 127.0.0.1, and the load comes from ``hey`` (the Debian/Go HTTP load
+generator: ``apt-get install hey``), each cell a fixed duration at a fixed number of concurrent clients, all
+cells of a round interleaved (the servers' order reversed every other round, so drift on a shared machine
+falls on every server alike). The servers:
+
+* **as2rank**: ``as2rank serve`` of ``TransformerRanker()`` (the library's default, MiniLM-L6) fitted on
+  ``--train-questions`` WikiQA-train questions, with dynamic batching (its default) and with
+  ``--no-dynamic-batching`` (one request per model call);
+* **CrossEncoder**: sentence-transformers' ``CrossEncoder`` over the same backbone behind a plain FastAPI route
+  (``benchmarks/peer_serve_crossencoder.py``), what its maintainers advise;
+* **cascade**: ``CascadeTransformer()`` fitted on the same questions, served at α = 0 and at α = 0.3 (α needs no
+  refit), on the 100-candidate requests where its drops show.
+
+Requests (text-embeddings-inference's ``POST /rerank``): a WikiQA-test question with its own candidates (the
+question whose candidate count is the median), and a test question expanded to 100 candidates by BM25 over
+WikiQA's sentences (``as2rank.datasets.expand_candidates``). Concurrency 1, 4, 16 and 64. Each server gets
+``--threads`` torch threads.
+
+Beside the load: the rankings of the served model through ``/rerank`` (httpx) and through the official
+``cohere`` client against ``as2rank.rank`` in-process; ``/answer`` of a calibrated WikiQA model against
+``predict_answer`` on every WikiQA-test question; a schema-driven fuzzer (``schemathesis``) against the OpenAPI
+schema, bounded in examples, with the server's own count of 5xx responses after it; SIGTERM under load (every
+request that got a connection answered, exit status 0); and a killed and restarted server scoring again.
+Infinity (``infinity-emb``) is not run: it needs numpy < 2 and sentence-transformers < 4, which as2rank's
+environment cannot hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import DOCS, ROOT, conclude, fitted, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
+
+import as2rank
+from as2rank.answer.ranker import CalibratedRanker
+from as2rank.datasets import expand_candidates
+from as2rank.lexical.baselines import OverlapRankRanker
+from as2rank.neural.models import resolve_model
+from as2rank.transformer.cascade import CascadeTransformer
+from as2rank.transformer.ranker import TransformerRanker
+
+CONCURRENCY = (1, 4, 16, 64)
+#: The server rows of the load tables, and the request kinds each runs.
+SERVERS = {"as2rank": ("question", "100"), "as2rank, one request per call": ("question", "100"),
+           "CrossEncoder (FastAPI)": ("question", "100"), "cascade α = 0": ("100",), "cascade α = 0.3": ("100",)}
+CASCADE_CONCURRENCY = (1, 16)
+#: Seconds a client waits for an answer (hey's default, 20 s, is shorter than a slow server's queue at 64 clients).
+CLIENT_TIMEOUT = 300
+#: Acceptance: as2rank's requests/s over the CrossEncoder service's at concurrency >= this.
+CRITERIA = {"min_concurrency": 16, "min_speedup": 2.0}
+
+
+# ----------------------------------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server process on 127.0.0.1 with its log; ``ready()`` waits for ``/health``."""
+
+    def __init__(self, name: str, cmd: list, logdir: Path):
+        self.name, self.cmd, self.port = name, cmd, free_port()
+        self.log = logdir / f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}.log"
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Server":
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([*self.cmd, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return self
+
+    def ready(self, timeout=600) -> "Server":
+        import httpx
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{self.name} exited ({self.proc.returncode}); see {self.log}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"{self.name} not ready after {timeout} s; see {self.log}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=120) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def as2rank_cmd(model_dir, threads, *extra) -> list:
+    return [sys.executable, "-m", "as2rank", "serve", str(model_dir), "--threads", str(threads), *extra]
+
+
+# ----------------------------------------------------------------------------------------------- load
+def hey(url: str, body: Path, concurrency: int, seconds: float) -> dict:
+    """One cell: ``hey`` for ``seconds`` at ``concurrency`` clients; requests/s of 200 answers and their latency
+    percentiles (ms), from hey's per-request CSV. hey waits for the requests in flight at the end (up to
+    :data:`CLIENT_TIMEOUT`), so that no server is still working for the last cell when the next one starts, and the
+    span over which requests/s is counted runs to the last answer."""
+    cmd = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-t", str(CLIENT_TIMEOUT), "-m", "POST", "-T",
+           "application/json", "-D", str(body), "-o", "csv", url + "/rerank"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + CLIENT_TIMEOUT + 60, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    ok = np.array([float(r["response-time"]) for r in rows if r["status-code"] == "200"])
+    ends = [float(r["offset"]) + float(r["response-time"]) for r in rows]
+    span = max(ends) if ends else seconds
+    pct = np.percentile(ok, [50, 95, 99]) * 1000 if len(ok) else [float("nan")] * 3
+    return {"requests": len(ok), "errors": len(rows) - len(ok), "seconds": span, "rps": len(ok) / span,
+            "p50_ms": pct[0], "p95_ms": pct[1], "p99_ms": pct[2]}
+
+
+def cells(args):
+    """``(request kind, concurrency, server)`` of one round, in order."""
+    out = []
+    for kind in ("question", "100"):
+        for c in args.concurrency:
+            for name, kinds in SERVERS.items():
+                if kind in kinds and (not name.startswith("cascade") or c in CASCADE_CONCURRENCY):
+                    out.append((kind, c, name))
+    return out
+
+
+def run_load(servers, bodies, args) -> dict:
+    table = {}
+    for name, server in servers.items():  # one short cell each to warm the servers' caches and threads
+        for kind in SERVERS[name]:
+            hey(server.url, bodies[kind], 4, 2)
+    for r in range(args.rounds):
+        order = cells(args)
+        for kind, c, name in order if r % 2 == 0 else order[::-1]:
+            cell = hey(servers[name].url, bodies[kind], c, args.seconds)
+            table.setdefault(kind, {}).setdefault(name, {}).setdefault(str(c), []).append(cell)
+            errors = f", {cell['errors']} errors" if cell["errors"] else ""
+            log(f"[round {r}] {kind} c={c} {name}: {cell['rps']:.1f} req/s, p99 {cell['p99_ms']:.0f} ms{errors}")
+    summary = {}
+    for kind, by_server in table.items():
+        for name, by_c in by_server.items():
+            for c, rounds in by_c.items():
+                summary.setdefault(kind, {}).setdefault(name, {})[c] = {
+                    **{k: float(np.median([x[k] for x in rounds])) for k in ("rps", "p50_ms", "p95_ms", "p99_ms")},
+                    "requests": int(sum(x["requests"] for x in rounds)), "errors": int(sum(x["errors"] for x in rounds)),
+                    "rounds_rps": [round(x["rps"], 2) for x in rounds]}
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------- checks beside the load
+def agreement(model, url, X) -> dict:
+    """The served rankings, through ``/rerank`` and the cohere client, against ``as2rank.rank`` of each question's
+    own frame in-process (what the server scores when the request is not batched with others). Also the largest
+    score difference between the in-process scores of a question alone and within all the questions at once:
+    how much a request's scores move with what it is batched with (reduced precision)."""
+    import cohere
+    import httpx
+
+    co = cohere.Client(api_key="unused", base_url=url)
+    together = model.predict(X)
+    same, moved = {"tei": 0, "cohere": 0}, 0.0
+    for qid, group in X.groupby("qid", sort=False):
+        texts, query = group["candidate"].tolist(), group["question"].iloc[0]
+        expected = as2rank.rank(model, group)["candidate"].tolist()
+        moved = max(moved, float(np.max(np.abs(model.predict(group) - together[X.index.get_indexer(group.index)]))))
+        tei = httpx.post(url + "/rerank", json={"query": query, "texts": texts}, timeout=60).json()
+        same["tei"] += [texts[r["index"]] for r in tei] == expected
+        res = co.rerank(model="as2rank", query=query, documents=texts)
+        same["cohere"] += [texts[r.index] for r in res.results] == expected
+    return {**same, "questions": int(X["qid"].nunique()), "batch_score_shift": moved,
+            "precision": str(model.get_params().get("precision"))}
+
+
+def answer_agreement(url, model, X, target_coverage=None) -> dict:
+    """``/answer`` on every question of ``X`` against ``predict_answer``, at the model's threshold or at the one of
+    ``target_coverage`` (given in each request): the same answer or abstention and the same top candidate."""
+    import httpx
+
+    cut = None if target_coverage is None else model.threshold_for(target_coverage=target_coverage)["threshold"]
+    expected = model.predict_answer(X, threshold=cut).set_index("qid")
+    extra = {} if target_coverage is None else {"target_coverage": target_coverage}
+    same = 0
+    for qid, group in X.groupby("qid", sort=False):
+        got = httpx.post(url + "/answer", json={"question": group["question"].iloc[0],
+                                                "candidates": group["candidate"].tolist(), **extra}, timeout=60).json()
+        e = expected.loc[qid]
+        same += got["answered"] == bool(e["answered"]) and (group.index[got["index"]] == X.index[int(e["row"])])
+    return {"same": int(same), "questions": int(X["qid"].nunique()), "answered": int(expected["answered"].sum()),
+            "target_coverage": target_coverage}
+
+
+def server_errors(url) -> int:
+    """Responses with status 5xx in the server's own ``/metrics``."""
+    import httpx
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return int(sum(float(m.group(1)) for m in re.finditer(r'as2rank_requests_total\{[^}]*status="5\d\d"[^}]*\} (\S+)', text)))
+
+
+def fuzz(url, examples, cwd) -> dict:
+    """``schemathesis`` against the OpenAPI schema (run in ``cwd``, where it keeps its example database); the 5xx
+    responses the server counted meanwhile."""
+    import httpx
+
+    before = server_errors(url)
+    out = subprocess.run(["schemathesis", "run", url + "/openapi.json", "--checks", "not_a_server_error",
+                          "--max-examples", str(examples), "--seed", "0"], capture_output=True, text=True, timeout=900,
+                         cwd=cwd)
+    m = re.search(r"(\d+) generated, (\d+) passed", out.stdout)
+    return {"generated": int(m.group(1)) if m else None, "passed": int(m.group(2)) if m else None,
+            "exit": out.returncode, "server_5xx": server_errors(url) - before,
+            "healthy_after": httpx.get(url + "/health", timeout=10).status_code == 200}
+
+
+def sigterm_under_load(server: Server, body: Path) -> dict:
+    """SIGTERM two seconds into a load of 16 clients: the server's own count of requests received and not answered
+    (its last line), its exit status, and what ``hey`` saw."""
+    load = subprocess.Popen(["hey", "-z", "6s", "-c", "16", "-m", "POST", "-T", "application/json", "-D", str(body),
+                             server.url + "/rerank"], stdout=subprocess.PIPE, text=True)
+    time.sleep(2)
+    status = server.stop()
+    out = load.communicate(timeout=120)[0]
+    last = re.findall(r"stopped; (\d+) requests answered, (\d+) received and not answered", server.log.read_text())
+    answered = sum(int(n) for n in re.findall(r"\[200\]\s+(\d+) responses", out))
+    errors = re.findall(r"\[(\d+)\]\s+(.*)", out.split("Error distribution:")[-1]) if "Error distribution:" in out else []
+    return {"exit_status": status, "server_answered": int(last[-1][0]) if last else None,
+            "not_answered": int(last[-1][1]) if last else None, "client_200": answered,
+            "refused": sum(int(n) for n, m in errors if "refused" in m),
+            "reset": sum(int(n) for n, m in errors if "refused" not in m)}
+
+
+def restart_identical(server: Server, texts_body: dict) -> dict:
+    import httpx
+
+    before = httpx.post(server.url + "/rerank", json=texts_body, timeout=60).json()
+    server.stop(signal.SIGKILL)
+    server.start().ready()
+    after = httpx.post(server.url + "/rerank", json=texts_body, timeout=60).json()
+    return {"identical": before == after, "texts": len(texts_body["texts"])}
+
+
+# ----------------------------------------------------------------------------------------------- the run
+def bodies_of(splits, folder: Path, quick: bool):
+    X_test, y_test = splits["test"]
+    sizes = X_test.groupby("qid", sort=False).size()
+    median_q = (sizes - sizes.median()).abs().idxmin()
+    one = X_test[X_test["qid"] == median_q]
+    X_one, y_one = subset_questions(X_test, y_test, 1, seed=3)
+    X_100, _ = expand_candidates(X_one, y_one, splits["pool"], k=100)
+    bodies, texts = {}, {}
+    for kind, frame in (("question", one), ("100", X_100)):
+        texts[kind] = {"query": frame["question"].iloc[0], "texts": frame["candidate"].tolist()}
+        bodies[kind] = folder / f"{kind}.json"
+        bodies[kind].write_text(json.dumps(texts[kind]))
+    return bodies, texts
+
+
+def plot(res, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (kind, title) in zip(axes, (("question", "one WikiQA question"), ("100", "100 candidates"))):
+        for name, by_c in res["load"][kind].items():
+            cs = sorted(by_c, key=int)
+            ax.plot([int(c) for c in cs], [by_c[c]["rps"] for c in cs], "o-", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel("requests/s (median of rounds)")
+        ax.set_title(f"POST /rerank, {title} per request", fontsize=9)
+    save_figure(fig, path, legend_axes=axes[1])
+
+
+def acceptance(res) -> list:
+    checks = []
+    for kind in ("question", "100"):
+        table = res["load"][kind]
+        for c in (c for c in map(str, res["concurrency"]) if int(c) >= CRITERIA["min_concurrency"]):
+            a, ce = table["as2rank"][c], table["CrossEncoder (FastAPI)"][c]
+            ratio = a["rps"] / ce["rps"]
+            checks.append((f"{kind} request, concurrency {c}: as2rank ≥ {CRITERIA['min_speedup']}× the CrossEncoder "
+                           "service's requests/s at equal or lower p99", f"{ratio:.2f}×, p99 {a['p99_ms']:.0f} vs "
+                           f"{ce['p99_ms']:.0f} ms", ratio >= CRITERIA["min_speedup"] and a["p99_ms"] <= ce["p99_ms"]))
+    ag, an, fz, st = res["agreement"], res["answer"], res["fuzz"], res["sigterm"]
+    checks += [
+        ("/rerank and the cohere client rank as as2rank.rank", f"{ag['tei']} and {ag['cohere']} of {ag['questions']}",
+         ag["tei"] == ag["cohere"] == ag["questions"]),
+        ("/answer decides as predict_answer (calibrated WikiQA model), at its threshold and at coverage 0.5",
+         "; ".join(f"{a['same']} of {a['questions']}" for a in an), all(a["same"] == a["questions"] for a in an)),
+        ("fuzzer: no server error, worker alive", f"{fz['generated']} cases, {fz['server_5xx']} 5xx",
+         fz["generated"] and not fz["server_5xx"] and fz["healthy_after"]),
+        ("SIGTERM under load: every received request answered, exit 0", f"{st['server_answered']} answered, "
+         f"{st['not_answered']} not, exit {st['exit_status']}", st["not_answered"] == 0 and st["exit_status"] == 0),
+        ("killed and restarted server scores identically", str(res["restart"]["identical"]), res["restart"]["identical"]),
+    ]
+    return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="duration of each load cell")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--train-questions", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of every server")
+    parser.add_argument("--fuzz-examples", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="an end-to-end check: 16 training questions, 2 s "
+                        "cells, concurrency 1 and 4, one round")
+    args = parser.parse_args(argv)
+    args.concurrency = CONCURRENCY
+    if args.quick:
+        args.train_questions, args.seconds, args.rounds, args.concurrency, args.fuzz_examples = 16, 2, 1, (1, 4), 5
+    if not shutil.which("hey"):
+        raise SystemExit("hey (the HTTP load generator) is not installed: apt-get install hey")
+    start = time.perf_counter()
+    splits = wikiqa_splits()
+    X_train, y_train = subset_questions(*splits["train"], args.train_questions)
+    fits = []
+    tr = fitted(TransformerRanker(), X_train, y_train, fits)
+    ct = fitted(CascadeTransformer(), X_train, y_train, fits)
+    calibrated = fitted(CalibratedRanker(OverlapRankRanker(), cv=3), *splits["full"], fits)
+    work = Path(tempfile.mkdtemp(prefix="as2rank-serve-bench-"))
+    dirs = {"tr": work / "tr", "ct0": work / "ct0", "ct3": work / "ct3", "cal": work / "cal"}
+    as2rank.save(tr, dirs["tr"])
+    as2rank.save(ct.set_params(alpha=0.0), dirs["ct0"])
+    as2rank.save(ct.set_params(alpha=0.3), dirs["ct3"])
+    as2rank.save(calibrated, dirs["cal"])
+    bodies, texts = bodies_of(splits, work, args.quick)
+    t = str(args.threads)
+    servers = {
+        "as2rank": Server("as2rank", as2rank_cmd(dirs["tr"], t), work),
+        "as2rank, one request per call": Server("as2rank-single", as2rank_cmd(dirs["tr"], t, "--no-dynamic-batching"),
+                                                work),
+        "CrossEncoder (FastAPI)": Server("crossencoder", [sys.executable, str(ROOT / "benchmarks" /
+                                                                              "peer_serve_crossencoder.py"),
+                                                          "--model", resolve_model("minilm-l6")[0], "--threads", t],
+                                         work),
+        "cascade α = 0": Server("cascade-0", as2rank_cmd(dirs["ct0"], t), work),
+        "cascade α = 0.3": Server("cascade-03", as2rank_cmd(dirs["ct3"], t), work),
+    }
+    for s in servers.values():
+        s.start()
+    for s in servers.values():
+        s.ready()
+    log("servers ready: " + ", ".join(f"{n} :{s.port}" for n, s in servers.items()))
+    res = {**run_header("serve.py", argv), "template": "serve", "fits": fits, "threads": args.threads,
+           "fuzz_examples": args.fuzz_examples,
+           "seconds": args.seconds, "rounds": args.rounds, "concurrency": list(args.concurrency),
+           "n_train_questions": int(X_train["qid"].nunique()), "criteria": CRITERIA,
+           "requests": {k: len(v["texts"]) for k, v in texts.items()},
+           "hey": subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True).stdout,
+           "quick": "16 training questions, 2 s cells, one round" if args.quick else ""}
+    X_test = splits["test"][0]
+    X_test = X_test.assign(position=X_test.groupby("qid", sort=False).cumcount())  # a request's order
+    res["agreement"] = agreement(tr, servers["as2rank"].url, subset_questions(X_test, splits["test"][1], 20, seed=1)[0])
+    log(f"agreement: {res['agreement']}")
+    res["load"] = run_load(servers, bodies, args)
+    res["fuzz"] = fuzz(servers["as2rank"].url, args.fuzz_examples, work)
+    log(f"fuzz: {res['fuzz']}")
+    res["restart"] = restart_identical(servers["as2rank"], texts["100"])
+    res["sigterm"] = sigterm_under_load(servers["as2rank"], bodies["question"])
+    log(f"sigterm: {res['sigterm']}")
+    for s in servers.values():
+        s.stop()
+    cal = Server("calibrated", as2rank_cmd(dirs["cal"], t), work).start().ready()
+    X_ans = X_test if not args.quick else subset_questions(X_test, splits["test"][1], 30)[0]
+    res["answer"] = [answer_agreement(cal.url, calibrated, X_ans.reset_index(drop=True), coverage)
+                     for coverage in (None, 0.5)]
+    cal.stop()
+    log(f"answer: {res['answer']}")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    plot(res, DOCS / tagged("serve.png"))
+    conclude(res, "serve", start, acceptance(res))
+
+
+if __name__ == "__main__":
+    main()
