@@ -1,7 +1,7 @@
 """The catalogue of named models: each name, the estimator it builds, the suite it runs in, what it needs.
 
 :func:`get_ranker` is the one way from a name to an estimator, for users, the command line
-(``as2rank fit --model``, ``as2rank bench --models``), :class:`~as2rank.model_selection.RankerSelector`'s
+(``as2rank fit --model``, ``as2rank bench --models``), :class:`~as2rank.model_selection.selector.RankerSelector`'s
 ``candidates`` and the benchmark suite. Building an estimator only constructs it: weights load and torch is
 imported when it fits, so the catalogue is read without either.
 """

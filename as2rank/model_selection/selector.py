@@ -36,8 +36,8 @@ from .stopwatch import Pace, Stopwatch, free_cores
 
 __all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "RankerSelector"]
 
-#: The candidates of ``RankerSelector(candidates="default")``: names of the catalogue (:func:`get_ranker_names`),
-#: cheapest first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read), the
+#: The candidates of ``RankerSelector(candidates="default")``: names of the catalogue
+#: (:func:`~as2rank.model_selection.catalogue.get_ranker_names`), cheapest first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read), the
 #: candidates of :data:`GPU_CANDIDATES` only where a GPU is. A candidate whose packages are missing is listed as
 #: skipped with the command that installs them.
 DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer", "Transformer (MPNet)")
@@ -104,8 +104,8 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
     ----------
     candidates : "default", list or dict, default="default"
         ``"default"``: :data:`DEFAULT_CANDIDATES` (those whose packages are installed). A list of names of the
-        catalogue (:func:`get_ranker_names`, case-insensitive), of ``(name, estimator)`` pairs, or a dict
-        ``{name: estimator}``; estimators are cloned, never fitted in place.
+        catalogue (:func:`~as2rank.model_selection.catalogue.get_ranker_names`, case-insensitive), of
+        ``(name, estimator)`` pairs, or a dict ``{name: estimator}``; estimators are cloned, never fitted in place.
     cv : int or splitter, default=3
         Number of :class:`~sklearn.model_selection.GroupKFold` folds (shuffled with ``random_state``), or a
         splitter with ``split(X, y, groups)`` that keeps each question inside one fold.
