@@ -94,11 +94,11 @@ def _check_args(args) -> None:
     from ..answer.ranker import CALIBRATED_CONSTRAINTS
     from ..files import check_output_file
     from ..params import Interval, check_param
-    from ..model_selection import RankerSelector
+    from ..model_selection.selector import SELECTOR_CONSTRAINTS
     from .scale import PREDICT_FILE_CONSTRAINTS
 
     tables = {"top_k": RANK_CONSTRAINTS, **{k: PREDICT_FILE_CONSTRAINTS for k in ("chunksize", "window")},
-              **{k: RankerSelector._parameter_constraints for k in ("cv", "max_latency_ms", "time_budget")},
+              **{k: SELECTOR_CONSTRAINTS for k in ("cv", "max_latency_ms", "time_budget")},
               "n_threads": {"n_threads": [Interval(Integral, 1, None), None]},
               "target_precision": CALIBRATED_CONSTRAINTS}
     for name, table in tables.items():

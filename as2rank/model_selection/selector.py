@@ -34,7 +34,7 @@ from .measures import (answering, duration, first_fold_sizes, fit_predict, fit_w
 from .report import choose
 from .stopwatch import Pace, Stopwatch, free_cores
 
-__all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "RankerSelector"]
+__all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "SELECTOR_CONSTRAINTS", "RankerSelector"]
 
 #: The candidates of ``RankerSelector(candidates="default")``: names of the catalogue
 #: (:func:`~as2rank.model_selection.catalogue.get_ranker_names`), cheapest first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read), the
@@ -62,6 +62,20 @@ _PROBE_SHARE = 0.025
 #: The largest share of the questions a probe's larger round fits and predicts: a cheap model's cost per row
 #: falls with the size of a call, so its round is as large as its share of the time allows, up to this.
 _PROBE_MAX_FRACTION = 0.5
+
+
+#: The constraint table of :class:`RankerSelector`'s parameters, which the command line also checks its flags
+#: against (``--cv``, ``--max-latency-ms``, ``--time-budget``) before any work starts.
+SELECTOR_CONSTRAINTS = {
+    "candidates": [Options(("default",)), InstanceOf((list, tuple, dict), "a list or dict of candidates")],
+    "cv": [Interval(Integral, 2, None), HasMethods("split", "a splitter with a split method")],
+    "max_latency_ms": [Interval(Real, 0, None, closed="neither"), None],
+    "time_budget": [Interval(Real, 0, None, closed="neither"), None],
+    "alpha": [Interval(Real, 0, 1, closed="neither")],
+    "refit": [Boolean()],
+    "random_state": [Interval(Integral, 0, None)],
+    "verbose": [Boolean()],
+}
 
 
 @dataclass
@@ -166,16 +180,7 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
         defaults).
     """
 
-    _parameter_constraints = {
-        "candidates": [Options(("default",)), InstanceOf((list, tuple, dict), "a list or dict of candidates")],
-        "cv": [Interval(Integral, 2, None), HasMethods("split", "a splitter with a split method")],
-        "max_latency_ms": [Interval(Real, 0, None, closed="neither"), None],
-        "time_budget": [Interval(Real, 0, None, closed="neither"), None],
-        "alpha": [Interval(Real, 0, 1, closed="neither")],
-        "refit": [Boolean()],
-        "random_state": [Interval(Integral, 0, None)],
-        "verbose": [Boolean()],
-    }
+    _parameter_constraints = SELECTOR_CONSTRAINTS
 
     def __init__(self, candidates="default", cv=3, max_latency_ms=None, time_budget=1200.0, alpha=0.05, refit=True,
                  random_state=0, verbose=True):
