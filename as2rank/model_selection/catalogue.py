@@ -177,10 +177,21 @@ def get_entry(name: str) -> SuiteEntry:
     """The catalogue's entry of a model name (case-insensitive): its suite and what it needs installed
     (:meth:`SuiteEntry.missing`) beside the estimator it builds.
 
+    Parameters
+    ----------
+    name : str
+        A name of :func:`get_ranker_names`, case-insensitive.
+
+    Returns
+    -------
+    SuiteEntry
+
     Raises
     ------
     ValueError
         If no model has that name; the message lists the names.
+    TypeError
+        If ``name`` is not a str.
     """
     if not isinstance(name, str):
         raise TypeError(f"A model name is a str, got {type(name).__name__}: {name!r}.")
