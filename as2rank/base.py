@@ -65,7 +65,7 @@ def rank(estimator, X, *, top_k: int | None = None, abstain=False) -> pd.DataFra
     """Every question's candidates in rank order, with their scores, from any fitted estimator.
 
     Works with as2rank rankers, scikit-learn pipelines ending in one and fitted searches
-    (``GridSearchCV``, :class:`~as2rank.app.selection.RankerSelector`): anything with ``predict``.
+    (``GridSearchCV``, :class:`~as2rank.model_selection.selector.RankerSelector`): anything with ``predict``.
 
     Parameters
     ----------

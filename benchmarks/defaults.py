@@ -107,7 +107,7 @@ SUITE_NAMES = {"concat": "Context Concat", "mwa": "Context MWA", "ensemble": "Co
 
 def suite_global_method(estimator):
     """The ContextExtractor method of the suite's pipeline for ``estimator``, None when it is no context ranker."""
-    from as2rank.app.suite import ENTRIES
+    from as2rank.model_selection import ENTRIES
 
     if estimator not in SUITE_NAMES:
         return None
@@ -141,7 +141,7 @@ def extra_params(estimator, seed) -> dict:
         return dict(SETTINGS["cascade"])
     if estimator in ("distilled", "cerberus"):
         from as2rank import Cosinet
-        from as2rank.app.suite import ENTRIES
+        from as2rank.model_selection import ENTRIES
 
         lexical_lr = next(e for e in ENTRIES if e.name == "Lexical+LR")  # the suite's Lexical+LR pipeline
         return {"teachers": [Cosinet(random_state=seed), lexical_lr.make(seed)], **SETTINGS[estimator]}

@@ -66,7 +66,7 @@ def plot(table: pd.DataFrame, path: Path, budgets) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from as2rank.app.selection_report import plot_selection
+    from as2rank.model_selection.report import plot_selection
 
     ax = plot_selection(table)
     for budget in budgets:
@@ -119,9 +119,9 @@ def main(argv=None):
     parser.add_argument("--no-test", action="store_true", help="only the selections, no fits on the whole table")
     args = parser.parse_args(argv)
     from as2rank.datasets import read_pairs
-    from as2rank.app.selection import DEFAULT_CANDIDATES, GPU_CANDIDATES
-    from as2rank.app.selection_report import choose
-    from as2rank.app.suite import ENTRIES, run_suite
+    from as2rank.app.suite import run_suite
+    from as2rank.model_selection import DEFAULT_CANDIDATES, ENTRIES, GPU_CANDIDATES
+    from as2rank.model_selection.report import choose
 
     header = run_header("selection.py", argv)
     start = time.perf_counter()

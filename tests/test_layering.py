@@ -17,6 +17,7 @@ FLOORS = [
     ("persistence", ["persistence"]),
     ("rankers without torch", ["lexical", "pruning", "ensemble", "answer"]),
     ("model families", ["cosinet", "transformer"]),
+    ("model selection", ["model_selection"]),
     ("application", ["app", "serve"]),
 ]
 #: The package's facade imports lazily from every floor; ``python -m as2rank`` runs the command line.

@@ -273,8 +273,8 @@ def test_successive_halving_sizes_every_first_fold_into_its_share():
     (what the cheaper ones left): the largest of 1, 1/2, 1/4, ... of the fold's training questions whose estimate,
     in wall time at the machine's pace, fits; one that does not fit at 40 questions is excluded, with the smallest
     budget in whole minutes that includes it."""
-    from as2rank.app.selection import _Run
-    from as2rank.app.selection_measures import first_fold_sizes, fold_estimate, halvings, subsample
+    from as2rank.model_selection.selector import _Run
+    from as2rank.model_selection.measures import first_fold_sizes, fold_estimate, halvings, subsample
 
     keys = np.repeat(np.arange(480), 5).astype(str)  # 480 questions of 5 rows
     y = np.tile([1, 0, 0, 0, 0], 480)
@@ -347,7 +347,7 @@ def test_fit_work_counts_the_epochs_a_fit_will_run():
     """The probe's unit of fit cost: rows once for a model without epochs; rows per epoch otherwise, answered
     questions only under a listwise loss, and ``epochs="auto"`` resolved from the questions as Cosinet does (at
     least 200 steps: 8 questions at 4 per step run 100 epochs, 800 run 3)."""
-    from as2rank.app.selection_measures import fit_work, probe_estimator
+    from as2rank.model_selection.measures import fit_work, probe_estimator
     from as2rank import Cosinet
 
     keys = np.repeat(np.arange(800), 5).astype(str)
@@ -367,7 +367,7 @@ def test_the_probes_work_pads_a_neural_models_batches():
     """A neural model's rows cost the longest of their batch, sorted by length (a few rows in one batch cost what
     the longest does); a lexical model's, their lengths; an epoch's batches are of ``batch_size`` rows."""
     from as2rank import Cosinet, ZeroShotRanker
-    from as2rank.app.selection_measures import BATCH_ROWS, fit_work, padded_length, read_work
+    from as2rank.model_selection.measures import BATCH_ROWS, fit_work, padded_length, read_work
 
     assert padded_length([5, 1, 3, 10, 2], 2) == 2 * 2 + 2 * 5 + 10  # [1 2] [3 5] [10]
     assert padded_length([5, 1, 3], None) == padded_length([5, 1, 3], 1) == 9 and padded_length([], 4) == 0
@@ -383,7 +383,7 @@ def test_the_probes_work_pads_a_neural_models_batches():
 def test_the_probes_questions_have_both_labels_where_they_can():
     """``some_questions`` draws answered questions with a wrong candidate too before those with only correct
     ones, so that a one-question probe fit sees both labels."""
-    from as2rank.app.selection_measures import some_questions
+    from as2rank.model_selection.measures import some_questions
 
     keys = np.repeat(np.arange(6), 2).astype(str)
     y = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0])  # q0, q3, q4: only correct; q1: none; q2, q5: both
@@ -415,7 +415,7 @@ def test_latency_is_the_least_cpu_time_over_rounds_that_run_until_enough_is_spen
     """Rounds of one call per question (20 questions) after a warm-up call at the process's threads (one per
     question, for the wall time) and one on one thread: at least 3 rounds, more while under ``LATENCY_CPU_S``
     seconds are spent; the least of a question's calls counts, so a slow start (the first 2 rounds) does not."""
-    import as2rank.app.selection_measures as measures
+    import as2rank.model_selection.measures as measures
 
     X, y = data
     monkeypatch.setattr(measures, "LATENCY_CPU_S", 0.2)
@@ -436,7 +436,7 @@ def test_the_probe_predicts_training_questions_it_did_not_fit_on():
     """The fold's test questions stay unread until the fold predicts them (caches warm with what was read): the
     probe fits a fraction of the training questions and predicts as many others of them as that fraction of the
     test questions."""
-    from as2rank.app.selection_measures import probe_rows
+    from as2rank.model_selection.measures import probe_rows
 
     keys = np.repeat(np.arange(300), 4).astype(str)
     y = np.tile([1, 0, 0, 0], 300)
@@ -448,3 +448,13 @@ def test_the_probe_predicts_training_questions_it_did_not_fit_on():
     assert len(set(keys[fit])) == 6 and len(set(keys[predict])) == 3
     fit, predict = probe_rows(train[:8], test, keys, y, 0, fraction=1.0, minimum=6)  # nothing left: the fit's own
     assert list(fit) == list(predict) == list(train[:8])
+
+
+def test_candidate_names_are_read_from_the_catalogue(data):
+    """Names are the catalogue's (``as2rank.get_ranker``), case-insensitive, reported under the catalogue's
+    spelling; two spellings of one name are one candidate twice."""
+    X, y = data
+    sel = RankerSelector(candidates=["wo+rr", "wo"], cv=2, time_budget=None, refit=False, verbose=False).fit(X, y)
+    assert sorted(sel.cv_results_["model"]) == ["WO", "WO+RR"]
+    with pytest.raises(ValueError, match="unique"):
+        RankerSelector(candidates=["WO+RR", "wo+rr"], verbose=False).fit(X, y)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from as2rank.app.stopwatch import Lap, Stopwatch, _waited
+from as2rank.model_selection.stopwatch import Lap, Stopwatch, _waited
 
 
 def _spin(seconds):
@@ -52,7 +52,7 @@ def test_busy_neighbours_leave_the_steady_time_of_cpu_work_near_its_cpu_time():
 
 
 def test_pace_is_wall_per_steady_second_and_never_below_one():
-    from as2rank.app.stopwatch import Lap, Pace
+    from as2rank.model_selection.stopwatch import Lap, Pace
 
     pace = Pace()
     assert pace.ratio == 1.0  # nothing timed yet
@@ -65,7 +65,7 @@ def test_pace_is_wall_per_steady_second_and_never_below_one():
 def test_free_cores_is_between_one_and_the_cores_this_process_may_use():
     import os
 
-    from as2rank.app.stopwatch import free_cores
+    from as2rank.model_selection.stopwatch import free_cores
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert 1 <= free_cores(window=0.05) <= cores
@@ -73,7 +73,7 @@ def test_free_cores_is_between_one_and_the_cores_this_process_may_use():
 
 def test_threads_limits_torch_inside_the_block_and_restores_it():
     torch = pytest.importorskip("torch")
-    from as2rank.app.selection_measures import threads
+    from as2rank.model_selection.measures import threads
 
     before = torch.get_num_threads()
     with threads(1):

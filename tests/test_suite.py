@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 
-from as2rank.app.suite import SuiteEntry, show_fit_progress, format_leaderboard, load_benchmark_data, run_suite
+from as2rank.app.suite import show_fit_progress, format_leaderboard, load_benchmark_data, run_suite
+from as2rank.model_selection import SuiteEntry
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 Given every row's score from a model that did not see its question (cross-validation), and the fold each row
 was scored in, these functions learn the maps of :mod:`as2rank.answer.calibration` on some folds and apply them
 to the others, so that no fold's labels reach its own probabilities. :class:`~as2rank.answer.ranker.CalibratedRanker`
-chooses its threshold from them; :class:`~as2rank.app.selection.RankerSelector` reports, per candidate, the
+chooses its threshold from them; :class:`~as2rank.model_selection.selector.RankerSelector` reports, per candidate, the
 calibration error and the answer-triggering F1 they give. Arrays in, results out; NumPy only.
 """
 

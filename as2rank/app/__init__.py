@@ -1,1 +1,1 @@
-"""The application layer: the command line, the benchmark suite, model selection (RankerSelector) and scale-out (files, Dask)."""
+"""The application layer: the command line, the benchmark runner and scale-out (files, Dask)."""

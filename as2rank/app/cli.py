@@ -9,7 +9,8 @@
     Scores a file larger than memory (ASNQ TSV or Parquet) with a saved model, chunk by chunk, into a
     Parquet directory; an interrupted run resumes where it stopped.
 ``as2rank select DATA``
-    Cross-validates the candidate models on the user's table and recommends one (:class:`~as2rank.app.selection.RankerSelector`).
+    Cross-validates the candidate models on the user's table and recommends one
+    (:class:`~as2rank.model_selection.selector.RankerSelector`).
 ``as2rank fit DATA --model NAME|auto --output DIR``
     Fits a model (``auto``: the selector's choice) on the table and saves it with a model card.
 ``as2rank rank DIR DATA --output ranked.csv``
@@ -71,7 +72,7 @@ def _add_column_args(p, *, label_help="column of the 0/1 labels (default: label)
 
 
 def _selector(args, refit: bool):
-    from .selection import RankerSelector
+    from ..model_selection import RankerSelector
 
     candidates = args.candidates.split(",") if args.candidates else "default"
     return RankerSelector(candidates=candidates, cv=args.cv, max_latency_ms=args.max_latency_ms,
@@ -93,11 +94,11 @@ def _check_args(args) -> None:
     from ..answer.ranker import CALIBRATED_CONSTRAINTS
     from ..files import check_output_file
     from ..params import Interval, check_param
+    from ..model_selection.selector import SELECTOR_CONSTRAINTS
     from .scale import PREDICT_FILE_CONSTRAINTS
-    from .selection import RankerSelector
 
     tables = {"top_k": RANK_CONSTRAINTS, **{k: PREDICT_FILE_CONSTRAINTS for k in ("chunksize", "window")},
-              **{k: RankerSelector._parameter_constraints for k in ("cv", "max_latency_ms", "time_budget")},
+              **{k: SELECTOR_CONSTRAINTS for k in ("cv", "max_latency_ms", "time_budget")},
               "n_threads": {"n_threads": [Interval(Integral, 1, None), None]},
               "target_precision": CALIBRATED_CONSTRAINTS}
     for name, table in tables.items():
@@ -167,8 +168,9 @@ def _column_flags(args) -> str:
 def _fit(args) -> int:
     from ..persistence import save
     from ..persistence.card import ModelCardData
+    from ..model_selection import get_entry, get_ranker
     from .guards import check_model_output
-    from .suite import show_fit_progress, select
+    from .suite import show_fit_progress
 
     check_model_output(args.output, overwrite=args.overwrite)  # before the fit
     X, y = _read_table(args.data, args, labels=True)
@@ -180,7 +182,7 @@ def _fit(args) -> int:
     if args.model == "auto":
         selector = _selector(args, refit=not args.calibrate).fit(X, y)
         # Calibrating refits the choice on folds: an unfitted one, rather than the selector's refit.
-        model = select(("all",), [selector.best_name_])[0].make(args.seed) if args.calibrate else selector.best_estimator_
+        model = get_ranker(selector.best_name_, random_state=args.seed) if args.calibrate else selector.best_estimator_
         row = selector.results_table().set_index("model").loc[selector.best_name_]
         card.metrics = {"map": float(row["map"]), **{key: float(row[key]) for key in ("ece", "answer_f1")
                                                      if math.isfinite(row[key])}}
@@ -189,11 +191,11 @@ def _fit(args) -> int:
         card.notes = f"Chosen by as2rank's RankerSelector: {selector.choice_reason_}."
         name = selector.best_name_
     else:
-        (entry,) = select(("all",), [args.model])
+        entry = get_entry(args.model)
         missing = entry.missing()
         if missing:
             raise ImportError(f"{entry.name} needs: pip install {' '.join(missing)}")
-        model = entry.make(args.seed)
+        model = get_ranker(entry.name, random_state=args.seed)
         if not args.quiet:
             show_fit_progress(model)
         if not args.calibrate:
@@ -313,8 +315,8 @@ def _evaluation_data(args):
 
 def _evaluate(args) -> int:
     from ..metrics import ranking_report
+    from ..model_selection import get_entry, get_ranker
     from .scale import load_model
-    from .suite import select
 
     if args.save and not args.save.lower().endswith(_PICKLE_SUFFIXES) and not _is_model_path(args.model):
         from .guards import check_model_output
@@ -330,11 +332,11 @@ def _evaluate(args) -> int:
     if saved:
         model = load_model(args.model, allow_pickle=args.allow_pickle)
     else:
-        (entry,) = select(("all",), [args.model])
+        entry = get_entry(args.model)
         missing = entry.missing()
         if missing:
             raise ImportError(f"{entry.name} needs: pip install {' '.join(missing)}")
-        model = entry.make(args.seed).fit(X_train, y_train)
+        model = get_ranker(entry.name, random_state=args.seed).fit(X_train, y_train)
         if args.save and args.save.lower().endswith(_PICKLE_SUFFIXES):
             import joblib
 

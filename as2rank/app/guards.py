@@ -106,13 +106,14 @@ def _files_under(folder: Path, limit=100_000):
 
 
 def is_model_path(model: str) -> bool:
-    """Whether ``evaluate --model`` names a saved model, not a suite entry: a directory, a pickle's name, or a path
-    that is no suite model's name (an existing file, a name with a folder in it), which the model rules then judge."""
-    from .suite import ENTRIES
+    """Whether ``evaluate --model`` names a saved model, not a catalogue model: a directory, a pickle's name, or a
+    path that is no catalogue model's name (an existing file, a name with a folder in it), which the model rules
+    then judge."""
+    from ..model_selection import get_ranker_names
 
     if Path(model).is_dir() or model.lower().endswith(PICKLE_SUFFIXES):
         return True
-    if model.lower() in {e.name.lower() for e in ENTRIES}:
+    if model.lower() in {name.lower() for name in get_ranker_names()}:
         return False
     return os.path.lexists(model) or "/" in model or os.sep in model
 

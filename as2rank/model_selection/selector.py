@@ -28,18 +28,18 @@ from ..data import check_ranking_data
 from ..evaluation import per_question
 from ..metrics import paired_significance
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, ParameterMixin, validated
-from .selection_measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings,
-                                 has_gpu, latency_ms, n_questions_of, probe_estimator, probe_rows, read_work,
-                                 subsample, threads)
-from .selection_report import choose
+from .catalogue import get_entry, get_ranker
+from .measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings, has_gpu,
+                       latency_ms, n_questions_of, probe_estimator, probe_rows, read_work, subsample, threads)
+from .report import choose
 from .stopwatch import Pace, Stopwatch, free_cores
 
-__all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "RankerSelector"]
+__all__ = ["DEFAULT_CANDIDATES", "GPU_CANDIDATES", "SELECTOR_CONSTRAINTS", "RankerSelector"]
 
-#: The candidates of ``RankerSelector(candidates="default")``: names of :data:`as2rank.app.suite.ENTRIES`, cheapest
-#: first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read), the candidates of
-#: :data:`GPU_CANDIDATES` only where a GPU is. A candidate whose packages are missing is listed as skipped with the
-#: command that installs them.
+#: The candidates of ``RankerSelector(candidates="default")``: names of the catalogue
+#: (:func:`~as2rank.model_selection.catalogue.get_ranker_names`), cheapest first. ``RR`` joins only when the data has a ``position`` column (a retrieval order to read), the
+#: candidates of :data:`GPU_CANDIDATES` only where a GPU is. A candidate whose packages are missing is listed as
+#: skipped with the command that installs them.
 DEFAULT_CANDIDATES = ("RR", "WO+RR", "Lexical+LR", "Zero-shot", "Cosinet+BiRNN", "Transformer", "Transformer (MPNet)")
 
 #: Default candidates that join only where a GPU is: on a CPU the BASE-size encoder trains far slower than MiniLM,
@@ -62,6 +62,20 @@ _PROBE_SHARE = 0.025
 #: The largest share of the questions a probe's larger round fits and predicts: a cheap model's cost per row
 #: falls with the size of a call, so its round is as large as its share of the time allows, up to this.
 _PROBE_MAX_FRACTION = 0.5
+
+
+#: The constraint table of :class:`RankerSelector`'s parameters, which the command line also checks its flags
+#: against (``--cv``, ``--max-latency-ms``, ``--time-budget``) before any work starts.
+SELECTOR_CONSTRAINTS = {
+    "candidates": [Options(("default",)), InstanceOf((list, tuple, dict), "a list or dict of candidates")],
+    "cv": [Interval(Integral, 2, None), HasMethods("split", "a splitter with a split method")],
+    "max_latency_ms": [Interval(Real, 0, None, closed="neither"), None],
+    "time_budget": [Interval(Real, 0, None, closed="neither"), None],
+    "alpha": [Interval(Real, 0, 1, closed="neither")],
+    "refit": [Boolean()],
+    "random_state": [Interval(Integral, 0, None)],
+    "verbose": [Boolean()],
+}
 
 
 @dataclass
@@ -104,8 +118,8 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
     ----------
     candidates : "default", list or dict, default="default"
         ``"default"``: :data:`DEFAULT_CANDIDATES` (those whose packages are installed). A list of names of the
-        benchmark suite (``as2rank bench --models``), of ``(name, estimator)`` pairs, or a dict
-        ``{name: estimator}``; estimators are cloned, never fitted in place.
+        catalogue (:func:`~as2rank.model_selection.catalogue.get_ranker_names`, case-insensitive), of
+        ``(name, estimator)`` pairs, or a dict ``{name: estimator}``; estimators are cloned, never fitted in place.
     cv : int or splitter, default=3
         Number of :class:`~sklearn.model_selection.GroupKFold` folds (shuffled with ``random_state``), or a
         splitter with ``split(X, y, groups)`` that keeps each question inside one fold.
@@ -143,8 +157,8 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
         fold, fewer than the fold's when the budget halved them), ``p_vs_best``, ``tied_with_best``,
         ``fit_s`` (mean wall seconds per fold), ``fold_estimate_s`` (the probe's estimate of a fold, fit and
         predict) beside ``fold_steady_s`` (what the folds took, mean), both in steady seconds (wall time less the
-        waits for a CPU that other processes held, :mod:`as2rank.app.stopwatch`), ``latency_ms`` (median over
-        questions of the least CPU time of its calls on one thread, over rounds spread in time: a property of the
+        waits for a CPU that other processes held, :mod:`as2rank.model_selection.stopwatch`), ``latency_ms``
+        (median over questions of the least CPU time of its calls on one thread, over rounds spread in time: a property of the
         model, not of the load)
         beside ``latency_wall_ms`` (median wall time of one call at the process's threads), ``within_budget``, ``chosen``; ``ece`` (expected calibration
         error of sigmoid-calibrated candidate probabilities) and ``answer_f1`` (answer-triggering F1 over every
@@ -166,16 +180,7 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
         defaults).
     """
 
-    _parameter_constraints = {
-        "candidates": [Options(("default",)), InstanceOf((list, tuple, dict), "a list or dict of candidates")],
-        "cv": [Interval(Integral, 2, None), HasMethods("split", "a splitter with a split method")],
-        "max_latency_ms": [Interval(Real, 0, None, closed="neither"), None],
-        "time_budget": [Interval(Real, 0, None, closed="neither"), None],
-        "alpha": [Interval(Real, 0, 1, closed="neither")],
-        "refit": [Boolean()],
-        "random_state": [Interval(Integral, 0, None)],
-        "verbose": [Boolean()],
-    }
+    _parameter_constraints = SELECTOR_CONSTRAINTS
 
     def __init__(self, candidates="default", cv=3, max_latency_ms=None, time_budget=1200.0, alpha=0.05, refit=True,
                  random_state=0, verbose=True):
@@ -262,9 +267,6 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
 
     def _runs(self, has_position: bool) -> list:
         """The candidates as runs, in evaluation order (the default ones cheapest first)."""
-        from .suite import ENTRIES
-
-        entries = {e.name: e for e in ENTRIES}
         if isinstance(self.candidates, str):
             gpu = has_gpu()
             named = [n for n in DEFAULT_CANDIDATES if (has_position or n != "RR") and (gpu or n not in GPU_CANDIDATES)]
@@ -275,18 +277,19 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
         runs = []
         for item in named:
             if isinstance(item, str):
-                if item not in entries:
-                    raise ValueError(f"Unknown candidate {item!r}; the suite's models are {sorted(entries)}.")
-                entry = entries[item]
+                try:
+                    entry = get_entry(item)
+                except ValueError as exc:
+                    raise ValueError(f"Unknown candidate {item!r}: {exc}") from None
                 missing = entry.missing()
                 if missing:
-                    runs.append(_Run(item, None, status=f"skipped: pip install {' '.join(missing)}"))
+                    runs.append(_Run(entry.name, None, status=f"skipped: pip install {' '.join(missing)}"))
                     continue
-                runs.append(_Run(item, entry.make(self.random_state)))
+                runs.append(_Run(entry.name, get_ranker(entry.name, random_state=self.random_state)))
             elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and hasattr(item[1], "fit"):
                 runs.append(_Run(item[0], item[1]))
             else:
-                raise ValueError(f"A candidate must be a suite model name or a (name, estimator) pair, got {item!r}.")
+                raise ValueError(f"A candidate must be a catalogue model name or a (name, estimator) pair, got {item!r}.")
         names = [r.name for r in runs]
         if len(set(names)) != len(names):
             raise ValueError(f"Candidate names must be unique, got {names}.")
@@ -307,7 +310,7 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
         plus seconds per unit of :func:`fit_work` (characters through the model, each batch padded to its
         longest, once per epoch), which counts the epochs a fold's fit will run (``epochs="auto"`` runs at least
         200 steps however few the questions); a predict's, its fixed cost plus a cost per unit of
-        :func:`read_work`. Times are steady seconds (:mod:`as2rank.app.stopwatch`): what other work on the
+        :func:`read_work`. Times are steady seconds (:mod:`as2rank.model_selection.stopwatch`): what other work on the
         machine takes from them is left out, so the estimates do not depend on it. The share of the budget is
         counted in wall time, which ``pace`` (updated here) relates to steady time.
         """
@@ -561,8 +564,8 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
                           table[~evaluated]], ignore_index=True)
 
     def format_table(self) -> str:
-        """The results as a Markdown table (see :func:`as2rank.app.selection_report.format_selection`)."""
-        from .selection_report import format_selection
+        """The results as a Markdown table (see :func:`as2rank.model_selection.report.format_selection`)."""
+        from .report import format_selection
 
         check_is_fitted(self, "cv_results_")
         return format_selection(self.results_table(), alpha=self.alpha, max_latency_ms=self.max_latency_ms,
@@ -570,7 +573,7 @@ class RankerSelector(ParameterMixin, RankerMixin, BaseEstimator):
 
     def plot(self, ax=None):
         """MAP against latency per question, one point per candidate, the choice marked (needs matplotlib)."""
-        from .selection_report import plot_selection
+        from .report import plot_selection
 
         check_is_fitted(self, "cv_results_")
         return plot_selection(self.results_table(), max_latency_ms=self.max_latency_ms, ax=ax)

@@ -1,4 +1,4 @@
-"""What :class:`~as2rank.app.selection.RankerSelector` measures of a candidate, as functions of arrays: the
+"""What :class:`~as2rank.model_selection.selector.RankerSelector` measures of a candidate, as functions of arrays: the
 timing probe's fits, fold-time estimates and the training subsamples of successive halving, the latency of one
 question, and how well its out-of-fold scores answer or abstain. NumPy/pandas only."""
 

@@ -1,4 +1,4 @@
-"""How :class:`~as2rank.app.selection.RankerSelector` chooses from its results and shows them: the choice
+"""How :class:`~as2rank.model_selection.selector.RankerSelector` chooses from its results and shows them: the choice
 (:func:`choose`), a Markdown table and a plot of MAP against latency. NumPy/pandas only; the plot imports
 matplotlib when called."""
 
@@ -102,8 +102,8 @@ def plot_selection(table: pd.DataFrame, *, max_latency_ms=None, ax=None):
 
 
 def choose(table: pd.DataFrame, *, max_latency_ms=None) -> tuple[int, str]:
-    """The choice of :class:`~as2rank.app.selection.RankerSelector` from its results: the candidate with the lowest latency among
-    those within ``max_latency_ms`` that are not significantly below the best (``tied_with_best``).
+    """The choice of :class:`~as2rank.model_selection.selector.RankerSelector` from its results: the candidate
+    with the lowest latency among those within ``max_latency_ms`` that are not significantly below the best (``tied_with_best``).
 
     When no candidate within the budget is tied with the best, the one with the best shared MAP within the
     budget is chosen; when none is within it, the fastest; both with a warning. A pure function of the

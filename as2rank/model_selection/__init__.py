@@ -1,0 +1,13 @@
+"""Model selection: the catalogue of named models and choosing among them by measurement on the user's data.
+
+:func:`get_ranker` builds a catalogue model by name (:func:`get_ranker_names` lists them);
+:class:`RankerSelector` cross-validates candidates by question groups and chooses the cheapest one not
+significantly below the best, within a latency budget. Importing this package imports neither torch nor
+transformers.
+"""
+
+from .catalogue import ENTRIES, SuiteEntry, get_entry, get_ranker, get_ranker_names
+from .selector import DEFAULT_CANDIDATES, GPU_CANDIDATES, RankerSelector
+
+__all__ = ["RankerSelector", "DEFAULT_CANDIDATES", "GPU_CANDIDATES", "get_ranker", "get_ranker_names", "get_entry",
+           "SuiteEntry", "ENTRIES"]
