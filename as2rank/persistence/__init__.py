@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._version import __version__
+from ..version import __version__
 from ..files import atomic_directory
 from ..params import param_names
 from .card import write_card
