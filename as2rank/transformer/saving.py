@@ -10,11 +10,10 @@ from pathlib import Path
 
 from sklearn.utils.validation import check_is_fitted
 
-from ..persistence.checks import (check_checkpoint, check_loaded_tokenizer, check_onnx_folder, check_params,
-                                  one_line_errors)
+from ..persistence.checks import check_checkpoint, check_loaded_tokenizer, check_params, one_line_errors
 from ..persistence.codec import (HEADS_FILE, INT8_FOLDER, Reader, Writer, check_class, check_tensors, open_model,
                                  read_estimator, read_safetensors, write_torch)
-from ..persistence.formats import one_line
+from ..persistence.formats import check_onnx_folder, one_line
 from ..persistence.registry import class_name, register_layout
 from ..persistence.schema import check_fitted
 from ..persistence.trust import resolve_references
