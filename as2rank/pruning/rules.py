@@ -195,7 +195,8 @@ def simulate_cascade(exit_logits, groups, alpha, exits, position=None):
         if e < n_exits - 1:
             alive = alive[drop_lowest(index.codes[alive], logits[alive, e], alphas[e])]
     scores = stage_scores(logits[np.arange(n), reached], reached, n_exits)
-    return scores, cost_report(rows_per_layer, np.bincount(reached, minlength=n_exits)[::-1].cumsum()[::-1], n, index.n_groups)
+    survivors = np.bincount(reached, minlength=n_exits)[::-1].cumsum()[::-1]
+    return scores, cost_report(rows_per_layer, survivors, n, index.n_groups)
 
 
 def tune_alpha(
