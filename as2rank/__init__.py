@@ -5,7 +5,7 @@ Heavy dependencies (torch, transformers) load only when a neural estimator is fi
 
 from importlib import import_module
 
-from ._version import __version__  # noqa: F401 (as2rank.__version__)
+from .version import __version__  # noqa: F401 (as2rank.__version__)
 
 # Public name -> module that defines it; resolved on first access so `import as2rank` stays fast.
 _LAZY = {

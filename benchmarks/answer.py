@@ -29,7 +29,7 @@ from scipy.special import expit
 from sklearn.model_selection import GroupShuffleSplit
 
 from as2rank.answer import CalibratedRanker
-from as2rank.answer.calibration import apply_calibration
+from as2rank.ensemble.calibration import apply_calibration
 from as2rank.app.suite import load_benchmark_data, select
 from as2rank.data import GroupIndex
 from as2rank.metrics import ranking_report

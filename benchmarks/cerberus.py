@@ -73,7 +73,9 @@ from sklearn.pipeline import make_pipeline
 from teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
 
 from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
-from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_logits
+from as2rank.ensemble.linear import LinearEnsemble
+from as2rank.ensemble.teachers import teacher_logits
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker
 from as2rank.cosinet.estimator import Cosinet
 from as2rank.data import keep_answered
 from as2rank.evaluation import compare, evaluate, per_question

@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator
 from _common import SCORES, cache_key, fitted, inference_params, log, machine, note_code, read_fresh, save_stored
 from fitcode import code_record, traced
 
-from as2rank.transformer.cerberus import teacher_logits
+from as2rank.ensemble.teachers import teacher_logits
 
 
 def cross_fitted(spec, X, y, cv):

@@ -15,7 +15,10 @@ from sklearn.exceptions import NotFittedError  # noqa: E402
 from sklearn.model_selection import GridSearchCV, GroupKFold  # noqa: E402
 
 from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker  # noqa: E402
-from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, platt_scaling, teacher_logits  # noqa: E402
+from as2rank.ensemble.calibration import platt_scaling  # noqa: E402
+from as2rank.ensemble.linear import LinearEnsemble  # noqa: E402
+from as2rank.ensemble.teachers import teacher_logits  # noqa: E402
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker  # noqa: E402
 from as2rank.data import GroupIndex  # noqa: E402
 from as2rank.metrics import get_scorer  # noqa: E402
 from as2rank.transformer.distillation import CerberusEncoder  # noqa: E402

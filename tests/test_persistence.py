@@ -328,7 +328,8 @@ pytest.importorskip("transformers")
 
 from as2rank.pruning.sequential import SequentialRanker  # noqa: E402
 from as2rank.transformer.cascade import CascadeTransformer  # noqa: E402
-from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble  # noqa: E402
+from as2rank.ensemble.linear import LinearEnsemble  # noqa: E402
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker  # noqa: E402
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA  # noqa: E402
 from as2rank.cosinet.estimator import Cosinet  # noqa: E402
 from as2rank.transformer.ranker import TransformerRanker  # noqa: E402

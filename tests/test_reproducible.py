@@ -15,7 +15,8 @@ from sklearn.utils import get_tags
 
 from as2rank.pruning.sequential import SequentialRanker
 from as2rank.transformer.cascade import CascadeTransformer
-from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble
+from as2rank.ensemble.linear import LinearEnsemble
+from as2rank.transformer.cerberus import Cerberus, DistilledRanker
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextMWA
 from as2rank.cosinet.estimator import Cosinet, _encode, _table
 from as2rank.cosinet.network import CosinetNetwork

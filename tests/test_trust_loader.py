@@ -160,13 +160,20 @@ def test_params_apply_to_an_unpickled_model(tmp_path):
 
 # ----------------------------------------------------------------------------------------------- links
 def _spy_reads(monkeypatch):
-    """Record whether as2rank.json was read (read_meta called)."""
-    import as2rank.persistence as persistence
+    """Record whether as2rank.json was read (read_meta called where loading calls it: the file format)."""
+    from as2rank.persistence import codec
 
     calls = []
-    original = persistence.read_meta
-    monkeypatch.setattr(persistence, "read_meta", lambda path: calls.append(path) or original(path))
+    original = codec.read_meta
+    monkeypatch.setattr(codec, "read_meta", lambda path: calls.append(path) or original(path))
     return calls
+
+
+def test_the_spy_sees_a_model_being_read(saved, monkeypatch):
+    """What makes the tests below mean something: loading a good directory does call the spied reader."""
+    calls = _spy_reads(monkeypatch)
+    as2rank.load(saved["ranker"][0])
+    assert calls[0] == saved["ranker"][0]  # then its nested estimators' (the lexical prior's features)
 
 
 def test_a_linked_as2rank_json_is_refused_before_it_is_read(saved, tmp_path, monkeypatch):

@@ -1,10 +1,11 @@
 """Held-out answer probabilities from out-of-fold ranking scores.
 
 Given every row's score from a model that did not see its question (cross-validation), and the fold each row
-was scored in, these functions learn the maps of :mod:`as2rank.answer.calibration` on some folds and apply them
-to the others, so that no fold's labels reach its own probabilities. :class:`~as2rank.answer.ranker.CalibratedRanker`
-chooses its threshold from them; :class:`~as2rank.model_selection.selector.RankerSelector` reports, per candidate, the
-calibration error and the answer-triggering F1 they give. Arrays in, results out; NumPy only.
+was scored in, these functions learn the maps of :mod:`as2rank.ensemble.calibration` and
+:mod:`as2rank.answer.trigger` on some folds and apply them to the others, so that no fold's labels reach its own
+probabilities. :class:`~as2rank.answer.ranker.CalibratedRanker` chooses its threshold from them;
+:class:`~as2rank.model_selection.selector.RankerSelector` reports, per candidate, the calibration error and the
+answer-triggering F1 they give. Arrays in, results out; NumPy only.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..data import GroupIndex
+from ..ensemble.calibration import apply_calibration, fit_calibration
 from ..triggering import brier_score, expected_calibration_error
-from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
 from .threshold import choose_threshold
+from .trigger import fit_trigger, question_features, trigger_proba
 
 __all__ = ["cross_fit", "held_out_answering"]
 

@@ -17,12 +17,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin, check_scores, rank_tiebreak
 from ..data import GroupIndex, check_ranking_data, check_X
+from ..ensemble.calibration import apply_calibration, fit_calibration
 from ..ensemble.teachers import clone_sharing
 from ..params import HasMethods, Interval, Options, ParameterMixin, check_param, validated
 from ..persistence import PersistenceMixin
-from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
 from .heldout import cross_fit
 from .threshold import choose_threshold
+from .trigger import fit_trigger, question_features, trigger_proba
 
 __all__ = ["CALIBRATED_CONSTRAINTS", "PREFIT_FOLDS", "CalibratedRanker"]
 
@@ -56,7 +57,7 @@ class CalibratedRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstima
        (scikit-learn's ``CalibratedClassifierCV(ensemble=False)``). ``predict`` is the ranker's own score: the
        ranking never changes.
     2. **The question-level probability** that a question's top candidate answers it: a logistic regression on
-       the question's calibrated probabilities (:data:`~as2rank.answer.calibration.FEATURES`: the top
+       the question's calibrated probabilities (:data:`~as2rank.answer.trigger.FEATURES`: the top
        probability, its margin over the second, the entropy of the list, the number of candidates), learned
        from out-of-fold probabilities (each fold's rows calibrated by a map fitted on the other folds).
     3. **The threshold** above which a question is answered (``threshold_``), for ``target_precision``,
@@ -99,7 +100,7 @@ class CalibratedRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstima
     estimator_ : estimator
         The fitted ranker (with ``cv="prefit"``, ``estimator`` itself).
     calibration_ : ndarray of shape (2,) or (2, n_knots)
-        The score-to-probability map (:mod:`as2rank.answer.calibration`).
+        The score-to-probability map (:mod:`as2rank.ensemble.calibration`).
     trigger_coef_ : ndarray of shape (4,)
     trigger_intercept_ : float
         The question-level logistic regression.

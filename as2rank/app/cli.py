@@ -40,7 +40,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .._version import __version__
+from ..version import __version__
 from .guards import BUNDLED as _BUNDLED, PICKLE_SUFFIXES as _PICKLE_SUFFIXES, OneLineParser
 from .guards import command_paths, error_line, is_failure, one_line
 from .guards import is_model_path as _is_model_path, read_table as _read_table, say as _say

@@ -20,7 +20,8 @@ from ..data import check_ranking_data, check_X
 from ..metrics import get_scorer
 from ..params import InstanceOf, Interval, ParameterMixin, SequenceOf, validated
 from ..persistence import PersistenceMixin
-from .teachers import clone_sharing, _is_model, platt_scaling
+from .calibration import platt_scaling
+from .teachers import clone_sharing, is_model
 
 __all__ = ["LinearEnsemble"]
 
@@ -29,11 +30,11 @@ class LinearEnsemble(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimato
     """A weighted sum of fitted rankers' calibrated scores, the weights tuned on held-out data.
 
     ``fit(X_dev, y_dev)`` maps each ranker's scores to logits by Platt scaling on ``(X_dev, y_dev)`` (so
-    rankers of different families share one scale, see :mod:`as2rank.ensemble.teachers`) and picks the weights: the
-    point of the simplex grid ``{w : w_i = n_i / resolution, Σ w_i = 1}`` with the best ``metric`` on
-    ``(X_dev, y_dev)``, ties going to the weights closest to uniform (the paper tuned its ensembles with
-    Optuna; for a handful of rankers an exhaustive grid is as good and deterministic). The rankers are not
-    refitted: fit them on the training data and pass held-out data to ``fit``. ``predict`` is
+    rankers of different families share one scale, see :mod:`as2rank.ensemble.calibration`) and picks the
+    weights: the point of the simplex grid ``{w : w_i = n_i / resolution, Σ w_i = 1}`` with the best
+    ``metric`` on ``(X_dev, y_dev)``, ties going to the weights closest to uniform (the paper tuned its
+    ensembles with Optuna; for a handful of rankers an exhaustive grid is as good and deterministic). The
+    rankers are not refitted: fit them on the training data and pass held-out data to ``fit``. ``predict`` is
     ``Σ w_i (a_i · score_i + b_i)``.
 
     Parameters
@@ -69,7 +70,7 @@ class LinearEnsemble(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimato
         self._keep_params(locals())
 
     def _check_rules(self):
-        if not isinstance(self.rankers, (list, tuple)) or not self.rankers or not all(map(_is_model, self.rankers)):
+        if not isinstance(self.rankers, (list, tuple)) or not self.rankers or not all(map(is_model, self.rankers)):
             raise ValueError(f"rankers must be a non-empty list of fitted rankers, got {self.rankers!r}.")
         for j, ranker in enumerate(self.rankers):
             try:

@@ -1,11 +1,11 @@
 """Teachers of a distilled student: their scores turned into calibrated logits, as the students see them.
 
-* :func:`teacher_logits`: the teachers' scores of the training data, Platt-scaled, optionally cross-fitted.
-* :func:`platt_scaling`: the calibration map of one teacher (also how
-  :class:`~as2rank.ensemble.linear.LinearEnsemble` puts its rankers on one scale).
-* The checks of a ``teachers`` list and of ``teacher_cv``, and ``clone_sharing``: the clone of an
-  estimator that shares (does not refit) the fitted models it was given (a student's teachers, an
-  ensemble's rankers).
+* :func:`teacher_logits`: the teachers' scores of the training data, Platt-scaled
+  (:func:`~as2rank.ensemble.calibration.platt_scaling`), optionally cross-fitted.
+* :func:`check_teachers` and :data:`CV_CONSTRAINTS`: the checks of a ``teachers`` list and of ``teacher_cv``;
+  :func:`is_model`: whether a teacher (or an ensemble's member) is a ranker rather than scores.
+* :func:`clone_sharing`: the clone of an estimator that shares (does not refit) the fitted models it was
+  given (a student's teachers, an ensemble's rankers, a calibrated ranker's prefit estimator).
 
 **Teachers** are fitted as2rank rankers of any family (a transformer of any backbone, ``Cosinet``, a lexical
 ``PointwiseRanker`` pipeline, ...), the name of a column of ``X`` holding precomputed scores (it travels with
@@ -16,10 +16,9 @@ student share them (they are not refitted, as with :class:`sklearn.frozen.Frozen
 **Calibration.** A ranker's score is not a logit on a common scale (an overlap count is not a probability;
 a cross-encoder's logit and a Cosinet score differ in scale), while the distillation loss (Eq. 1 of the
 CERBERUS paper, :class:`~as2rank.neural.losses.HeadDistillation`) compares softened probabilities.
-Each teacher's scores are mapped to logits by Platt scaling fitted on the training data: ``a · score + b``
-with ``a, b`` minimising the cross-entropy against Platt's smoothed targets ``(N₊ + 1)/(N₊ + 2)`` for
-positives and ``1/(N₋ + 2)`` for negatives. The map is monotone (a teacher's ranking is kept) and puts every
-teacher on the scale of log-odds of relevance.
+Each teacher's scores are mapped to logits by Platt scaling fitted on the training data, ``a · score + b``
+(:mod:`as2rank.ensemble.calibration`, the calibration every estimator shares): the map is monotone (a
+teacher's ranking is kept) and puts every teacher on the scale of log-odds of relevance.
 
 **Teachers scoring their own training data.** A teacher fitted on the student's training data scores it
 better than it would score new data: a cross-encoder that memorised it separates positives from negatives
@@ -45,67 +44,20 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..data import check_ranking_data
 from ..params import HasMethods, Interval, check_param
+from .calibration import platt_scaling
 
-__all__ = ["platt_scaling", "teacher_logits"]
+__all__ = ["CV_CONSTRAINTS", "check_teachers", "clone_sharing", "is_model", "teacher_logits"]
 
 #: Accepted values of ``cv`` (the distilled students' ``teacher_cv``): ``None``, a number of folds or a splitter.
 CV_CONSTRAINTS = [None, Interval(Integral, 2, None), HasMethods("split", description="a group splitter")]
 
 
-def platt_scaling(scores, y) -> tuple:
-    """Slope and intercept mapping ``scores`` to calibrated logits of relevance (Platt, 1999).
-
-    Minimises the logistic loss of ``a · score + b`` against Platt's smoothed targets (``(N₊ + 1)/(N₊ + 2)``
-    for positives, ``1/(N₋ + 2)`` for negatives), which keep ``a`` finite when the scores separate the
-    classes perfectly.
-
-    Parameters
-    ----------
-    scores : array-like of shape (n,)
-    y : array-like of shape (n,)
-        Labels; > 0 is a positive.
-
-    Returns
-    -------
-    a, b : float
-
-    Raises
-    ------
-    ValueError
-        If ``y`` holds only positives or only negatives, or a score is not finite.
-    """
-    from scipy.optimize import minimize
-    from scipy.special import expit
-
-    scores = np.asarray(scores, dtype=np.float64)
-    positive = np.asarray(y) > 0
-    if not np.isfinite(scores).all():
-        raise ValueError("Teacher scores must be finite numbers.")
-    n_pos = int(positive.sum())
-    n_neg = len(positive) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError("Calibrating teacher scores needs positive and negative labels in the data (or fold).")
-    target = np.where(positive, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
-    mean, std = scores.mean(), scores.std()
-    if std == 0:  # a constant teacher: only the prior is left
-        return 0.0, float(np.log((n_pos + 1) / (n_neg + 1)))
-    z = (scores - mean) / std  # standardised, so one starting point suits every scale
-
-    def loss(ab):
-        logit = ab[0] * z + ab[1]
-        residual = expit(logit) - target
-        return np.sum(np.logaddexp(0.0, logit) - target * logit), np.array([residual @ z, residual.sum()])
-
-    a, b = minimize(loss, x0=np.zeros(2), jac=True, method="L-BFGS-B").x
-    return float(a / std), float(b - a * mean / std)
-
-
-def _is_model(teacher) -> bool:
+def is_model(teacher) -> bool:
     """Whether ``teacher`` is an estimator (``fit`` and ``predict``) rather than precomputed scores."""
     return hasattr(teacher, "fit") and hasattr(teacher, "predict")
 
 
-def _check_teachers(teachers) -> None:
+def check_teachers(teachers) -> None:
     """Raise ``ValueError`` unless ``teachers`` is a non-empty list of rankers, column names and 1-D score
     arrays (whether a ranker is fitted is checked when it scores)."""
     if not isinstance(teachers, (list, tuple)) or not teachers:
@@ -113,7 +65,7 @@ def _check_teachers(teachers) -> None:
             f"teachers must be a non-empty list of fitted rankers, column names of X or score arrays, got {teachers!r}."
         )
     for j, teacher in enumerate(teachers):
-        if isinstance(teacher, str) or _is_model(teacher):
+        if isinstance(teacher, str) or is_model(teacher):
             continue
         try:
             ok = np.asarray(teacher, dtype=np.float64).ndim == 1
@@ -182,14 +134,14 @@ def teacher_logits(teachers, X, y, groups=None, cv=None) -> np.ndarray:
     from sklearn.model_selection import GroupKFold
 
     X, y, index = check_ranking_data(X, y, groups)
-    _check_teachers(teachers)
+    check_teachers(teachers)
     check_param("cv", cv, CV_CONSTRAINTS)
     if groups is not None:
         X = X.assign(qid=np.asarray(groups))
     out = np.empty((len(X), len(teachers)))
     folds = None
     for j, teacher in enumerate(teachers):
-        if not _is_model(teacher):
+        if not is_model(teacher):
             scores = _given_scores(j, teacher, X)
         elif cv is None:
             scores = _fitted_scores(j, teacher, X)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import sklearn
 
-from .._version import __version__
+from ..version import __version__
 from .registry import LAYOUTS, SKLEARN_CLASSES, _is_estimator, class_name
 
 __all__ = ["CARD_FILE", "ModelCardData", "render_card", "write_card"]

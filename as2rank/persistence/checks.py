@@ -43,9 +43,8 @@ from .formats import FLOAT_DTYPES, check_onnx_folder, one_line, safetensors_head
 from .trust import FOLDER_CHECKS, parse_json
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "CHECKPOINT_FILES", "ENCODER_MODEL_TYPES", "TOKENIZER_FILES", "build_config",
-           "check_checkpoint", "check_config", "check_loaded_tokenizer", "check_network_state", "check_onnx_folder",
-           "check_params", "check_references", "check_tokenizer_folder", "is_panic", "load_tokenizer", "one_line",
-           "one_line_errors", "safetensors_header"]
+           "check_checkpoint", "check_config", "check_loaded_tokenizer", "check_network_state", "check_params",
+           "check_references", "check_tokenizer_folder", "is_panic", "load_tokenizer", "one_line_errors"]
 
 #: Files a checkpoint folder may hold besides its tokenizer's (and the shards of an index, :data:`_SHARD`).
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "1_Pooling/config.json")

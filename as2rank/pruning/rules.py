@@ -6,6 +6,8 @@
   drop ratios, from the logits of all its exits.
 * :func:`tune_alpha`: per-exit drop ratios maximising a dev metric under a relative-cost budget, from one
   pass of the encoder (α acts only at inference).
+* What the cascade's torch code shares with them: :func:`stage_scores` (the scores of dropped rows),
+  :func:`cost_report` (the cost model), :func:`check_drop_ratios` and :data:`DROP_RATIO_CONSTRAINTS` (α).
 
 **Scores of dropped rows.** A row that stopped at exit (or step) ``e`` of ``n`` gets
 ``clip(logit_e) − (n − 1 − e) · EXIT_GAP`` with ``EXIT_GAP = 1e4`` and logits clipped to
@@ -32,14 +34,15 @@ from ..data import GroupIndex, check_ranking_data, ragged_arange
 from ..metrics import get_scorer
 from ..params import Interval, SequenceOf, check_param
 
-__all__ = ["EXIT_GAP", "drop_lowest", "n_dropped", "simulate_cascade", "tune_alpha"]
+__all__ = ["DROP_RATIO_CONSTRAINTS", "EXIT_GAP", "check_drop_ratios", "cost_report", "drop_lowest", "n_dropped",
+           "simulate_cascade", "stage_scores", "tune_alpha"]
 
 #: Score gap between consecutive exits (see the module docstring).
 EXIT_GAP = 1e4
 
 #: Accepted values of a drop ratio α (``alpha`` of the cascade, the ``grid`` of :func:`tune_alpha`): one value
 #: in [0, 1) for every pruning stage, or one per stage.
-_DROP_RATIOS = [Interval(Real, 0, 1, closed="left"), SequenceOf(Interval(Real, 0, 1, closed="left"))]
+DROP_RATIO_CONSTRAINTS = [Interval(Real, 0, 1, closed="left"), SequenceOf(Interval(Real, 0, 1, closed="left"))]
 
 
 def n_dropped(counts, alpha: float) -> np.ndarray:
@@ -75,22 +78,71 @@ def drop_lowest(codes: np.ndarray, scores: np.ndarray, alpha: float) -> np.ndarr
     return keep
 
 
-def _stage_scores(scores, reached, n_stages):
-    """Scores of rows that stopped at stage ``reached`` of ``n_stages`` (see the module docstring)."""
+def stage_scores(scores, reached, n_stages):
+    """Scores of rows that stopped at stage ``reached`` of ``n_stages`` (see the module docstring): clipped,
+    then lowered by ``EXIT_GAP`` per stage they did not reach, so that a row dropped earlier ranks below every
+    row that went further.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n,)
+        Each row's score at the stage where it stopped.
+    reached : ndarray of int of shape (n,)
+        That stage, ``0`` to ``n_stages - 1``.
+    n_stages : int
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
     return np.clip(scores, -EXIT_GAP / 2, np.nextafter(EXIT_GAP / 2, 0)) - (n_stages - 1 - reached) * EXIT_GAP
 
 
-def _drop_ratios(value, n_pruning: int, name: str) -> list:
-    """A scalar or one value per pruning stage, each in [0, 1)."""
-    check_param(name, value, _DROP_RATIOS)
+def check_drop_ratios(value, n_pruning: int, name: str) -> list:
+    """The drop ratio of each of ``n_pruning`` stages, from a scalar (the same for every stage) or one value per
+    stage, each in [0, 1).
+
+    Parameters
+    ----------
+    value : float or sequence of float
+    n_pruning : int
+        Stages that drop rows (every exit but the last).
+    name : str
+        The parameter's name, for the error message.
+
+    Returns
+    -------
+    list of float
+
+    Raises
+    ------
+    ValueError
+        If a value is outside [0, 1) or the sequence has not ``n_pruning`` values.
+    """
+    check_param(name, value, DROP_RATIO_CONSTRAINTS)
     values = [value] * n_pruning if np.ndim(value) == 0 else list(value)
     if len(values) != n_pruning:
         raise ValueError(f"{name} must be a scalar or {n_pruning} values (one per stage but the last), got {value!r}.")
     return [float(v) for v in values]
 
 
-def _report(rows_per_layer, survivors, n_rows, n_groups) -> dict:
-    """The cost report of a cascade: relative cost, rows through each layer, rows scored by each exit."""
+def cost_report(rows_per_layer, survivors, n_rows, n_groups) -> dict:
+    """The cost report of a cascade (see the module docstring): relative cost, rows through each layer, rows
+    scored by each exit.
+
+    Parameters
+    ----------
+    rows_per_layer : array-like of int of shape (n_layers,)
+    survivors : array-like of int of shape (n_exits,)
+        Rows that reached each exit.
+    n_rows, n_groups : int
+        Rows and questions of the batch.
+
+    Returns
+    -------
+    dict
+        ``relative_cost``, ``rows_per_layer``, ``survivors``, ``n_rows``, ``n_questions``.
+    """
     rows_per_layer = np.asarray(rows_per_layer, dtype=np.int64)
     return {
         "relative_cost": float(rows_per_layer.sum() / (len(rows_per_layer) * n_rows)) if n_rows else 0.0,
@@ -131,7 +183,7 @@ def simulate_cascade(exit_logits, groups, alpha, exits, position=None):
     logits = np.asarray(exit_logits, dtype=np.float64)
     index = groups if isinstance(groups, GroupIndex) else GroupIndex(groups, position)
     n, n_exits = logits.shape
-    alphas = _drop_ratios(alpha, n_exits - 1, "alpha")
+    alphas = check_drop_ratios(alpha, n_exits - 1, "alpha")
     alive = index.order
     reached = np.zeros(n, dtype=np.int64)
     rows_per_layer = np.zeros(exits[-1], dtype=np.int64)
@@ -142,8 +194,9 @@ def simulate_cascade(exit_logits, groups, alpha, exits, position=None):
         reached[alive] = e
         if e < n_exits - 1:
             alive = alive[drop_lowest(index.codes[alive], logits[alive, e], alphas[e])]
-    scores = _stage_scores(logits[np.arange(n), reached], reached, n_exits)
-    return scores, _report(rows_per_layer, np.bincount(reached, minlength=n_exits)[::-1].cumsum()[::-1], n, index.n_groups)
+    scores = stage_scores(logits[np.arange(n), reached], reached, n_exits)
+    survivors = np.bincount(reached, minlength=n_exits)[::-1].cumsum()[::-1]
+    return scores, cost_report(rows_per_layer, survivors, n, index.n_groups)
 
 
 def tune_alpha(
@@ -195,7 +248,7 @@ def tune_alpha(
     check_is_fitted(estimator, "exits_")
     X, y, index = check_ranking_data(X, y, groups)
     scorer = get_scorer(metric)
-    values = _drop_ratios(list(grid), len(grid), "grid")
+    values = check_drop_ratios(list(grid), len(grid), "grid")
     logits = estimator.predict_exits(X)
     rows = []
     for combo in itertools.product(values, repeat=len(estimator.exits_) - 1):

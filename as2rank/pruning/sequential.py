@@ -18,7 +18,7 @@ from ..base import RankerMixin
 from ..data import GroupIndex, check_ranking_data, check_X
 from ..params import InstanceOf, Interval, ParameterMixin, SequenceOf, validated
 from ..persistence import PersistenceMixin
-from .rules import _stage_scores, drop_lowest
+from .rules import drop_lowest, stage_scores
 
 __all__ = ["SequentialRanker"]
 
@@ -153,7 +153,7 @@ class SequentialRanker(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstima
             "n_rows": index.n_rows,
             "n_questions": index.n_groups,
         }
-        scores = _stage_scores(raw, reached, n_steps)
+        scores = stage_scores(raw, reached, n_steps)
         return (scores, report) if return_cost else scores
 
     def __sklearn_tags__(self):

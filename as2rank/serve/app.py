@@ -20,8 +20,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._version import __version__
 from ..params import Boolean, Interval, check_param
+from ..version import __version__
 from .batching import Batcher, Closed, Job, QueueFull
 from .middleware import Gate, Telemetry, error_body
 from .model import ServedModel, load_served_model

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .._version import __version__
-from ..answer.calibration import apply_calibration
 from ..answer.ranker import CalibratedRanker
 from ..base import check_scores
+from ..ensemble.calibration import apply_calibration
+from ..version import __version__
 
 __all__ = ["BatchScores", "ServedModel", "load_served_model", "pair_frame"]
 

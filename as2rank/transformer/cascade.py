@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..data import GroupIndex, check_X, ragged_arange
 from ..params import Interval, Options, SequenceOf
-from ..pruning.rules import _DROP_RATIOS, _drop_ratios, _report, _stage_scores
+from ..pruning.rules import DROP_RATIO_CONSTRAINTS, check_drop_ratios, cost_report, stage_scores
 from .parameters import AUTO_BATCH_TOKENS
 from .scaffold import _TransformerEstimator
 
@@ -159,7 +159,7 @@ reuse_fit, random_state, verbose
         **_TransformerEstimator._parameter_constraints,
         "exits": [None, SequenceOf(Interval(Integral, 1, None))],
         "exit_sampling": [Options(EXIT_SAMPLING)],
-        "alpha": _DROP_RATIOS,
+        "alpha": DROP_RATIO_CONSTRAINTS,
         "exit_layer": [Interval(Integral, 1, None), None],
     }
 
@@ -180,7 +180,7 @@ reuse_fit, random_state, verbose
             raise ValueError(f"exits must be increasing positive layer numbers, got {self.exits!r}.")
         # Without exits the depth (hence the number of pruning exits) is known only once the model is loaded.
         if self.exits is not None and np.ndim(self.alpha) == 1:
-            _drop_ratios(self.alpha, len(self.exits) - 1, "alpha")
+            check_drop_ratios(self.alpha, len(self.exits) - 1, "alpha")
 
     def _prepare_encoder(self, encoder):
         from ..neural.backbone import layer_list
@@ -206,7 +206,7 @@ reuse_fit, random_state, verbose
     # ----------------------------------------------------------------- inference
     def _inference_plan(self):
         """Drop ratios and the index of the last exit to run, validated against the fitted exits."""
-        alphas = _drop_ratios(self.alpha, len(self.exits_) - 1, "alpha")
+        alphas = check_drop_ratios(self.alpha, len(self.exits_) - 1, "alpha")
         if self.exit_layer is None:
             return alphas, len(self.exits_) - 1
         if self.exit_layer not in self.exits_:
@@ -262,7 +262,7 @@ reuse_fit, random_state, verbose
             logits, rows_per_layer = self._run(self.predictor(encoded=encoded), encoded, index, alphas, last_exit)
         reached = np.sum(~np.isnan(logits), axis=1) - 1
         survivors = np.bincount(reached, minlength=last_exit + 1)[::-1].cumsum()[::-1]
-        report = _report(rows_per_layer, survivors, index.n_rows, index.n_groups)
+        report = cost_report(rows_per_layer, survivors, index.n_rows, index.n_groups)
         # The paper's cost is relative to the whole model, also when scoring at an earlier exit.
         report["relative_cost"] = float(rows_per_layer.sum() / (self.n_layers_ * index.n_rows))
         # The same with each row weighted by its tokens: what a drop saves depends on how long the dropped rows are.
@@ -290,7 +290,7 @@ reuse_fit, random_state, verbose
         check_is_fitted(self, "model_")
         alphas, last_exit = self._inference_plan()
         logits, reached, report = self._predict_logits(X, alphas, last_exit)
-        scores = _stage_scores(logits[np.arange(len(logits)), reached], reached, last_exit + 1)
+        scores = stage_scores(logits[np.arange(len(logits)), reached], reached, last_exit + 1)
         return (scores, report) if return_cost else scores
 
     def predict_exits(self, X, return_cost: bool = False):

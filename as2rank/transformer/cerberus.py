@@ -16,10 +16,10 @@ one multi-head transformer, and the one-head distilled students it is measured a
   and the lexical prior.
 
 The teachers (fitted rankers of any family, columns of ``X`` or arrays of precomputed scores) and how their
-scores become calibrated logits (Platt scaling, optionally cross-fitted with ``teacher_cv``) are in
-:mod:`as2rank.ensemble.teachers`, which also holds :func:`~as2rank.ensemble.teachers.teacher_logits` and
-:func:`~as2rank.ensemble.teachers.platt_scaling`; the paper's "ensemble of BASE models" is
-:class:`~as2rank.ensemble.linear.LinearEnsemble`. All three names are importable from here too.
+scores become calibrated logits (optionally cross-fitted with ``teacher_cv``) are in
+:mod:`as2rank.ensemble.teachers` (:func:`~as2rank.ensemble.teachers.teacher_logits`), their Platt scaling in
+:mod:`as2rank.ensemble.calibration` (:func:`~as2rank.ensemble.calibration.platt_scaling`); the paper's
+"ensemble of BASE models" is :class:`~as2rank.ensemble.linear.LinearEnsemble`.
 
 **Training targets.** The ``_row_targets`` hook computes the teachers' calibrated logits once per ``fit``,
 before training, so every training batch carries its rows' ``teacher_logits`` beside their labels; KD_RR
@@ -32,21 +32,11 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..ensemble.linear import LinearEnsemble
+from ..ensemble.teachers import CV_CONSTRAINTS, check_teachers, clone_sharing, is_model, teacher_logits
 from ..params import POOLINGS, InstanceOf, Interval, Options, SequenceOf
-from ..ensemble.teachers import (
-    CV_CONSTRAINTS,
-    _check_teachers,
-    clone_sharing,
-    _is_model,
-    platt_scaling,
-    teacher_logits,
-)
 from .scaffold import _TransformerEstimator
 
-# LinearEnsemble, platt_scaling and teacher_logits are defined (and documented) in as2rank.ensemble.linear and
-# as2rank.ensemble.teachers; they stay names of this module.
-__all__ = ["Cerberus", "DistilledRanker", "LinearEnsemble", "platt_scaling", "teacher_logits"]
+__all__ = ["Cerberus", "DistilledRanker"]
 
 #: Values of ``DistilledRanker(multi_teacher=...)``.
 MULTI_TEACHER = ("sum", "round_robin")
@@ -72,7 +62,7 @@ class _Student(_TransformerEstimator):
 
     def _check_rules(self):
         super()._check_rules()
-        _check_teachers(self.teachers)
+        check_teachers(self.teachers)
 
     def _row_targets(self, X, y, index):
         """The teachers' calibrated logits of the training rows (teachers fitted on them first, or
@@ -96,7 +86,7 @@ class _Student(_TransformerEstimator):
         # With teacher_cv, fit also fits clones of the ranker teachers: as repeatable as the least repeatable one.
         if self.teacher_cv is not None and isinstance(self.teachers, (list, tuple)):
             tags.non_deterministic = tags.non_deterministic or any(
-                get_tags(t).non_deterministic for t in self.teachers if _is_model(t) and hasattr(t, "__sklearn_tags__")
+                get_tags(t).non_deterministic for t in self.teachers if is_model(t) and hasattr(t, "__sklearn_tags__")
             )
         return tags
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sklearn.utils.validation import check_is_fitted
 
-from ..persistence import (HEADS_FILE, INT8_FOLDER, _check_class, _check_tensors, _load, _one_line, _read_safetensors,
-                           _Reader, _Writer, _write_torch, open_model)
-from ..persistence.checks import (check_checkpoint, check_loaded_tokenizer, check_onnx_folder, check_params,
-                                  one_line_errors)
+from ..persistence.checks import check_checkpoint, check_loaded_tokenizer, check_params, one_line_errors
+from ..persistence.codec import (HEADS_FILE, INT8_FOLDER, Reader, Writer, check_class, check_tensors, open_model,
+                                 read_estimator, read_safetensors, write_torch)
+from ..persistence.formats import check_onnx_folder, one_line
 from ..persistence.registry import class_name, register_layout
 from ..persistence.schema import check_fitted
 from ..persistence.trust import resolve_references
@@ -147,8 +147,8 @@ def write_transformer(est, path) -> None:
         # ``model=`` of a new estimator (TANDA's adapt step).
         (path / "encoder" / "1_Pooling").mkdir(exist_ok=True)
         (path / "encoder" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    _write_torch({k: v for k, v in est.model_.state_dict().items() if not k.startswith("encoder.")}, path / HEADS_FILE)
-    writer = _Writer(path, est, strict=True)
+    write_torch({k: v for k, v in est.model_.state_dict().items() if not k.startswith("encoder.")}, path / HEADS_FILE)
+    writer = Writer(path, est, strict=True)
     params = {k: writer.encode(v, f"params.{k}") for k, v in est.get_params(deep=False).items() if k not in est._unsaved_params}
     writer.strict = False  # the fitted attributes may hold estimators (a lexical prior's features): subdirectories
     writer.write(class_name(est), params, {k: writer.encode(v, f"fitted.{k}") for k, v in est._export_attrs(path).items()})
@@ -170,27 +170,27 @@ def read_transformer(cls, path, params: dict, meta=None):
     path = Path(path)
     if meta is None:
         meta = open_model(path)
-        _check_class(meta, cls, path)
+        check_class(meta, cls, path)
     if meta["fitted"] is None:  # an unfitted template (a step of a SequentialRanker): its parameters only
-        return _load(cls, path, meta, params)
+        return read_estimator(cls, path, meta, params)
     unknown = sorted(set(params) - set(param_names(cls)))
     if unknown:
         raise ValueError(f"{cls.__name__} has no parameter {', '.join(unknown)}.")
-    reader = _Reader(path)
+    reader = Reader(path)
     try:
         fitted = resolve_references(meta["class"], reader.decode(meta["fitted"]), path)
         check_fitted(meta["class"], fitted, path / "as2rank.json")
         est = cls(**{**reader.decode(meta["params"]), "model": str(path / "encoder"), "tokenizer": None, **params})
         learnt = est._imported_attrs(fitted)
     except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path / 'as2rank.json'} does not describe a {cls.__name__} ({_one_line(exc)}).") from None
+        raise ValueError(f"{path / 'as2rank.json'} does not describe a {cls.__name__} ({one_line(exc)}).") from None
     from safetensors.torch import load_file
 
-    heads = _read_safetensors(path / HEADS_FILE, load_file)
-    _check_tensors(heads, path / HEADS_FILE)
+    heads = read_safetensors(path / HEADS_FILE, load_file)
+    check_tensors(heads, path / HEADS_FILE)
     check_checkpoint(path / "encoder")
     encoder, tokenizer = load_backbone(est.model)
-    _check_tensors(encoder.state_dict(), path / "encoder")
+    check_tensors(encoder.state_dict(), path / "encoder")
     check_loaded_tokenizer(tokenizer, encoder.get_input_embeddings().weight.shape[0], path / "encoder")
     if est.model == str(path / "encoder"):  # the directory's own encoder (not one passed to the loader)
         _check_depth(learnt, encoder, path / "as2rank.json")
@@ -201,7 +201,7 @@ def read_transformer(cls, path, params: dict, meta=None):
     try:
         missing, unexpected = module.load_state_dict(heads, strict=False)
     except RuntimeError as exc:  # a tensor of the wrong shape
-        raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {_one_line(exc)}") from None
+        raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {one_line(exc)}") from None
     if unexpected or any(not k.startswith("encoder.") for k in missing):
         raise ValueError(f"{path / HEADS_FILE} does not match a {cls.__name__}: {unexpected or missing}.")
     est.__setstate__({**est.__getstate__(), "model_": module.eval()})

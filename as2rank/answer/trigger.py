@@ -1,11 +1,7 @@
-"""The two maps of :class:`~as2rank.answer.ranker.CalibratedRanker`, as functions of arrays: ranking scores to
-candidate probabilities (sigmoid or isotonic calibration), and a question's candidate probabilities to the
-probability that its top candidate answers it (question features and a small logistic regression).
-
-A calibration map is an array: ``(2,)`` holds the slope and intercept of Platt's sigmoid (fitted by
-:func:`as2rank.ensemble.teachers.platt_scaling`, with Platt's smoothed targets), ``(2, k)`` the knots of an
-isotonic fit (scores increasing, probabilities non-decreasing; linear between knots and constant beyond them,
-as :class:`sklearn.isotonic.IsotonicRegression` with ``out_of_bounds="clip"`` predicts).
+"""The question-level map of :class:`~as2rank.answer.ranker.CalibratedRanker`, as functions of arrays: a
+question's candidate probabilities (calibrated by :mod:`as2rank.ensemble.calibration`) to the probability
+that its top candidate answers it, through question features (:func:`question_features`) and a small
+logistic regression (:func:`fit_trigger`, :func:`trigger_proba`).
 """
 
 from __future__ import annotations
@@ -14,43 +10,14 @@ import numpy as np
 from scipy.special import expit
 
 from ..data import GroupIndex
-from ..ensemble.teachers import platt_scaling
 
-__all__ = ["FEATURES", "apply_calibration", "fit_calibration", "fit_trigger", "question_features", "trigger_proba"]
+__all__ = ["FEATURES", "fit_trigger", "question_features", "trigger_proba"]
 
 #: The question-level features, in the columns of :func:`question_features`.
 FEATURES = ("top_logit", "margin", "entropy", "log_candidates")
 
 #: Probabilities are clipped this far from 0 and 1 before their logit is taken (an isotonic map reaches both).
 _EPS = 1e-6
-
-
-def fit_calibration(scores, y, method: str) -> np.ndarray:
-    """The calibration map (see the module docstring) of ``scores`` against labels ``y`` (> 0: positive).
-
-    Raises
-    ------
-    ValueError
-        If ``y`` holds only positives or only negatives: there is nothing to calibrate against.
-    """
-    positive = np.asarray(y) > 0
-    if positive.all() or not positive.any():
-        raise ValueError("Calibration needs correct and wrong candidates among the rows it is fitted on (every fold "
-                         "of the cross-validation): use fewer folds or more questions.")
-    if method == "sigmoid":
-        return np.array(platt_scaling(scores, positive))
-    from sklearn.isotonic import IsotonicRegression
-
-    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(scores, positive.astype(np.float64))
-    return np.vstack([iso.X_thresholds_, iso.y_thresholds_]).astype(np.float64)
-
-
-def apply_calibration(calibration: np.ndarray, scores) -> np.ndarray:
-    """P(the candidate answers the question) for each score, by the map ``calibration``."""
-    scores = np.asarray(scores, dtype=np.float64)
-    if calibration.ndim == 1:
-        return expit(calibration[0] * scores + calibration[1])
-    return np.interp(scores, calibration[0], calibration[1])
 
 
 def question_features(index: GroupIndex, scores, proba, tiebreak=None):
