@@ -76,11 +76,38 @@ def read(folder) -> dict:
     return out
 
 
-def compare(ref: dict, new: dict, noisy=frozenset()) -> tuple:
+def unsteady_groups(*runs: dict) -> tuple[dict, set]:
+    """The (test, method) groups whose calls differ between runs of the same code: ``({group: outputs}, random)``.
+
+    A group whose runs give the same outputs in another order or number (a server's batches follow thread
+    timing) maps to the outputs the runs gave, and a candidate is checked against them; a group whose runs give
+    different outputs (hypothesis' draws, a result that follows the clock) is in ``random`` and is not
+    compared."""
+    outputs = [defaultdict(list) for _ in runs]
+    for run, out in zip(runs, outputs):
+        for key, digest in run.items():
+            group, number = key.rsplit("#", 1)
+            out[group].append((int(number), digest))
+    reordered, random = {}, set()
+    for group in set().union(*outputs):
+        calls = [tuple(d for _, d in sorted(o.get(group, ()))) for o in outputs]
+        if any(not c for c in calls) or len(set(calls)) == 1:
+            continue
+        if len({frozenset(c) for c in calls}) == 1:
+            reordered[group] = set(calls[0])
+        else:
+            random.add(group)
+    return reordered, random
+
+
+def compare(ref: dict, new: dict, noisy=frozenset(), unsteady=None, random=frozenset()) -> tuple:
     """The keys of ``ref`` whose prediction changed in ``new``, and the (test, method) groups compared by their
     outputs only: where the two runs called a method a different number of times in a test (work that follows
     the clock, such as the latency rounds of ``RankerSelector``), calls are not paired by number, and the group
-    is unchanged when both runs produced the same set of distinct outputs."""
+    is unchanged when both runs produced the same set of distinct outputs. With :func:`unsteady_groups` of two or
+    more reference runs, a group of ``unsteady`` is unchanged when every output of ``new`` is one that the
+    reference runs gave, and a group of ``random`` is not compared."""
+    unsteady = unsteady or {}
     groups = defaultdict(lambda: ([], []))
     for side, log in enumerate((ref, new)):
         for key, digest in log.items():
@@ -88,6 +115,11 @@ def compare(ref: dict, new: dict, noisy=frozenset()) -> tuple:
     changed, recounted = [], []
     for group, (a, b) in groups.items():
         if not a or not b:
+            continue
+        if group in random:
+            continue
+        if group in unsteady:
+            changed += [k for k, d in b if d not in unsteady[group]]
             continue
         if len(a) != len(b):
             outputs = {d for _, d in b}
@@ -119,7 +151,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Compare the score digests of two test runs.")
     parser.add_argument("reference", nargs="?")
     parser.add_argument("candidate", nargs="?")
-    parser.add_argument("--noise", help="a second run of the reference: keys that differ between the two are ignored")
+    parser.add_argument("--noise", action="append", default=[], metavar="FOLDER",
+                        help="another run of the reference (repeatable): a (test, method) group whose calls differ "
+                             "between reference runs is compared by its outputs, each of which a reference run gave")
     parser.add_argument("--bench", metavar="FOLDER", help="record a run of the benchmark suite in FOLDER instead")
     parser.add_argument("--suite", default="default", help="with --bench: the suite to run (default: default)")
     args = parser.parse_args(argv)
@@ -129,14 +163,12 @@ def main(argv=None) -> int:
     if args.candidate is None:
         parser.error("give two folders to compare, or --bench FOLDER")
     ref, new = read(args.reference), read(args.candidate)
-    noisy = set()
-    if args.noise:
-        again = read(args.noise)
-        noisy = {k for k in ref if k in again and again[k] != ref[k]}
-    changed, recounted = compare(ref, new, noisy)
-    common = [k for k in ref if k in new and k not in noisy]
-    print(f"{len(ref)} predictions in the reference, {len(new)} in the candidate, {len(common)} compared by call "
-          f"({len(noisy)} left out as differing between two reference runs); {len(changed)} changed.")
+    unsteady, random = unsteady_groups(ref, *(read(folder) for folder in args.noise)) if args.noise else ({}, set())
+    changed, recounted = compare(ref, new, unsteady=unsteady, random=random)
+    common = [k for k in ref if k in new and k.rsplit("#", 1)[0] not in unsteady.keys() | random]
+    print(f"{len(ref)} predictions in the reference, {len(new)} in the candidate, {len(common)} compared by call; "
+          f"between reference runs {len(unsteady)} (test, method) groups reorder their outputs (compared by output) "
+          f"and {len(random)} change them (not compared: {sorted(random)[:3]}); {len(changed)} changed.")
     if recounted:
         print(f"{len(recounted)} (test, method) pairs called a different number of times, each with the same "
               f"distinct outputs in both runs, e.g. {recounted[:2]}")

@@ -1,6 +1,6 @@
 """The score-digest comparison behind the bit-for-bit checks of a refactoring (:mod:`tests.score_log`)."""
 
-from tests.score_log import compare
+from tests.score_log import compare, unsteady_groups
 
 
 def test_calls_are_paired_by_number_where_both_runs_made_as_many():
@@ -23,3 +23,15 @@ def test_a_test_called_a_different_number_of_times_is_compared_by_its_outputs():
     assert changed == ["t|A.predict#2"] and recounted == []  # the output "y" is gone
     extra = {"t|A.predict#1": "x", "t|A.predict#2": "y", "t|A.predict#3": "x", "t|A.predict#4": "new"}
     assert compare(ref, extra)[0] == ["t|A.predict#new"]  # an output the reference never gave
+
+
+def test_a_group_that_differs_between_reference_runs_is_compared_by_its_outputs():
+    first = {"t|A.predict#1": "x", "t|A.predict#2": "y", "u|B.predict#1": "z", "v|C.predict#1": "r"}
+    second = {"t|A.predict#1": "y", "t|A.predict#2": "x", "u|B.predict#1": "z", "v|C.predict#1": "s"}
+    unsteady, random = unsteady_groups(first, second)
+    assert unsteady == {"t|A.predict": {"x", "y"}} and random == {"v|C.predict"}  # u|B is steady
+    # Any order of the outputs the reference runs gave is no change; an output they never gave is one.
+    swapped = {**first, "t|A.predict#1": "y", "t|A.predict#2": "x", "v|C.predict#1": "anything"}
+    assert compare(first, swapped, unsteady=unsteady, random=random) == ([], [])
+    assert compare(first, {**first, "t|A.predict#2": "w"}, unsteady=unsteady, random=random)[0] == ["t|A.predict#2"]
+    assert compare(first, {**first, "u|B.predict#1": "q"}, unsteady=unsteady, random=random)[0] == ["u|B.predict#1"]
