@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..data import GroupIndex
-from ..triggering import brier_score, expected_calibration_error
+from ..metrics import brier_score, expected_calibration_error
 from .calibration import apply_calibration, fit_calibration, fit_trigger, question_features, trigger_proba
 from .threshold import choose_threshold
 

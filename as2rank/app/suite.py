@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..evaluation import METRICS, compare, evaluate, per_question
+from ..metrics import METRICS, compare, evaluate, per_question
 
 __all__ = ["SuiteEntry", "ENTRIES", "select", "load_benchmark_data", "run_suite", "format_leaderboard"]
 
