@@ -19,6 +19,7 @@ __all__ = [
     "FORMAT_COLUMNS",
     "GroupIndex",
     "check_group_keys",
+    "check_keys",
     "check_X",
     "check_ranking_data",
     "check_labels",
@@ -30,6 +31,9 @@ __all__ = [
     "holdout_questions",
     "ragged_arange",
     "make_frame",
+    "nonstring_rows",
+    "plain_scalar",
+    "describe_rows",
 ]
 
 #: Columns every grouped-candidate frame must have.
@@ -51,7 +55,7 @@ FORMAT_COLUMNS = (
 )
 
 
-def _nonstring_rows(column: pd.Series) -> np.ndarray:
+def nonstring_rows(column: pd.Series) -> np.ndarray:
     """Index labels of the entries of ``column`` that are missing or not ``str``."""
     missing = column.isna().to_numpy()
     if pd.api.types.is_string_dtype(column.dtype) and not pd.api.types.is_object_dtype(column.dtype):
@@ -64,12 +68,12 @@ def _nonstring_rows(column: pd.Series) -> np.ndarray:
     return column.index[bad].to_numpy()
 
 
-def _plain(value):
+def plain_scalar(value):
     """A numpy scalar as the Python value it holds, so messages read ``0`` rather than ``np.int64(0)``."""
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _describe_rows(rows: np.ndarray, limit: int = 5, what: str = "index") -> str:
+def describe_rows(rows: np.ndarray, limit: int = 5, what: str = "index") -> str:
     """``"3 row(s) (index 0, 4, 7)"``: how many rows, the first ``limit`` named as ``what`` (index or data row)."""
     shown = ", ".join(repr(r) for r in rows[:limit].tolist())
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
@@ -105,10 +109,27 @@ _NUMPY_KINDS = {
 }
 
 
-def _check_keys(keys, name: str, what: str = "question id"):
-    """:func:`check_group_keys`, also returning the kind of the keys (``infer_dtype``'s name).
+def check_keys(keys, name: str, what: str = "question id"):
+    """:func:`check_group_keys` for any per-row id, also returning the kind of the keys.
 
-    ``what`` is what one key is, for messages (``"candidate id"`` for the ``docno`` of a metric).
+    The metrics check candidate ids (``docno``) by the same rule as question ids; the kind tells them how to
+    compare the ids (an integer id is compared as its decimal text, as in a run file).
+
+    Parameters
+    ----------
+    keys : array-like of shape (n_rows,)
+        The ids.
+    name : str
+        What the ids are called in messages (``"groups"``, ``"Column 'qid'"``, ``"docno"``).
+    what : str, default="question id"
+        What one id is, for messages (``"candidate id"`` for the ``docno`` of a metric).
+
+    Returns
+    -------
+    values : ndarray or pandas extension array
+        The ids, never coerced across kinds (plain integers or floats as numpy arrays).
+    kind : str
+        ``pandas.api.types.infer_dtype``'s name of their kind (``"string"``, ``"integer"``, ``"empty"``, ...).
     """
     subject = name  # e.g. "groups" or "Column 'qid'"
     labels = keys.index if isinstance(keys, pd.Series) else None
@@ -148,7 +169,7 @@ def _check_keys(keys, name: str, what: str = "question id"):
         missing = None if safe else np.asarray(pd.isna(values), dtype=bool)
     if missing is not None and missing.any():
         raise ValueError(
-            f"{subject} has missing values (None/NaN/NA/NaT) in {_describe_rows(rows(missing))}; every row needs "
+            f"{subject} has missing values (None/NaN/NA/NaT) in {describe_rows(rows(missing))}; every row needs "
             f"its {what}."
         )
     if kind == "boolean":
@@ -165,7 +186,7 @@ def _check_keys(keys, name: str, what: str = "question id"):
                 f"{subject} holds keys of type {counts.index[0]}; {what}s must be all strings or all "
                 "integers (or all of one other scalar kind such as floats)."
             )
-        parts = "; ".join(f"{k} in {_describe_rows(rows((kinds == k).to_numpy()), limit=3)}" for k in counts.index)
+        parts = "; ".join(f"{k} in {describe_rows(rows((kinds == k).to_numpy()), limit=3)}" for k in counts.index)
         raise ValueError(
             f"{subject} mixes key types ({parts}); {what}s must be all strings or all integers (or all of "
             "one other scalar kind), never mixed, so that 1 and '1' are never silently merged or split. "
@@ -213,7 +234,7 @@ def check_group_keys(keys, *, name: str = "groups"):
         (``True == 1`` would merge them with integer ids; a boolean mask is not a question id), or mixes
         kinds (e.g. ``1`` and ``"1"``, or ``1`` and ``1.0``); the message names the offending rows.
     """
-    return _check_keys(keys, name)[0]
+    return check_keys(keys, name)[0]
 
 
 def check_X(
@@ -266,10 +287,10 @@ def check_text_columns(X, columns) -> None:
     for col in columns:
         if col not in X.columns:
             continue
-        bad = _nonstring_rows(X[col])
+        bad = nonstring_rows(X[col])
         if len(bad):
             raise TypeError(
-                f"Column {col!r} must hold text (str) in every row; {_describe_rows(bad)} "
+                f"Column {col!r} must hold text (str) in every row; {describe_rows(bad)} "
                 "hold a missing value (NaN/None) or a non-string."
             )
 
@@ -297,10 +318,10 @@ def _check_frame(X, text_columns, required):
             raise TypeError(f"Column 'position' must be numeric (0-based ranks), got dtype {pos.dtype}.")
         if pos.isna().any():
             rows = X.index[pos.isna().to_numpy()].to_numpy()
-            raise ValueError(f"Column 'position' has missing values in {_describe_rows(rows)}.")
+            raise ValueError(f"Column 'position' has missing values in {describe_rows(rows)}.")
         if (pos < 0).any():
             rows = X.index[(pos < 0).to_numpy()].to_numpy()
-            raise ValueError(f"Column 'position' must be 0-based (>= 0); negative in {_describe_rows(rows)}.")
+            raise ValueError(f"Column 'position' must be 0-based (>= 0); negative in {describe_rows(rows)}.")
     return X, qid
 
 
@@ -412,8 +433,8 @@ class GroupIndex:
             if dup.any():
                 first = np.flatnonzero(dup)[0]
                 raise ValueError(
-                    f"Column 'position' is duplicated inside question {_plain(self.keys[sorted_codes[first]])!r} "
-                    f"(position {_plain(sorted_pos[first])!r} appears more than once); positions must be unique "
+                    f"Column 'position' is duplicated inside question {plain_scalar(self.keys[sorted_codes[first]])!r} "
+                    f"(position {plain_scalar(sorted_pos[first])!r} appears more than once); positions must be unique "
                     "within a question."
                 )
         sizes = np.bincount(self.codes, minlength=len(self.keys))

@@ -33,8 +33,8 @@ from as2rank.ensemble.calibration import apply_calibration
 from as2rank.app.suite import load_benchmark_data, select
 from as2rank.data import GroupIndex
 from as2rank.metrics import ranking_report
-from as2rank.triggering import (answer_triggering, brier_score, expected_calibration_error, precision_at_coverage,
-                                precision_coverage_auc, precision_coverage_curve, wilson_interval)
+from as2rank.metrics import (answer_triggering, brier_score, expected_calibration_error, precision_at_coverage,
+                             precision_coverage_auc, precision_coverage_curve, wilson_interval)
 
 #: The WikiQA paper's answer-triggering results on WikiQA-test (precision, recall, F1, %): its CNN-Cnt model
 #: and the best feature set added to it (question length).

@@ -20,7 +20,7 @@ from _common import SHARED_DATA, machine, publish
 from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
 from as2rank.data import GroupIndex
 from as2rank.datasets import load_squad_sent, load_wikiqa
-from as2rank.evaluation import METRICS, compare, evaluate, per_question
+from as2rank.metrics import METRICS, compare, evaluate, per_question
 from as2rank.metrics import ranking_report
 from as2rank.text import tokenize
 

@@ -45,7 +45,7 @@ from as2rank.pruning.sequential import SequentialRanker
 from as2rank.transformer.cascade import CascadeTransformer
 from as2rank.data import GroupIndex, keep_answered
 from as2rank.datasets import expand_candidates
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
 from as2rank.transformer.ranker import TransformerRanker
 

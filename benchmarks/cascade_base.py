@@ -33,7 +33,7 @@ from _common import DOCS, conclude, fitted, log, publish, run_header, save_figur
 from cascade import PAPER, expanded, timed
 
 from as2rank.data import GroupIndex
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 from as2rank.pruning.rules import simulate_cascade, tune_alpha
 from as2rank.transformer.cascade import CascadeTransformer
 

@@ -78,7 +78,7 @@ from as2rank.ensemble.teachers import teacher_logits
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker
 from as2rank.cosinet.estimator import Cosinet
 from as2rank.data import keep_answered
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.predict import batch_tensors
 from as2rank.transformer.ranker import TransformerRanker

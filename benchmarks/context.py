@@ -82,7 +82,7 @@ from _common import (CACHE, conclude, fitted, fitted_scores, library_digest, log
 
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA
 from as2rank.data import GroupIndex, keep_answered
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
 from as2rank.neural import autocast, resolve_device, to_device
 from as2rank.neural.predict import batch_tensors

@@ -34,7 +34,7 @@ from sklearn.model_selection import GroupShuffleSplit
 from as2rank.lexical.baselines import OverlapRankRanker
 from as2rank.cosinet.estimator import PAPER_LEARNING_RATES, Cosinet
 from as2rank.data import keep_answered
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 
 DEFAULT_EMBEDDINGS = "minilm-l6-wordpiece"
 #: What the page says each word-vector table is.

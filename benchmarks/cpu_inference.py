@@ -239,7 +239,7 @@ def cascade_setup(args, work: Path, X_train, y_train, splits):
 def cascade_section(args, work: Path, est, X_exp, y_exp, out) -> dict:
     """The cascade's rounds against the peer's ONNX int8 on the pairs of :func:`cascade_setup`, then untimed
     MAP and P@1 of α=0 and α=0.3 at int8 on every expanded question."""
-    from as2rank.evaluation import evaluate
+    from as2rank.metrics import evaluate
 
     names = list(CASCADE_ROWS)
     for r in range(args.rounds):
@@ -315,7 +315,7 @@ def accuracy(fit_questions: int) -> dict:
     (``TransformerRanker(random_state=0)`` on its training split, on its test split)."""
     import numpy as np
 
-    from as2rank.evaluation import compare, per_question
+    from as2rank.metrics import compare, per_question
     from as2rank.app.suite import load_benchmark_data
     from as2rank.transformer.ranker import TransformerRanker
 
@@ -540,7 +540,7 @@ def main(argv=None) -> None:
     import torch
 
     import as2rank
-    from as2rank.evaluation import evaluate
+    from as2rank.metrics import evaluate
     from as2rank.neural import cpu_bf16_supported, int8_supported
     from as2rank.transformer.ranker import TransformerRanker
 

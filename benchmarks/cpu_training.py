@@ -149,7 +149,7 @@ def accuracy(names: list) -> dict:
     against the default, and the fit's record (time, when this run trained it)."""
     import numpy as np
 
-    from as2rank.evaluation import compare, per_question
+    from as2rank.metrics import compare, per_question
     from as2rank.app.suite import load_benchmark_data
 
     splits = wikiqa_splits()

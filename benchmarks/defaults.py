@@ -38,7 +38,7 @@ import pandas as pd
 from _common import DOCS, RESULTS, SHARED_DATA, jsonable, library_digest, load_average, log, publish, run_header, save_figure, tagged, training_params
 
 from as2rank.early_stopping import AUTO_MIN_QUESTIONS
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 
 TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 #: Candidate defaults measured as the "library default" row is (fitted on the whole subset): name -> the

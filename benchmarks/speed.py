@@ -73,7 +73,7 @@ from speed_page import acceptance, plot
 from as2rank.transformer.cascade import CascadeTransformer
 from as2rank.data import keep_answered
 from as2rank.datasets import expand_candidates
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 from as2rank.metrics import paired_significance
 from as2rank.neural import autocast_dtype, cpu_bf16_supported, int8_supported, resolve_device
 from as2rank.neural.onnx.runtime import onnx_available

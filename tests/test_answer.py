@@ -1,7 +1,8 @@
-"""Answer or abstain: the measures over all questions (as2rank.triggering, ranking_report(unanswered="include")),
-CalibratedRanker (calibration, question-level probability, threshold, persistence, scikit-learn integration),
-rank(abstain=...) and the command line's fit --calibrate / rank --target-precision. Synthetic tables with a
-numeric feature column and rankers that tokenise nothing, so the file runs in seconds, offline, without torch."""
+"""Answer or abstain: the measures over all questions (as2rank.metrics.answering,
+ranking_report(unanswered="include")), CalibratedRanker (calibration, question-level probability, threshold,
+persistence, scikit-learn integration), rank(abstain=...) and the command line's fit --calibrate / rank
+--target-precision. Synthetic tables with a numeric feature column and rankers that tokenise nothing, so the file
+runs in seconds, offline, without torch."""
 
 import numpy as np
 import pandas as pd
@@ -19,14 +20,15 @@ from as2rank.answer.ranker import PREFIT_FOLDS
 from as2rank.answer.threshold import choose_threshold
 from as2rank.app.cli import main
 from as2rank.data import GroupIndex
-from as2rank.metrics import get_scorer, ranking_report
-from as2rank.triggering import (
+from as2rank.metrics import (
     answer_triggering,
     brier_score,
     expected_calibration_error,
+    get_scorer,
     precision_at_coverage,
     precision_coverage_auc,
     precision_coverage_curve,
+    ranking_report,
     wilson_interval,
 )
 

@@ -1,10 +1,10 @@
-"""as2rank.evaluation: hand-computed metrics of one run, per-question values, comparisons."""
+"""as2rank.metrics (comparison): hand-computed metrics of one run, per-question values, comparisons."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "as2rank"
 #: Floors, lowest first: a module may import its own floor and those below. A prefix names a package's modules.
 FLOORS = [
     ("core", ["version", "data", "params", "text", "digest", "files", "logistic"]),
-    ("measures", ["metrics", "triggering", "early_stopping", "datasets"]),
-    ("contract", ["base", "evaluation"]),
+    ("measures", ["metrics", "early_stopping", "datasets"]),
+    ("contract", ["base"]),
     ("neural machinery", ["neural"]),
     ("persistence", ["persistence"]),
     ("rankers without torch", ["lexical", "pruning", "ensemble", "answer"]),

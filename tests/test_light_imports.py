@@ -10,7 +10,7 @@ import sys
 LIGHT = (
     "as2rank", "as2rank.metrics", "as2rank.lexical.baselines", "as2rank.cosinet.estimator",
     "as2rank.cosinet.word_vectors", "as2rank.transformer.ranker", "as2rank.transformer.cascade",
-    "as2rank.transformer.cerberus", "as2rank.transformer.context.rankers", "as2rank.app.cli", "as2rank.triggering",
+    "as2rank.transformer.cerberus", "as2rank.transformer.context.rankers", "as2rank.app.cli",
     "as2rank.answer", "as2rank.answer.ranker", "as2rank.model_selection",
 )
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..data import GroupIndex
 from ..ensemble.calibration import apply_calibration, fit_calibration
-from ..triggering import brier_score, expected_calibration_error
+from ..metrics import brier_score, expected_calibration_error
 from .threshold import choose_threshold
 from .trigger import fit_trigger, question_features, trigger_proba
 

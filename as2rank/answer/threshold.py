@@ -11,7 +11,7 @@ that favours neither side. Rules:
 * neither: the threshold of the best answer-triggering F1 (Yang, Yih & Meek 2015), the highest on ties.
 
 The report gives the precision of the answered held-out questions with its 95 % Wilson interval
-(:func:`as2rank.triggering.wilson_interval`). It is measured on the questions the threshold was chosen on,
+(:func:`as2rank.metrics.wilson_interval`). It is measured on the questions the threshold was chosen on,
 so it is slightly optimistic for new questions, more so when few questions are answered.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..triggering import _curve, wilson_interval
+from ..metrics.answering import coverage_curve, wilson_interval
 
 __all__ = ["choose_threshold"]
 
@@ -50,7 +50,7 @@ def choose_threshold(confidence, correct, answerable, *, target_precision=None, 
     confidence = np.asarray(confidence, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
     n, n_answerable = len(confidence), int(np.sum(answerable))
-    coverage, precision, values = _curve(confidence, correct)
+    coverage, precision, values = coverage_curve(confidence, correct)
     answered = np.round(coverage * n).astype(np.int64)
     hits = np.round(precision * answered).astype(np.int64)
     # A cut: answer the questions down to the distinct confidence values[cut]; -1 answers none.

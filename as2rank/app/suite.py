@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from ..evaluation import METRICS, compare, evaluate, per_question
+from ..metrics import METRICS, compare, evaluate, per_question
 from ..model_selection.catalogue import ENTRIES, SuiteEntry, get_entry
 
 __all__ = ["select", "load_benchmark_data", "run_suite", "show_fit_progress", "format_leaderboard"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..data import _describe_rows, _nonstring_rows, _plain, check_group_keys, check_X, require_columns
+from ..data import check_group_keys, check_X, describe_rows, nonstring_rows, plain_scalar, require_columns
 
 __all__ = ["read_pairs", "table_columns"]
 
@@ -321,7 +321,7 @@ def _check_quoting(table: pd.DataFrame, sep: str, path: str) -> None:
 def _texts(column: pd.Series, role: str) -> pd.Series:
     """A text column, checked: missing, empty, whitespace-only or non-string entries are an error."""
     bad = np.zeros(len(column), dtype=bool)
-    bad[_nonstring_rows(column)] = True
+    bad[nonstring_rows(column)] = True
     strings = column[~bad]
     if not pd.api.types.is_string_dtype(strings.dtype):  # e.g. numbers: all of them bad, none left to strip
         strings = strings.astype(object)
@@ -330,7 +330,7 @@ def _texts(column: pd.Series, role: str) -> pd.Series:
     if bad.any():
         raise ValueError(
             f"Column {column.name!r} has no text (missing, empty, whitespace-only or not a string) in "
-            f"{_describe_rows(np.flatnonzero(bad), what='data row')}; every row needs its {role}: fill these rows "
+            f"{describe_rows(np.flatnonzero(bad), what='data row')}; every row needs its {role}: fill these rows "
             "in or remove them."
         )
     return column
@@ -344,7 +344,7 @@ def _labels(column: pd.Series) -> np.ndarray:
         examples = ", ".join(repr(v) for v in pd.unique(column.iloc[bad[:20]].to_numpy(dtype=object))[:3])
         raise ValueError(
             f"Column {column.name!r} must hold 0/1 labels (0, 1, 0.0, 1.0, booleans, or the text 0/1/true/false); "
-            f"{_describe_rows(bad, what='data row')} hold something else, e.g. {examples}."
+            f"{describe_rows(bad, what='data row')} hold something else, e.g. {examples}."
         )
     return values
 
@@ -363,7 +363,7 @@ def _positions(column: pd.Series) -> np.ndarray:
         examples = ", ".join(repr(v) for v in pd.unique(column.iloc[bad[:20]].to_numpy(dtype=object))[:3])
         raise ValueError(
             f"Column {column.name!r} must hold 0-based positions (whole numbers >= 0); "
-            f"{_describe_rows(bad, what='data row')} hold something else, e.g. {examples}."
+            f"{describe_rows(bad, what='data row')} hold something else, e.g. {examples}."
         )
     return values.astype(np.int64)
 
@@ -388,14 +388,14 @@ def _keys(column: pd.Series) -> pd.Series:
     if blank.any():
         raise ValueError(
             f"Column {column.name!r} has no question id (missing, empty or whitespace-only) in "
-            f"{_describe_rows(np.flatnonzero(blank), what='data row')}; every row needs its question id."
+            f"{describe_rows(np.flatnonzero(blank), what='data row')}; every row needs its question id."
         )
     keys = check_group_keys(column, name=f"Column {column.name!r}")
     kind = pd.api.types.infer_dtype(keys, skipna=False)
     if kind == "string":
         return column.astype(object)
     if kind != "integer":
-        example = _plain(column.iloc[0])
+        example = plain_scalar(column.iloc[0])
         raise ValueError(
             f"Column {column.name!r} holds question ids of kind {kind!r} (e.g. {example!r}); ids are read as text, "
             "so they must be strings or integers (a float id may not survive a round trip: 2**53 and 2**53 + 1 are "
@@ -414,7 +414,7 @@ def _check_questions(keys: pd.Series, key_name: str, questions: pd.Series, quest
     if len(back):
         raise ValueError(
             f"Column {key_name}: the rows of a question must be contiguous, but {len(np.unique(codes[back]))} "
-            f"question(s) come back after other questions' rows, at {_describe_rows(back, what='data row')}; "
+            f"question(s) come back after other questions' rows, at {describe_rows(back, what='data row')}; "
             "sort the table by question first (e.g. pandas sort_values(..., kind='stable'))."
         )
     if qid is not None:
@@ -423,7 +423,7 @@ def _check_questions(keys: pd.Series, key_name: str, questions: pd.Series, quest
         if len(other):
             raise ValueError(
                 f"Column {qid!r}: a question id holds two or more question texts (column {question!r}), e.g. "
-                f"{_plain(uniques[codes[other[0]]])!r}; {_describe_rows(other, what='data row')} differ from "
+                f"{plain_scalar(uniques[codes[other[0]]])!r}; {describe_rows(other, what='data row')} differ from "
                 "the first row of their question id. One id must name one question."
             )
     return codes
@@ -433,4 +433,4 @@ def _check_unique(codes: np.ndarray, values: np.ndarray, what: str, rule: str) -
     """No two rows of a question share a value (a candidate text's code, or a position)."""
     repeated = pd.DataFrame({"q": codes, "v": values}).duplicated(keep=False).to_numpy()
     if repeated.any():
-        raise ValueError(f"{what} in {_describe_rows(np.flatnonzero(repeated), what='data row')}; {rule}.")
+        raise ValueError(f"{what} in {describe_rows(np.flatnonzero(repeated), what='data row')}; {rule}.")

@@ -25,8 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from ..data import check_ranking_data
-from ..evaluation import per_question
-from ..metrics import paired_significance
+from ..metrics import paired_significance, per_question
 from ..params import Boolean, HasMethods, InstanceOf, Interval, Options, ParameterMixin, validated
 from .catalogue import get_entry, get_ranker
 from .measures import (answering, duration, first_fold_sizes, fit_predict, fit_work, fold_estimate, halvings, has_gpu,

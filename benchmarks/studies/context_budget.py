@@ -33,7 +33,7 @@ import torch
 from _common import STUDY_DOCS, STUDY_RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
 from context import METRICS, NEAR_BASE_RATE, answer_in_context, base_rate_loss, load_data, make, with_context, wrong_picks
 
-from as2rank.evaluation import evaluate
+from as2rank.metrics import evaluate
 
 ROWS = ("No context", "Local")
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")

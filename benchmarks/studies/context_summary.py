@@ -29,7 +29,7 @@ import torch
 from _common import fitted, log, publish, run_header
 from context import ALPHA, EPOCHS, METRICS, N_RESAMPLES, load_data, make, with_context
 
-from as2rank.evaluation import compare, evaluate, per_question
+from as2rank.metrics import compare, evaluate, per_question
 
 #: The rows: each MWA row's ``summary`` (None: the no-context ``TransformerRanker``).
 ROWS = {"No context": None, "MWA, pair summary": "pair", "MWA, sequence summary": "sequence"}

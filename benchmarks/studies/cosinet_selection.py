@@ -29,7 +29,7 @@ from _common import COSINET_PAPER_BUDGET, publish, run_header, wikiqa_splits
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
 from as2rank.cosinet.estimator import Cosinet
-from as2rank.evaluation import evaluate
+from as2rank.metrics import evaluate
 from as2rank.metrics import get_scorer
 
 BATCH_SIZES = (4, 8, 16, 32)

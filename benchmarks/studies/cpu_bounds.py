@@ -269,7 +269,7 @@ def fidelity(fit_questions: int) -> dict:
     split): each row's mean absolute change of a logit from fp32, its MAP and the paired test against fp32."""
     import torch
 
-    from as2rank.evaluation import compare, per_question
+    from as2rank.metrics import compare, per_question
     from as2rank.neural.onnx.calibration import calibration_rows
     from as2rank.app.suite import load_benchmark_data
     from as2rank.transformer.ranker import TransformerRanker

@@ -155,7 +155,7 @@ def main(argv=None):
     import torch
     import torch._inductor.config
 
-    from as2rank.evaluation import compare, per_question
+    from as2rank.metrics import compare, per_question
     from as2rank.neural.onnx.runtime import onnx_available
     from as2rank.transformer.ranker import TransformerRanker
 

@@ -35,7 +35,7 @@ def main(argv=None):
     from as2rank import ZeroShotRanker
     from as2rank.data import keep_answered
     from as2rank.datasets import load_wikiqa
-    from as2rank.evaluation import compare, evaluate, per_question
+    from as2rank.metrics import compare, evaluate, per_question
     from as2rank.neural.models import resolve_model
 
     torch.set_num_threads(args.threads)

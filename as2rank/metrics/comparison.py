@@ -1,11 +1,12 @@
 """Scoring a model's predictions on a test frame and comparing models question by question: what
 ``as2rank bench`` and the benchmark scripts of the repository share.
 
-:func:`evaluate` gives the summary metrics of one run, :func:`per_question` one metric per question (the
-unit of the significance tests), and :func:`compare` tests every run against a reference run with a paired
-randomisation test over questions (:func:`~as2rank.metrics.paired_significance`). All follow the clean
-protocol of the metrics module (questions without a correct answer are skipped) and rank ties
-pessimistically unless told otherwise. NumPy only: importable without torch.
+:func:`~as2rank.metrics.evaluate` gives the summary metrics of one run, :func:`~as2rank.metrics.per_question`
+one metric per question (the unit of the significance tests), and :func:`~as2rank.metrics.compare` tests every
+run against a reference run with :func:`~as2rank.metrics.paired_significance`, a paired randomisation test over
+questions. All follow the clean protocol of the ranking measures (questions without a correct answer are
+skipped) and rank ties pessimistically unless told otherwise. NumPy only: importable without torch (SciPy
+loads when a test runs).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .metrics import mean_average_precision, mean_reciprocal_rank, paired_significance, precision_at_k, ranking_report
+from .ranking import mean_average_precision, mean_reciprocal_rank, precision_at_k, ranking_report
 
-__all__ = ["METRICS", "compare", "evaluate", "per_question"]
+__all__ = ["METRICS", "compare", "evaluate", "per_question", "paired_significance"]
 
-#: The summary metrics of :func:`evaluate`, as fractions.
+#: The summary metrics of :func:`~as2rank.metrics.evaluate`, as fractions.
 METRICS = ("map", "mrr", "p@1", "ndcg@10")
 
 _PER_QUESTION = {
@@ -93,3 +94,49 @@ def compare(per_q: dict, reference: str, *, alpha: float = 0.05) -> dict:
         p = np.nan if name == reference else paired_significance(values, per_q[reference])
         out[name] = {"p": p, "differs": bool(p < alpha)}
     return out
+
+
+def paired_significance(a, b, *, method="randomization", n_resamples=9999, random_state=0) -> float:
+    """Two-sided p-value that two systems differ, from their per-question scores.
+
+    Parameters
+    ----------
+    a, b : pandas.Series or array-like
+        Per-question values of one metric for two systems (e.g. ``per_group=True`` output); Series are
+        aligned on their index and questions missing (NaN) in either are dropped.
+    method : {"randomization", "ttest"}, default="randomization"
+        Paired randomisation (sign-flip permutation) test, as IR evaluation tools use, or paired t-test.
+    n_resamples : int, default=9999
+        Permutations for the randomisation test.
+    random_state : int, default=0
+
+    Returns
+    -------
+    float
+    """
+    from scipy import stats
+
+    if isinstance(a, pd.Series) and isinstance(b, pd.Series):
+        a, b = a.align(b, join="inner")
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}.")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    if len(a) < 2 or np.allclose(a, b):
+        return 1.0
+    if method == "ttest":
+        return float(stats.ttest_rel(a, b).pvalue)
+    if method != "randomization":
+        raise ValueError(f"method must be 'randomization' or 'ttest', got {method!r}.")
+    result = stats.permutation_test(
+        (a - b,),
+        np.mean,
+        permutation_type="samples",
+        n_resamples=n_resamples,
+        alternative="two-sided",
+        random_state=random_state,
+        vectorized=True,
+    )
+    return float(result.pvalue)

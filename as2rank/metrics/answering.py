@@ -3,23 +3,25 @@ the calibration of candidate probabilities.
 
 A question-answering system answers a question with its top-ranked candidate, or abstains. On WikiQA test 390
 of the 633 questions have no correct candidate, so the ranking metrics' "clean" protocol, which drops them
-(:mod:`as2rank.metrics`), cannot say whether a system should answer at all. These measures score every
+(:mod:`~as2rank.metrics.ranking`), cannot say whether a system should answer at all. These measures score every
 question:
 
-* :func:`answer_triggering`: question-level precision, recall and F1 of Yang, Yih & Meek (2015, WikiQA). A
-  question is answered correctly when the system answers it and its top candidate is correct; precision is
-  correct answers over answered questions, recall correct answers over the questions that have a correct
-  candidate, F1 their harmonic mean.
-* :func:`precision_coverage_curve`, :func:`precision_at_coverage`, :func:`precision_coverage_auc`: the
-  questions answered in order of a question-level confidence, most confident first; coverage is the fraction
-  of all questions answered, precision the fraction of those whose top candidate is correct (the selective
-  prediction view; the area under the risk-coverage curve is one minus the area here).
-* :func:`expected_calibration_error` and :func:`brier_score`: how well candidate probabilities match the
-  labels.
-* :func:`wilson_interval`: the confidence interval of a proportion (a precision over questions).
+* :func:`~as2rank.metrics.answer_triggering`: question-level precision, recall and F1 of Yang, Yih & Meek
+  (2015, WikiQA). A question is answered correctly when the system answers it and its top candidate is
+  correct; precision is correct answers over answered questions, recall correct answers over the questions
+  that have a correct candidate, F1 their harmonic mean.
+* :func:`~as2rank.metrics.precision_coverage_curve`, :func:`~as2rank.metrics.precision_at_coverage`,
+  :func:`~as2rank.metrics.precision_coverage_auc`: the questions answered in order of a question-level
+  confidence, most confident first; coverage is the fraction of all questions answered, precision the
+  fraction of those whose top candidate is correct (the selective prediction view; the area under the
+  risk-coverage curve is one minus the area here).
+* :func:`~as2rank.metrics.expected_calibration_error` and :func:`~as2rank.metrics.brier_score`: how well
+  candidate probabilities match the labels.
+* :func:`~as2rank.metrics.wilson_interval`: the confidence interval of a proportion (a precision over
+  questions).
 
-The top candidate of a question is the first by ``y_score`` under the tie policy ``ties`` (as in
-:mod:`as2rank.metrics`: pessimistic by default; ``ties="stable"`` with ``position`` is the candidate that
+The top candidate of a question is the first by ``y_score`` under the tie policy ``ties`` (as in the ranking
+measures, :mod:`as2rank.metrics`: pessimistic by default; ``ties="stable"`` with ``position`` is the candidate that
 :func:`as2rank.rank <as2rank.base.rank>` puts first in a table with positions). Per-question inputs
 (``answered``, ``confidence``) are a :class:`pandas.Series` indexed by question id, or an array in the order
 of the questions' first appearance in ``groups`` (the order of ``per_group=True`` results and of
@@ -33,9 +35,9 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .data import check_labels
-from .metrics import _per_question, _RankedRun, _triggering
-from .params import Interval, check_param
+from ..data import check_labels
+from ..params import Interval, check_param
+from .runs import RankedRun, question_values
 
 __all__ = [
     "answer_triggering",
@@ -45,6 +47,8 @@ __all__ = [
     "expected_calibration_error",
     "brier_score",
     "wilson_interval",
+    "triggering_from_outcomes",
+    "coverage_curve",
 ]
 
 _DOC_RUN = """
@@ -63,13 +67,37 @@ _DOC_RUN = """
 
 def _outcomes(y_true, y_score, groups, ties, position, docno):
     """The run's group index, whether each question's top candidate is correct, and whether it has one."""
-    run = _RankedRun(y_true, y_score, groups, ties, position, docno)
+    run = RankedRun(y_true, y_score, groups, ties, position, docno)
     return run.index, run.top_relevant(), run.n_rel > 0
+
+
+def triggering_from_outcomes(correct, answerable, answered) -> dict:
+    """Answer triggering from per-question outcomes: what :func:`~as2rank.metrics.answer_triggering` and
+    :func:`~as2rank.metrics.ranking_report` compute once a run's questions are known.
+
+    Parameters
+    ----------
+    correct, answerable, answered : ndarray of bool of shape (n_questions,)
+        Whether each question's top candidate is relevant, whether it has a relevant candidate, and whether
+        the system answers it.
+
+    Returns
+    -------
+    dict
+        As :func:`~as2rank.metrics.answer_triggering`.
+    """
+    n_correct = int(np.sum(answered & correct))
+    n_answered, n_answerable = int(np.sum(answered)), int(np.sum(answerable))
+    precision = n_correct / n_answered if n_answered else 0.0
+    recall = n_correct / n_answerable if n_answerable else 0.0
+    f1 = 2 * n_correct / (n_answered + n_answerable) if n_answered + n_answerable else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "n_questions": len(correct),
+            "n_answerable": n_answerable, "n_answered": n_answered, "n_correct": n_correct}
 
 
 def answer_triggering(y_true, y_score, groups, answered, *, ties="pessimistic", position=None, docno=None) -> dict:
     index, correct, answerable = _outcomes(y_true, y_score, groups, ties, position, docno)
-    return _triggering(correct, answerable, _per_question(answered, index, "answered", "bool"))
+    return triggering_from_outcomes(correct, answerable, question_values(answered, index, "answered", "bool"))
 
 
 answer_triggering.__doc__ = (
@@ -80,16 +108,31 @@ answer_triggering.__doc__ = (
     "    mean, ``2 · correct / (answered + answerable)``.\n\n    Parameters\n    ----------"
     + _DOC_RUN
     + "    answered : array-like of bool of shape (n_questions,)\n"
-    "        Whether the system answers each question (see the module docstring for the order).\n"
+    "        Whether the system answers each question (see :mod:`as2rank.metrics.answering` for the order).\n"
     "\n    Returns\n    -------\n    dict\n"
     "        ``precision``, ``recall``, ``f1``, ``n_questions``, ``n_answerable`` (questions with a correct\n"
     "        candidate), ``n_answered`` and ``n_correct``.\n"
 )
 
 
-def _curve(confidence, correct):
-    """Coverage, precision and threshold of every distinct confidence, most confident first: answering the
-    questions whose confidence is at least the threshold. Per-question arrays in, arrays out."""
+def coverage_curve(confidence, correct):
+    """Precision against coverage from per-question arrays: what
+    :func:`~as2rank.metrics.precision_coverage_curve` computes once a run's questions are known, and what the
+    answer threshold of :class:`~as2rank.answer.ranker.CalibratedRanker` is chosen on.
+
+    Parameters
+    ----------
+    confidence : ndarray of float of shape (n_questions,)
+        A question-level confidence, higher is surer.
+    correct : ndarray of bool of shape (n_questions,)
+        Whether each question's top candidate is correct.
+
+    Returns
+    -------
+    coverage, precision, thresholds : ndarray of shape (n_points,)
+        One point per distinct confidence, most confident first: answering the questions whose confidence is
+        at least the threshold.
+    """
     order = np.argsort(-confidence, kind="stable")
     c, hit = confidence[order], correct[order]
     last = np.r_[c[1:] != c[:-1], True]  # the last question of each run of equal confidences
@@ -100,7 +143,7 @@ def _curve(confidence, correct):
 
 def precision_coverage_curve(y_true, y_score, groups, confidence, *, ties="pessimistic", position=None, docno=None):
     index, correct, _ = _outcomes(y_true, y_score, groups, ties, position, docno)
-    return _curve(_per_question(confidence, index, "confidence", "float"), correct)
+    return coverage_curve(question_values(confidence, index, "confidence", "float"), correct)
 
 
 precision_coverage_curve.__doc__ = (
