@@ -214,10 +214,10 @@ def test_only_bert_style_self_attention_is_fused(fitted):
 
     ranker, X, encoded = fitted
     model = ranker.model_
-    fused = onnx_runtime._export_copy(model)
-    blocks = [m for m in fused.modules() if isinstance(m, onnx_runtime._FusedSelfAttention)]
+    fused = onnx_runtime.export_copy(model)
+    blocks = [m for m in fused.modules() if isinstance(m, onnx_runtime.FusedSelfAttention)]
     assert len(blocks) == model.encoder.config.num_hidden_layers and fused is not model
-    assert not any(isinstance(m, onnx_runtime._FusedSelfAttention) for m in model.modules())  # a copy
+    assert not any(isinstance(m, onnx_runtime.FusedSelfAttention) for m in model.modules())  # a copy
     block = model.encoder.encoder.layer[0].attention.self
     w = blocks[0].weight.detach()
     x = torch.randn(2, model.encoder.config.hidden_size)
@@ -228,7 +228,7 @@ def test_only_bert_style_self_attention_is_fused(fitted):
     causal.is_causal = True
     assert onnx_runtime._is_bert_self_attention(block) and not onnx_runtime._is_bert_self_attention(causal)
     head_only = model.head
-    assert onnx_runtime._export_copy(head_only) is head_only
+    assert onnx_runtime.export_copy(head_only) is head_only
 
 
 def _export(module, inputs: dict, path):
@@ -274,7 +274,7 @@ def _saturating_sums(codes, weight):
 
 
 def _saturating_product(layer, x):
-    """What :class:`~as2rank.neural.onnx.runtime._Int8Input`'s product computes on saturating kernels: the
+    """What :class:`~as2rank.neural.onnx.runtime.Int8Input`'s product computes on saturating kernels: the
     uint8 codes of the smoothed ``x`` times the int8 weights, summed by :func:`_saturating_sums` (the kernels
     multiply the raw codes and subtract the zero point's share from the sums after), then scaled, plus the
     bias."""
@@ -334,7 +334,7 @@ def test_int8_linear_layer_exports_the_arithmetic_it_computes(per_channel, kerne
     linear = torch.nn.Linear(48, 16)
     x = torch.randn(3, 5, 48) * 3
     ranges = _channel_ranges(x) if per_channel else [float(x.min()), float(x.max())]
-    layer = onnx_runtime._Int8Linear(linear, ranges)
+    layer = onnx_runtime.Int8Linear(linear, ranges)
     assert (layer.inverse is not None) == per_channel  # a whole-input range: no smoothing
     with torch.inference_mode():
         eager, exact = layer(x), linear(x)
@@ -362,7 +362,7 @@ def test_smoothing_moves_an_outlier_channel_s_range_into_the_weights(monkeypatch
     errors = {}
     for alpha in (None, onnx_runtime.SMOOTHING):
         monkeypatch.setattr(onnx_runtime, "SMOOTHING", alpha)
-        layer = onnx_runtime._Int8Linear(linear, ranges)
+        layer = onnx_runtime.Int8Linear(linear, ranges)
         with torch.inference_mode():
             errors[alpha] = (layer(x) - linear(x)).abs().mean().item()
             if alpha is not None:  # the smoothed product is the same product before rounding
@@ -381,7 +381,7 @@ def test_fused_attention_exports_the_arithmetic_it_computes(fitted, int8, kernel
     keep = torch.ones(3, 6)
     keep[1, 4:], keep[2, 2:] = 0, 0
     additive = ((1 - keep) * -10000.0)[:, None, None, :]
-    fused = onnx_runtime._FusedSelfAttention(block, _channel_ranges(hidden) if int8 else None)
+    fused = onnx_runtime.FusedSelfAttention(block, _channel_ranges(hidden) if int8 else None)
     with torch.inference_mode():
         eager, exact = fused(hidden, additive)[0], block(hidden, attention_mask=additive)[0]
     real = keep.bool().numpy()  # padded queries' outputs are never read
@@ -401,17 +401,17 @@ def test_export_copy_quantizes_the_calibrated_layers_only(fitted):
     ranker, X, encoded = fitted
     model = ranker.model_
     ranges = ranker.activation_ranges_
-    copied = onnx_runtime._export_copy(model, ranges)
-    blocks = [m for m in copied.modules() if isinstance(m, onnx_runtime._FusedSelfAttention)]
+    copied = onnx_runtime.export_copy(model, ranges)
+    blocks = [m for m in copied.modules() if isinstance(m, onnx_runtime.FusedSelfAttention)]
     assert len(blocks) == model.encoder.config.num_hidden_layers and all(b.int8 for b in blocks)
-    int8 = {name for name, m in copied.named_modules() if isinstance(m, onnx_runtime._Int8Linear)}
+    int8 = {name for name, m in copied.named_modules() if isinstance(m, onnx_runtime.Int8Linear)}
     linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert int8 == {n for n in linear if n in ranges and ".attention.self." not in n}
     assert "head.1" in int8 and "head.4" in int8
     partial = {k: v for k, v in ranges.items() if k != "head.4"}
-    assert "head.4" not in {n for n, m in onnx_runtime._export_copy(model, partial).named_modules()
-                            if isinstance(m, onnx_runtime._Int8Linear)}
-    assert not any(isinstance(m, onnx_runtime._Int8Linear) for m in model.modules())  # a copy
+    assert "head.4" not in {n for n, m in onnx_runtime.export_copy(model, partial).named_modules()
+                            if isinstance(m, onnx_runtime.Int8Linear)}
+    assert not any(isinstance(m, onnx_runtime.Int8Linear) for m in model.modules())  # a copy
 
 
 def test_calibration_records_each_linear_input_over_real_tokens(fitted):

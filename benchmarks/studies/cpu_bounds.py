@@ -240,13 +240,13 @@ def emulated(module, ranges: dict, moments: dict, weights: str, inputs: str, alp
     default = onnx_runtime.SMOOTHING
     onnx_runtime.SMOOTHING = alpha
     try:
-        copied = onnx_runtime._export_copy(module, ranges)
+        copied = onnx_runtime.export_copy(module, ranges)
     finally:
         onnx_runtime.SMOOTHING = default
     for name, mod in copied.named_modules():
-        if not isinstance(mod, onnx_runtime._Int8Input):
+        if not isinstance(mod, onnx_runtime.Int8Input):
             continue
-        fused = isinstance(mod, onnx_runtime._FusedSelfAttention)
+        fused = isinstance(mod, onnx_runtime.FusedSelfAttention)
         source = module.get_submodule(name)
         w = (torch.cat([source.query.weight, source.key.weight, source.value.weight]) if fused else source.weight)
         smoothing = 1 / mod.inverse.double() if mod.inverse is not None else torch.ones(w.shape[1], dtype=torch.float64)

@@ -51,8 +51,8 @@ from torch import nn
 from ..backbone import CARRIED
 from .export import export_graph, padded, quiet
 
-__all__ = ["OnnxCascade", "OnnxModule", "copy_digest", "cpu_session", "int8_copy", "onnx_available", "ranges_key",
-           "u8s8_sums_exact", "write_int8_copy"]
+__all__ = ["FusedSelfAttention", "Int8Input", "Int8Linear", "OnnxCascade", "OnnxModule", "copy_digest", "cpu_session",
+           "export_copy", "int8_copy", "onnx_available", "ranges_key", "u8s8_sums_exact", "write_int8_copy"]
 
 #: Packages the export and the runtime need.
 _PACKAGES = ("onnxruntime", "onnx", "onnxscript")
@@ -139,7 +139,7 @@ def _weight_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8).T.contiguous(), scale
 
 
-class _Int8Input(nn.Module):
+class Int8Input(nn.Module):
     """A matrix product whose input is quantized with a fixed scale and zero point (static quantization) and
     whose weights are int8 per output column. Eagerly it computes the same arithmetic in float32 (what the
     tests compare the exported operators with); exported it writes ONNX Runtime's integer operators."""
@@ -173,8 +173,8 @@ class _Int8Input(nn.Module):
         return ((codes - self.zero.float()) * self.scale) @ (self.weight.float() * self.weight_scale) + self.bias
 
 
-class _Int8Linear(_Int8Input):
-    """A linear layer in int8 with a static input range (see :class:`_Int8Input`), exported as
+class Int8Linear(Int8Input):
+    """A linear layer in int8 with a static input range (see :class:`Int8Input`), exported as
     ``QuantizeLinear`` then ``com.microsoft.MatMulIntegerToFloat``."""
 
     def __init__(self, linear: nn.Linear, ranges):
@@ -191,11 +191,11 @@ class _Int8Linear(_Int8Input):
                                        shape=(*x.shape[:-1], self.weight.shape[1]), version=1)
 
 
-class _FusedSelfAttention(_Int8Input):
+class FusedSelfAttention(Int8Input):
     """A BERT-style self-attention block (separate ``query``, ``key`` and ``value`` projections, scaled dot
     products over the unmasked tokens) exported as one ONNX Runtime node: ``com.microsoft.Attention``, or,
     given the range of its input, ``QAttention`` (the three projections in int8 with a static input range,
-    see :class:`_Int8Input`). Takes and returns what the block it replaces does."""
+    see :class:`Int8Input`). Takes and returns what the block it replaces does."""
 
     def __init__(self, block, input_range=None):
         super().__init__()
@@ -240,7 +240,7 @@ class _FusedSelfAttention(_Int8Input):
 
 
 def _is_bert_self_attention(block) -> bool:
-    """Whether ``block`` computes what :class:`_FusedSelfAttention` does: bidirectional scaled dot-product
+    """Whether ``block`` computes what :class:`FusedSelfAttention` does: bidirectional scaled dot-product
     attention over biased ``query``/``key``/``value`` projections of its input, nothing else."""
     linear = all(isinstance(getattr(block, n, None), torch.nn.Linear) and getattr(block, n).bias is not None
                  for n in ("query", "key", "value"))
@@ -251,7 +251,7 @@ def _is_bert_self_attention(block) -> bool:
             and block.query.out_features == block.num_attention_heads * block.attention_head_size)
 
 
-def _export_copy(module, ranges: dict | None = None):
+def export_copy(module, ranges: dict | None = None):
     """What is exported of ``module``: its BERT-style self-attention blocks (``<...>.attention.self``) as fused
     ``Attention`` nodes and, given ``ranges`` (``{name of a linear layer: the range of its input}``,
     :func:`~as2rank.neural.onnx.calibration.activation_ranges`), every linear layer with a range in int8 (an
@@ -266,10 +266,10 @@ def _export_copy(module, ranges: dict | None = None):
         return module
     copied = copy.deepcopy(module)
     for name in blocks:
-        block = _FusedSelfAttention(copied.get_submodule(name), ranges.get(f"{name}.query"))
+        block = FusedSelfAttention(copied.get_submodule(name), ranges.get(f"{name}.query"))
         copied.set_submodule(name, block)
     for name in linear:
-        copied.set_submodule(name, _Int8Linear(copied.get_submodule(name), ranges[name]))
+        copied.set_submodule(name, Int8Linear(copied.get_submodule(name), ranges[name]))
     return copied
 
 
@@ -329,7 +329,7 @@ class OnnxModule:
         module = module.to("cpu").eval()
         with tempfile.TemporaryDirectory() as folder, quiet():
             graph = Path(folder) / "model.onnx"
-            export_graph(_export_copy(module), padded(example, 1), graph)
+            export_graph(export_copy(module), padded(example, 1), graph)
             self.session = self._session(graph)
             self._check(module, self.session, example)
             if self.int8:
@@ -337,7 +337,7 @@ class OnnxModule:
                 # with torch's: a value on the edge of two uint8 steps may round either way, and the flip
                 # carries through the layers (tests compare each int8 operator with its torch arithmetic).
                 graph = Path(folder) / "model.int8.onnx"
-                export_graph(_export_copy(module, ranges), padded(example, 1), graph)
+                export_graph(export_copy(module, ranges), padded(example, 1), graph)
                 self.session = self._session(graph, exact_integer_sums=not u8s8_sums_exact())
             self.graph, self.digest = graph.read_bytes(), digest
 
