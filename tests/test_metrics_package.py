@@ -1,8 +1,7 @@
 """as2rank.metrics is one package: every name the former as2rank.metrics, as2rank.triggering and
-as2rank.evaluation modules exported imports from it, the former modules are gone, and no module outside the
-package reaches into it (or into as2rank.data) for a private name."""
+as2rank.evaluation modules exported imports from it, and the former modules are gone (no private name crosses
+into it: tests/test_private_names.py)."""
 
-import ast
 import importlib
 from pathlib import Path
 
@@ -56,30 +55,3 @@ def test_the_former_modules_are_gone():
 def test_top_level_names_resolve_to_the_package():
     assert as2rank.get_scorer is as2rank.metrics.get_scorer
     assert as2rank.ranking_report is as2rank.metrics.ranking_report
-
-
-def _private_imports(lower: str):
-    """(module, name) for each private name a module outside ``as2rank.<lower>`` imports from it."""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if module == f"as2rank.{lower}" or module.startswith(f"as2rank.{lower}."):
-            continue
-        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target == f"as2rank.{lower}" or target.startswith(f"as2rank.{lower}."):
-                found += [(module, a.name) for a in node.names if a.name.startswith("_")]
-    return found
-
-
-@pytest.mark.parametrize("lower", ["metrics", "data"])
-def test_no_private_name_is_imported_from_outside(lower):
-    assert _private_imports(lower) == []
