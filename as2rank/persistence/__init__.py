@@ -38,7 +38,7 @@ import numpy as np
 
 from .._version import __version__
 from ..files import atomic_directory
-from ..params import param_names
+from ..params import TRAINING_ONLY_PARAMS, param_names
 from .card import write_card
 from .checks import (build_config, check_config, check_loaded_tokenizer, check_network_state, check_params,
                      load_tokenizer, one_line_errors, safetensors_header)
@@ -436,7 +436,9 @@ def _save(estimator, path: Path) -> None:
         return
     sklearn = name in SKLEARN_CLASSES
     writer = _Writer(path, estimator)
-    params = {k: writer.encode(v, f"params.{k}") for k, v in estimator.get_params(deep=False).items()}
+    # Parameters that act on training only (callbacks) are not part of a model: a loaded one has their defaults.
+    params = {k: writer.encode(v, f"params.{k}") for k, v in estimator.get_params(deep=False).items()
+              if k not in TRAINING_ONLY_PARAMS}
     if name in LAYOUTS:
         fitted = None
     else:
