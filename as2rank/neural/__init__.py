@@ -17,7 +17,7 @@ _SOURCES = {
     "EarlyStopping": "early_stopping",
     "listwise_kl_loss": "losses",
     **dict.fromkeys(("OPTIMIZERS", "SCHEDULES", "TrainingHistory", "TrainingState", "linear_warmup_decay",
-                     "padded_groups", "question_batches", "slanted_triangular", "train"), "training"),
+                     "padded_groups", "question_batches", "slanted_triangular", "token_batches", "train"), "training"),
 }
 
 __all__ = sorted(_SOURCES)

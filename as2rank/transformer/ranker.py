@@ -123,7 +123,7 @@ class TransformerRanker(_TransformerEstimator):
         drawn with ``random_state``; they do not train). ``"auto"``: early stopping on the ``eval_set``; without
         one, on ``validation_fraction`` of the answered questions when set, else on 0.1 of them from 300
         answered training questions on, and the whole budget below that
-        (:data:`~as2rank.early_stopping.AUTO_MIN_QUESTIONS`; the defaults benchmark measures both).
+        (:data:`~as2rank.neural.early_stopping.AUTO_MIN_QUESTIONS`; the defaults benchmark measures both).
         ``True``: always (``validation_fraction`` of 0.1 when not set). ``False``: never (an ``eval_set`` or a
         ``validation_fraction`` is then an error).
     validation_fraction : float, default=None
