@@ -298,7 +298,7 @@ class Cosinet(NeuralEstimator, PersistenceMixin, RankerMixin, BaseEstimator):
 
     def get_batches(self, inputs, y, index, rows, *, loss, rng, shard, device) -> tuple:
         """Batches of ``batch_size`` whole questions among those that train (those of ``rows``), in an order drawn
-        from ``rng``; each batch's grid tensors (:meth:`~as2rank.cosinet.encoding._Encoded.batch`) carry its
+        from ``rng``; each batch's grid tensors (``_Encoded.batch``) carry its
         ``labels`` and ``table``, the word vectors the network reads."""
         from ..neural import question_batches
         from ..neural.distributed import LocalBatch
@@ -330,7 +330,7 @@ class Cosinet(NeuralEstimator, PersistenceMixin, RankerMixin, BaseEstimator):
 
     def training_options(self, steps_per_epoch) -> dict:
         """Adam with the slanted triangular learning rate (Howard & Ruder), the paper's peak rate for the loss
-        unless ``learning_rate`` is set, for ``epochs`` (``"auto"``: :func:`resolve_epochs`)."""
+        unless ``learning_rate`` is set, for ``epochs`` (``"auto"``: ``resolve_epochs``)."""
         learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
         return dict(epochs=resolve_epochs(self.epochs, steps_per_epoch), learning_rate=float(learning_rate),
                     schedule="slanted_triangular", warmup=float(self.warmup), max_grad_norm=self.max_grad_norm,

@@ -1,6 +1,6 @@
 """Batches of the transformer estimators. Training: rows of similar length (pointwise losses), or whole questions
 of similar length (listwise losses), whose rows the forward pass may take in parts of similar length (their
-tensors: :func:`~as2rank.neural.training.token_batches`). Prediction: rows or questions packed under a budget of
+tensors: :func:`~as2rank.neural.token_batches`). Prediction: rows or questions packed under a budget of
 padded tokens (:func:`token_budget_batches`). NumPy only."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the distilled and the context rankers) shares on top of the training shell of ev
 (:class:`~as2rank.neural.shell.NeuralEstimator`: ``fit``, ``partial_fit``, early stopping, ``callbacks``, the fit
 cache, the pickled state): loading the backbone (:mod:`as2rank.neural.backbone`), pair encoding, the lexical prior
 (:mod:`as2rank.transformer.prior`), the shell's hooks for a transformer module (its batches of token arrays,
-:func:`~as2rank.neural.training.token_batches`, its label loss, its dev MAP), numeric precision (autocast, or an
+:func:`~as2rank.neural.token_batches`, its label loss, its dev MAP), numeric precision (autocast, or an
 int8 copy for prediction on the CPU) and prediction; ``save_pretrained``/``from_pretrained`` come from
 :class:`~as2rank.transformer.saving.PretrainedIO`. A subclass writes out its ``__init__`` (its own parameters, then
 the shared ones, :mod:`as2rank.transformer.parameters`) and supplies the torch module, and where it trains
@@ -230,7 +230,7 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
 
     def get_batches(self, inputs, y, index, rows, *, loss, rng, shard, device) -> tuple:
         """The training batches over ``rows`` of the encoded data, and how many an epoch yields
-        (:func:`~as2rank.neural.training.token_batches`): ``batch_size`` rows of similar length, or whole questions
+        (:func:`~as2rank.neural.token_batches`): ``batch_size`` rows of similar length, or whole questions
         with a listwise ``loss``, whose forward pass runs in parts of similar length on the devices of
         :data:`~as2rank.neural.batching.CHUNK_DEVICES`."""
         from ..neural.batching import CHUNK_DEVICES
