@@ -7,8 +7,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "as2rank"
 
-#: Methods that set fitted attributes (``name_``): training, and restoring a saved or pickled state.
-SETTERS = {"fit", "partial_fit", "__setstate__", "_restore_fitted"}
+#: Methods that set fitted attributes (``name_``): training (and the training shell's fresh start, which ``fit``
+#: and ``partial_fit`` call), and restoring a saved or pickled state.
+SETTERS = {"fit", "partial_fit", "_start_fresh", "__setstate__", "_restore_fitted"}
 
 
 def _classes():

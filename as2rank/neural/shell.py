@@ -265,10 +265,7 @@ class NeuralEstimator(ParameterMixin):
         dtype = self.training_precision(device)
         with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
             if fresh:
-                stale, fitted = self._fresh_state(X, y, groups, eval_set, prepared, kept=early)
-                for name in stale:
-                    delattr(self, name)
-                self.__dict__.update(fitted)
+                self._start_fresh(X, y, groups, eval_set, prepared, kept=early)
             history, results = self._run_steps(X, y, index, prepared, setup, rng, dtype, dev=dev)
         self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
         self.__dict__.update(results)
@@ -342,10 +339,7 @@ class NeuralEstimator(ParameterMixin):
         with training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs) as (
                 setup, rng):
             if fresh:
-                stale, fitted = self._fresh_state(X, y, groups, None, prepared, kept=early)
-                for name in stale:
-                    delattr(self, name)
-                self.__dict__.update(fitted)
+                self._start_fresh(X, y, groups, None, prepared, kept=early)
             history, results = self._run_steps(X, y, index, prepared, setup, rng, dtype, state=state)
         if history is not None:
             first = state.runs == 1 or not hasattr(self, "history_")
@@ -359,14 +353,15 @@ class NeuralEstimator(ParameterMixin):
         self._train_state = state
         return self
 
-    def _fresh_state(self, X, y, groups, eval_set, prepared, kept) -> tuple:
-        """The one place a new module is built, for ``fit`` and ``partial_fit`` alike (inside their seeded session):
-        ``(stale, fitted)``, the learnt attributes of an earlier fit to drop (not those in ``kept``, this call's own)
-        and the new fitted attributes, the module under ``module_attribute`` among them."""
+    def _start_fresh(self, X, y, groups, eval_set, prepared, kept) -> None:
+        """The one place a new module is built, for ``fit`` and ``partial_fit`` alike (inside their seeded session,
+        on their behalf): :meth:`initialize_module`'s module and fitted attributes replace every attribute an earlier
+        fit learned, but those in ``kept`` (this call's own, from :meth:`prepare_training_data`)."""
         module, fitted = self.initialize_module(X, y, groups, eval_set, prepared)
         fitted = {**fitted, self.module_attribute: module}
-        stale = [name for name in vars(self) if self._is_learnt(name) and name not in kept and name not in fitted]
-        return stale, fitted
+        for name in [k for k in vars(self) if self._is_learnt(k) and k not in kept and k not in fitted]:
+            delattr(self, name)
+        self.__dict__.update(fitted)
 
     def _run_steps(self, X, y, index, prepared, setup, rng, dtype, dev=None, state=None) -> tuple:
         """The step loop: the inputs, the hold-out split, early stopping and the callbacks around
