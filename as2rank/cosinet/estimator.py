@@ -187,6 +187,8 @@ class Cosinet(NeuralEstimator, PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model.rank("who wrote hamlet ?", ["Paris is big .", "Hamlet is a play by Shakespeare ."])  # doctest: +SKIP
     """
 
+    #: The trained network is ``module_``.
+    module_attribute = "module_"
     _parameter_constraints = {
         "embeddings": [InstanceOf((str, os.PathLike, WordVectors, "gensim.models.KeyedVectors"),
                                   "a word-vector name or file path, or a gensim KeyedVectors")],
@@ -220,8 +222,6 @@ class Cosinet(NeuralEstimator, PersistenceMixin, RankerMixin, BaseEstimator):
     ):
         self._keep_params(locals())
 
-    module_attribute = "module_"
-
     # ------------------------------------------------------------------ the training shell's hooks
     def check_training_data(self, X, y, groups) -> tuple:
         """The grouped candidates validated; Cosinet's labels must also be non-negative (0/1 or graded)."""
@@ -231,12 +231,13 @@ class Cosinet(NeuralEstimator, PersistenceMixin, RankerMixin, BaseEstimator):
         return X, y, index
 
     def prepare_training_data(self, X, y, index, *, fresh, streamed) -> tuple:
-        """The rows encoded on the grid of their questions (words numbered in the vocabulary, extended by the new
-        words of a ``partial_fit`` chunk), their questions and those that train: ``(encoded, index, train_groups)``; the
-        vocabulary's fitted attributes (``vocabulary_``, ``word_vectors_``, ``oov_rate_``), grown from the word-vector
-        source. Listwise training leaves out questions without a positive; a ``fit`` needs one."""
+        """``(encoded, index, train_groups)``: the rows encoded on the grid of their questions (words numbered in
+        the vocabulary, extended by the new words of a ``partial_fit`` chunk), their questions and those that train;
+        and the vocabulary's fitted attributes (``vocabulary_``, ``word_vectors_``, ``oov_rate_``), grown from the
+        word-vector source. Listwise training leaves out questions without a positive; a ``fit`` needs one."""
         source = load_word_vectors(self.embeddings)
-        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=None if fresh else self.vocabulary_)
+        vocabulary = None if fresh else self.vocabulary_
+        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=vocabulary)
         fitted = dict(zip(("vocabulary_", "word_vectors_", "oov_rate_"),
                           self._grown_vocabulary(encoded.new_words, source, extend=not fresh)))
         train_groups = self._train_groups(index, y)

@@ -403,7 +403,8 @@ class NeuralEstimator(ParameterMixin):
             def evaluate(m):
                 return self.evaluate(m, dev_inputs, validation.y, validation.index, device)
 
-            callbacks.append(EarlyStopping(evaluate, self.patience, every=self.get_params(deep=False).get("eval_every")))
+            every = self.get_params(deep=False).get("eval_every")
+            callbacks.append(EarlyStopping(evaluate, self.patience, every=every))
         callbacks += list(self.callbacks or ())
         loss = self.get_loss()
         batches, steps = self.get_batches(inputs, y, index, rows, loss=loss, rng=rng, shard=setup.shard, device=device)

@@ -511,15 +511,15 @@ def token_batches(encoded: dict, y: np.ndarray, codes: np.ndarray, targets: dict
                   batch_size: int, by_question: bool, rng: np.random.Generator, shard, chunked: bool) -> tuple:
     """The training batches over ``rows`` of token arrays, and how many an epoch yields.
 
-    Rows are bucketed by length, or by question with ``by_question`` (a listwise
-    loss compares a question's candidates: its batches hold whole questions, and carry ``group``, each row's
-    question numbered within the batch; :mod:`as2rank.neural.batching`); the order is drawn from ``rng``. Each batch holds the token tensors,
-    ``labels`` (1.0 where ``y > 0``), ``targets`` sliced to its rows, and two entries for losses that vary
-    between batches: ``step``, the batch's number within the run (0, 1, ... over its epochs), and ``draw``, a
-    uniform number in [0, 1) from a stream spawned from ``rng`` (the same in every process of a distributed fit).
-    It is this process's part of the global batch (``shard``, a :class:`~as2rank.neural.distributed.Shard`). With
-    ``chunked`` its forward pass runs in parts of :data:`~as2rank.neural.batching.CHUNK_ROWS` rows of similar length (``chunks``, and
-    ``restore``, the order that puts their outputs back in the batch's row order).
+    Rows are bucketed by length, or by question with ``by_question`` (a listwise loss compares a question's
+    candidates: its batches hold whole questions, and carry ``group``, each row's question numbered within the
+    batch; :mod:`as2rank.neural.batching`); the order is drawn from ``rng``. Each batch holds the token tensors,
+    ``labels`` (1.0 where ``y > 0``), ``targets`` sliced to its rows, and two entries for losses that vary between
+    batches: ``step``, the batch's number within the run (0, 1, ... over its epochs), and ``draw``, a uniform
+    number in [0, 1) from a stream spawned from ``rng`` (the same in every process of a distributed fit). It is
+    this process's part of the global batch (``shard``, a :class:`~as2rank.neural.distributed.Shard`). With
+    ``chunked`` its forward pass runs in parts of :data:`~as2rank.neural.batching.CHUNK_ROWS` rows of similar
+    length (``chunks``, and ``restore``, the order that puts their outputs back in the batch's row order).
 
     Parameters
     ----------

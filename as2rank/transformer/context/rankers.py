@@ -474,7 +474,8 @@ reuse_fit, random_state, verbose, callbacks
 
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "unfreeze_layers"}
         members = {
-            c: ContextConcat(**{**params, "contexts": (c,), "warm_start": False, "callbacks": None}).fit(X, y, groups=groups, eval_set=eval_set)
+            c: ContextConcat(**{**params, "contexts": (c,), "warm_start": False, "callbacks": None}).fit(
+                X, y, groups=groups, eval_set=eval_set)
             for c in CONTEXTS
         }
         local = members["local"]
