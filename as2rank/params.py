@@ -75,6 +75,9 @@ CHECKPOINT_ALIASES = ("minilm-l6", "mpnet-base")
 WORD_VECTOR_ALIASES = ("glove-6b-50d", "minilm-l6-wordpiece")
 #: Training losses of the neural rankers (``loss``): per pair, or over each question's candidates.
 LOSSES = ("pointwise", "listwise")
+#: Parameters that act on training only and are never saved with a model (a loaded model has their defaults, and a
+#: fit is reused from the fit cache only without them): the neural estimators' ``callbacks``.
+TRAINING_ONLY_PARAMS = ("callbacks",)
 
 #: Values of ``ContextMWA(summary=...)``: what its classifier reads beside the attended views;
 #: :data:`as2rank.transformer.context.network.SUMMARIES`.

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 from _common import DOCS, RESULTS, SHARED_DATA, jsonable, library_digest, load_average, log, publish, run_header, save_figure, tagged, training_params
 
-from as2rank.early_stopping import AUTO_MIN_QUESTIONS
 from as2rank.metrics import compare, evaluate, per_question
+from as2rank.neural.early_stopping import AUTO_MIN_QUESTIONS
 
 TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
 #: Candidate defaults measured as the "library default" row is (fitted on the whole subset): name -> the
@@ -56,7 +56,7 @@ ENCODERS = {"MPNet": {"model": "mpnet-base"}, "MPNet, lr 2e-5": {"model": "mpnet
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS, *ENCODERS)
 #: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
 #: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
-#: holds out questions by itself (``_auto_holdout``) it is the page's default row.
+#: holds out questions by itself (``auto_holdout``) it is the page's default row.
 #: The "Cosinet ES" reference row: Cosinet with a 10-epoch budget and early stopping on the validation split
 #: (``fit(..., eval_set=)``; the library's patience), a candidate default for Cosinet.
 COSINET_ES = {"epochs": 10}
@@ -459,7 +459,7 @@ def describe(res, estimator) -> dict:
     # default that holds out its own validation questions, or one that the swept curves do not train (a default
     # changed after them; its "library default" rows measured), is the "library default" row.
     measured = any(r["name"] == "library default" for r in res["refs"].values())
-    default_row = "Cosinet" if cosinet else "library default" if getattr(type(default), "_auto_holdout", False) or measured else (
+    default_row = "Cosinet" if cosinet else "library default" if getattr(type(default), "auto_holdout", False) or measured else (
         f"{curve_label({'lr': default.learning_rate, 'prior': getattr(default, 'lexical_prior', None)})}"
         f", epoch {default.epochs} of {default.epochs}")
     tables, chosen = [], []
@@ -492,7 +492,7 @@ def describe(res, estimator) -> dict:
         "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "encoders": ENCODERS,
         "cosinet_ref_params": cosinet_ref_params(res),
         "streamed": hasattr(default, "partial_fit"),
-        "auto_holdout": bool(getattr(type(default), "_auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
+        "auto_holdout": bool(getattr(type(default), "auto_holdout", False)), "auto_min_questions": AUTO_MIN_QUESTIONS,
         "library_default": {k: getattr(default, k) for k in ("learning_rate", "epochs", "lexical_prior", "segment_similarity",
                                                              "batch_size", "early_stopping")
                             if k in before or k == "lexical_prior" and not cosinet

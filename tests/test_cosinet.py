@@ -294,16 +294,16 @@ def test_auto_epochs_reach_the_minimum_steps(kv):
 
 
 def test_early_stopping_holds_out_whole_questions_and_restores_the_best_epoch(kv, monkeypatch):
-    import as2rank.cosinet.estimator as cosinet_module
+    import as2rank.neural.shell as shell_module
 
     held_masks = []
-    original = cosinet_module.holdout_questions
+    original = shell_module.holdout_questions
 
     def recording(*args):
         held_masks.append(original(*args))
         return held_masks[-1]
 
-    monkeypatch.setattr(cosinet_module, "holdout_questions", recording)
+    monkeypatch.setattr(shell_module, "holdout_questions", recording)
     X, y = synthetic(30)
     model = tiny(kv, epochs=6, early_stopping=True, validation_fraction=0.2, patience=2).fit(X, y)
     held = held_masks[-1]

@@ -1,5 +1,6 @@
-"""The training steps of the transformer estimators are hooks (:class:`as2rank.transformer.hooks.TrainingHooks`):
-a subclass that overrides one changes what ``fit`` does, and the loop calls them as documented."""
+"""The training steps of the transformer estimators are the public hooks of the training shell
+(:class:`as2rank.neural.shell.NeuralEstimator`): a subclass that overrides one changes what ``fit`` does, and the
+loop calls them as documented."""
 
 import numpy as np
 import pytest

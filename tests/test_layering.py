@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "as2rank"
 #: Floors, lowest first: a module may import its own floor and those below. A prefix names a package's modules.
 FLOORS = [
     ("core", ["version", "data", "params", "text", "digest", "files", "logistic"]),
-    ("measures", ["metrics", "early_stopping", "datasets"]),
+    ("measures", ["metrics", "datasets"]),
     ("contract", ["base"]),
     ("neural machinery", ["neural"]),
     ("persistence", ["persistence"]),

@@ -16,7 +16,7 @@ from as2rank.neural.batching import length_chunks, question_bucket_batches  # no
 from as2rank.neural.distributed import Shard  # noqa: E402
 from as2rank.neural.losses import (DISTILLATION_LOSSES, LABEL_LOSSES, by_question,  # noqa: E402
                                    listwise_kl_loss, pointwise_distillation)
-from as2rank.transformer.hooks import CHUNK_ROWS  # noqa: E402
+from as2rank.neural.batching import CHUNK_ROWS  # noqa: E402
 from tests.test_transformer import small, synthetic, tokenizer  # noqa: E402,F401
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -167,7 +167,7 @@ def test_listwise_training_batches_never_split_a_question(name, tokenizer, monke
         return rows, real
 
     def spy(encoded, rows):
-        if sys._getframe(1).f_code.co_filename.endswith("hooks.py"):  # the training batches' tensors only
+        if sys._getframe(1).f_code.co_filename.endswith("training.py"):  # the training batches' tensors only
             tensors.append(np.asarray(rows))
         return original_tensors(encoded, rows)
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "as2rank"
 
-#: Methods that set fitted attributes (``name_``): training, and restoring a saved or pickled state.
-SETTERS = {"fit", "partial_fit", "__setstate__", "_restore_fitted"}
+#: Methods that set fitted attributes (``name_``): training (and the training shell's fresh start, which ``fit``
+#: and ``partial_fit`` call), and restoring a saved or pickled state.
+SETTERS = {"fit", "partial_fit", "_start_fresh", "__setstate__", "_restore_fitted"}
 
 
 def _classes():
@@ -81,3 +82,84 @@ def test_private_estimator_protocol_is_read_only_in_its_own_package():
                     found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} reads {name} "
                                  f"(declared in {sorted(declared[name])})")
     assert not found, found
+
+
+def _declared(cls: ast.ClassDef) -> set:
+    """The names a class statement declares: its class attributes and methods, and the attributes its methods
+    set on ``self``."""
+    names = set()
+    for node in cls.body:
+        if isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name)
+                and node.value.id == "self"):
+            names.add(node.attr)
+    return names
+
+
+def _private_reads(cls: ast.ClassDef):
+    """``(line, name)`` of every private name a class's code reads on the estimator it serves: ``self._x``,
+    ``est._x`` or ``cls._x`` (a lambda's argument, as ``available_if`` takes it), and ``getattr``/``hasattr`` of
+    ``"_x"`` on them."""
+    hosts = ("self", "est", "cls")
+    for node in ast.walk(cls):
+        names = []
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name)
+                and node.value.id in hosts):
+            names.append(node.attr)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) > 1 and isinstance(node.args[0], ast.Name) and node.args[0].id in hosts
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names.append(node.args[1].value)
+        for name in names:
+            if name.startswith("_") and not name.startswith("__"):
+                yield node.lineno, name
+
+
+def test_no_base_of_a_neural_estimator_reads_a_private_member_of_its_host():
+    """The training shell (``neural.shell.NeuralEstimator``) and every other class a neural estimator is built from
+    read, of the estimator that hosts them, only the private names that they or their own bases declare: what
+    the shell needs of Cosinet or a transformer estimator comes through its public hooks and parameters, never
+    through a private member of the host class (as a mixin of training steps once read six of them)."""
+    classes = list(_classes())
+    bases = {cls.name: [ast.unparse(b).rsplit(".", 1)[-1] for b in cls.bases] for _, cls in classes}
+    declared = {}
+    for _, cls in classes:
+        declared.setdefault(cls.name, set()).update(_declared(cls))
+
+    def ancestors(name, seen):
+        for base in bases.get(name, []):
+            if base not in seen:
+                seen.add(base)
+                ancestors(base, seen)
+        return seen
+
+    lineage = {name: ancestors(name, set()) for name in bases}
+    hosts = {name for name, above in lineage.items() if "NeuralEstimator" in above}
+    assert {"Cosinet", "TransformerRanker", "CascadeTransformer", "Cerberus", "DistilledRanker", "ContextConcat",
+            "ContextEnsemble", "ContextMWA"} <= hosts, "the neural estimators are built on the training shell"
+    found = []
+    for path, cls in classes:
+        served = {host for host in hosts if cls.name in lineage[host]}
+        if not served:
+            continue  # not a base of a neural estimator
+        own = declared[cls.name].union(*(declared.get(base, set()) for base in lineage[cls.name]))
+        of_hosts = set().union(*(declared[host] for host in served))
+        found += [f"{path.relative_to(PACKAGE)}:{line} {cls.name} reads {name}"
+                  for line, name in _private_reads(cls) if name in of_hosts and name not in own]
+    assert not found, found
+
+
+def test_the_training_shell_is_the_one_loop_driver():
+    """Only the training shell calls the training loop (``neural.training.train``): no estimator drives it."""
+    callers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "train":
+                callers.append(str(path.relative_to(PACKAGE)))
+    assert callers == ["neural/shell.py"], callers

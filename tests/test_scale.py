@@ -134,13 +134,13 @@ def test_n_threads_is_scoped_and_checked(tokenizer, monkeypatch):
     before = torch.get_num_threads()
     model = small(TransformerRanker, "bert", tokenizer, num_layers=1, n_threads=1, reuse_fit=False)
     seen = []
-    original = TransformerRanker.fit_loop
+    original = TransformerRanker.training_inputs
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(TransformerRanker, "fit_loop", spy)
+    monkeypatch.setattr(TransformerRanker, "training_inputs", spy)
     model.fit(X, y)
     assert seen == [1] and torch.get_num_threads() == before
     with pytest.raises(ValueError, match="n_threads"):

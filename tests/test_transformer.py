@@ -156,14 +156,14 @@ def test_early_stopping_switches(tokenizer):
 def test_auto_early_stopping_holds_out_from_300_answered_questions(tokenizer):
     from as2rank import CascadeTransformer, ContextConcat, Cosinet
     from as2rank.data import check_ranking_data
-    from as2rank.early_stopping import holdout_fraction
+    from as2rank.neural.early_stopping import holdout_fraction
 
     def fraction(estimator, n_answered, n_unanswered=5):
         y = np.r_[np.tile([1, 0], n_answered), np.zeros(2 * n_unanswered, dtype=int)]
         X = pd.DataFrame({"qid": np.repeat(np.arange(n_answered + n_unanswered), 2), "question": "q", "candidate": "c"})
         return holdout_fraction(check_ranking_data(X, y)[2], y, validation_fraction=estimator.validation_fraction,
                                 early_stopping=estimator.early_stopping,
-                                auto=getattr(type(estimator), "_auto_holdout", False))
+                                auto=getattr(type(estimator), "auto_holdout", False))
 
     # Unanswered questions do not count: a validation MAP needs a correct answer.
     for cls in (TransformerRanker, CascadeTransformer):

@@ -8,9 +8,11 @@ none, never the row order); one linear layer to a score. Trained pointwise (bina
 listwise (KL divergence between the softmax over a question's candidates and its normalised gold labels)
 with Adam and a slanted triangular learning rate.
 
-This module holds the estimator, :class:`Cosinet`: its parameters, training, prediction and persistence. The
-encoding of its inputs (word ids, relatedness features, batches) is in ``as2rank.cosinet.encoding``, its
-torch network in :mod:`as2rank.cosinet.network`.
+This module holds the estimator, :class:`Cosinet`: its parameters, the hooks through which it trains in the
+training shell of every neural estimator (:class:`~as2rank.neural.shell.NeuralEstimator`: its module, its
+batches of whole questions, its loss), prediction and persistence. The encoding of its inputs (word ids,
+relatedness features, batches) is in ``as2rank.cosinet.encoding``, its torch network in
+:mod:`as2rank.cosinet.network`.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
 from .encoding import _encode, _table
-from ..data import GroupIndex, check_ranking_data, check_X, holdout_questions
-from ..early_stopping import (CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS, check_early_stopping, check_eval_set,
-                              holdout_fraction, training_summary)
+from ..data import GroupIndex, check_ranking_data, check_X
+from ..neural.callbacks import CONSTRAINTS as CALLBACK_CONSTRAINTS
+from ..neural.early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
+from ..neural.shell import NeuralEstimator
 from .word_vectors import OOV_POLICIES, WordVectors, _is_keyed_vectors, keyed_vectors, load_word_vectors
 from ..metrics import mean_average_precision
 from ..params import (DEVICE_CONSTRAINTS, DTYPE_PRECISIONS, LOSSES, RANDOM_STATE_CONSTRAINTS, Boolean, InstanceOf,
-                      Interval, Options, ParameterMixin, validated)
+                      Interval, Options)
 from ..persistence import PersistenceMixin
 
 __all__ = ["Cosinet", "RNN_TYPES"]
@@ -52,7 +55,7 @@ def resolve_epochs(epochs, steps_per_epoch: int) -> int:
     return max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // max(int(steps_per_epoch), 1)))
 
 
-class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
+class Cosinet(NeuralEstimator, PersistenceMixin, RankerMixin, BaseEstimator):
     """Cosinet answer-sentence ranker (Bonadiman & Moschitti, 2020), optionally with an RNN over the
     candidate list and listwise training.
 
@@ -104,7 +107,7 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         ``fit``'s ``eval_set`` or, without one, a held-out share of the answered training questions (whole
         questions, drawn with ``random_state``; they do not train). ``"auto"``: early stopping when there is
         a validation set (an ``eval_set``, or ``validation_fraction`` set), none otherwise. ``True``: always
-        (``validation_fraction`` of 0.1 when not set). ``False``: never. See :mod:`as2rank.early_stopping`.
+        (``validation_fraction`` of 0.1 when not set). ``False``: never. See :mod:`as2rank.neural.early_stopping`.
     validation_fraction : float, default=None
         Fraction of the answered training questions held out for early stopping when ``fit`` gets no
         ``eval_set`` (at least one question).
@@ -131,6 +134,13 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         :func:`as2rank.neural.torch_threads`).
     verbose : bool, default=False
         Show a progress bar while training.
+    callbacks : list of as2rank.neural.Callback, default=None
+        Called around the training steps of ``fit`` and ``partial_fit``, after the built-in early stopping, in the
+        order given (:class:`~as2rank.neural.callbacks.Callback`): ``on_train_begin(module, history, accelerator)``
+        before the first step; ``on_step_end(step)`` after each optimizer step and ``on_epoch_end(step)`` after
+        each full epoch, either returning True to stop training there; ``on_train_end(step, stopped)`` after the
+        last step. Training time only: not saved (a loaded model has ``callbacks=None``), and copied by
+        ``sklearn.base.clone``.
 
     Attributes
     ----------
@@ -177,6 +187,8 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
     >>> model.rank("who wrote hamlet ?", ["Paris is big .", "Hamlet is a play by Shakespeare ."])  # doctest: +SKIP
     """
 
+    #: The trained network is ``module_``.
+    module_attribute = "module_"
     _parameter_constraints = {
         "embeddings": [InstanceOf((str, os.PathLike, WordVectors, "gensim.models.KeyedVectors"),
                                   "a word-vector name or file path, or a gensim KeyedVectors")],
@@ -199,117 +211,139 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         "precision": [Options(DTYPE_PRECISIONS)],
         "n_threads": [Interval(Integral, 1, None), None],
         "verbose": [Boolean()],
+        "callbacks": CALLBACK_CONSTRAINTS,
     }
 
     def __init__(
         self, embeddings="minilm-l6-wordpiece", rnn="birnn", loss="listwise", n_filters=300, kernel_size=5,
         rnn_hidden_size=None, dropout=0.0, learning_rate=None, epochs="auto", batch_size=4, warmup=0.1,
         max_grad_norm=None, early_stopping="auto", validation_fraction=None, patience=2, oov="hashed", lowercase=True,
-        random_state=None, device="auto", precision="auto", n_threads=None, verbose=False,
+        random_state=None, device="auto", precision="auto", n_threads=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 
-    # ------------------------------------------------------------------ fit / predict
+    # ------------------------------------------------------------------ the training shell's hooks
+    def check_training_data(self, X, y, groups) -> tuple:
+        """The grouped candidates validated; Cosinet's labels must also be non-negative (0/1 or graded)."""
+        X, y, index = check_ranking_data(X, y, groups)
+        if (y < 0).any():
+            raise ValueError("Cosinet needs non-negative relevance labels (0/1 or graded).")
+        return X, y, index
 
-    @validated
-    def fit(self, X, y, groups=None, eval_set=None):
-        """Train on grouped candidates.
-
-        Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its share of
-        the questions of each batch (see :mod:`as2rank.neural.distributed`); every process ends with the
-        same model.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame (``qid``, ``question``, ``candidate``, optional ``position``).
-        y : array-like of shape (n_rows,)
-            Relevance labels (0/1, or graded non-negative values for the listwise loss).
-        groups : array-like of shape (n_rows,), default=None
-            Question ids overriding ``X["qid"]``.
-        eval_set : tuple (X_dev, y_dev), default=None
-            Validation set for early stopping on its MAP (best weights restored); overrides
-            ``validation_fraction``.
-
-        Returns
-        -------
-        self
-        """
-        from ..neural.distributed import training_session
-
-        X, y, index, device, dtype, source = self._validate(X, y, groups)
-        dev = check_eval_set(self, eval_set)
-        encoded = _encode(X, index, self.lowercase, self._conv_padding())
-        self.vocabulary_, self.word_vectors_, self.oov_rate_ = self._grown_vocabulary(encoded.new_words, source,
-                                                                                     extend=False)
+    def prepare_training_data(self, X, y, index, *, fresh, streamed) -> tuple:
+        """``(encoded, index, train_groups)``: the rows encoded on the grid of their questions (words numbered in
+        the vocabulary, extended by the new words of a ``partial_fit`` chunk), their questions and those that train;
+        and the vocabulary's fitted attributes (``vocabulary_``, ``word_vectors_``, ``oov_rate_``), grown from the
+        word-vector source. Listwise training leaves out questions without a positive; a ``fit`` needs one."""
+        source = load_word_vectors(self.embeddings)
+        vocabulary = None if fresh else self.vocabulary_
+        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=vocabulary)
+        fitted = dict(zip(("vocabulary_", "word_vectors_", "oov_rate_"),
+                          self._grown_vocabulary(encoded.new_words, source, extend=not fresh)))
         train_groups = self._train_groups(index, y)
-        if len(train_groups) == 0:
+        if len(train_groups) == 0 and not streamed:
             raise ValueError(
                 "Listwise training needs questions with at least one positive label; none of the "
                 f"{index.n_groups} questions has one."
             )
-        with training_session(self.n_threads, device, self.random_state) as (setup, rng):
-            self.module_config_, self.module_, self.n_params_ = self._new_module(source.dim)
-            history = self._train(encoded, index, y, train_groups, rng, setup, dtype, dev=dev)
-        self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
-        # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
-        self._train_state = None
-        return self
+        return (encoded, index, train_groups), fitted
 
-    @validated
-    def partial_fit(self, X, y, groups=None, total_rows=None):
-        """Train on one chunk of a stream of whole questions: one pass over it, continuing the optimizer and
-        the learning-rate schedule of the previous calls.
+    def initialize_module(self, X, y, groups, eval_set, prepared) -> tuple:
+        """A new network (its initialisation is random) over the word vectors' dimension: the module, its
+        ``module_config_`` and its number of trained parameters, ``n_params_``."""
+        from .network import CosinetNetwork
 
-        For data larger than memory, call it on the chunks of :func:`~as2rank.datasets.load_asnq` or
-        :func:`~as2rank.datasets.load_parquet`. The first call declares ``total_rows``, the rows that all
-        calls together will pass (the file's rows times the passes over it): the slanted triangular schedule
-        is laid out over them row by row, so a step's rate is the schedule's value at the fraction of the
-        data passed before it. ``epochs`` and early stopping do not apply (make the passes yourself). The
-        first call starts from the fitted weights when the estimator is fitted, else from a fresh network; a
-        later ``fit`` ends the stream. Questions are shuffled within a chunk only.
+        config = {
+            "dim": int(self.word_vectors_.shape[1]),
+            "n_filters": int(self.n_filters),
+            "kernel_size": int(self.kernel_size),
+            "rnn": self.rnn,
+            "rnn_hidden_size": self._rnn_hidden_size(),
+            "dropout": float(self.dropout),
+        }
+        module = CosinetNetwork(**config)
+        return module, {"module_config_": config,
+                        "n_params_": int(sum(p.numel() for p in module.parameters() if p.requires_grad))}
 
-        Memory follows the chunk size, plus the vectors of the distinct words seen so far
-        (``vocabulary_``/``word_vectors_`` grow with the vocabulary of the stream, not with its rows).
+    def training_inputs(self, module, X, prepared, device) -> tuple:
+        """The encoded rows with their relatedness features against the word-vector table, the table on
+        ``device`` at the convolution's dtype (``precision``), the questions and those that train."""
+        from ..neural import resolve_precision
 
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame: one chunk.
-        y : array-like of shape (n_rows,)
-        groups : array-like of shape (n_rows,), default=None
-            Question ids overriding ``X["qid"]``.
-        total_rows : int, default=None
-            Rows over all calls; required on the first call, ignored afterwards.
+        encoded, index, train_groups = prepared
+        table = _table(self.word_vectors_)
+        encoded.relate(table, device)
+        return encoded, table.to(device, resolve_precision(self.precision, device)), index, train_groups
 
-        Returns
-        -------
-        self
-        """
-        from ..neural import TrainingState
-        from ..neural.distributed import training_session
+    def validation_inputs(self, inputs, validation, device) -> tuple:
+        """What :meth:`evaluate` scores: an ``eval_set`` encoded with the fitted vocabulary (its unseen words'
+        vectors appended to the table), or the held-out questions of the training encoding; with the questions
+        to score, the rows of the encoding and, for held-out questions, their rows among them."""
+        if validation.rows is None:
+            encoded, table = self._scoring_inputs(validation.X, validation.index, device)
+            return encoded, table, np.arange(validation.index.n_groups), validation.index.n_rows, None
+        encoded, table, index, _ = inputs
+        return encoded, table, np.unique(index.codes[validation.rows]), index.n_rows, validation.rows
 
-        X, y, index, device, dtype, source = self._validate(X, y, groups)
-        # Batches are whole questions: the schedule moves row by row.
-        state = TrainingState.resume(getattr(self, "_train_state", None), total_rows)
-        fitted = hasattr(self, "module_")
-        encoded = _encode(X, index, self.lowercase, self._conv_padding(), vocabulary=self.vocabulary_ if fitted else None)
-        self.vocabulary_, self.word_vectors_, self.oov_rate_ = self._grown_vocabulary(encoded.new_words, source,
-                                                                                     extend=fitted)
-        train_groups = self._train_groups(index, y)
-        with training_session(self.n_threads, device, self.random_state, call=state.runs) as (setup, rng):
-            if not fitted:
-                self.module_config_, self.module_, self.n_params_ = self._new_module(source.dim)
-            if len(train_groups):
-                new = self._train(encoded, index, y, train_groups, rng, setup, dtype, state=state)
-                history = new if not hasattr(self, "history_") or state.runs == 1 else self.history_.extend(new)
-                self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
-            else:
-                state.runs += 1
-        # Rows of questions listwise training leaves out still count as passed: the schedule follows the data.
-        state.rows_done += int(index.n_rows - index.sizes[train_groups].sum())
-        self._train_state = state
-        return self
+    def evaluate(self, module, inputs, y, index, device) -> float:
+        """The MAP of the network's scores of the validation questions."""
+        encoded, table, groups, n_rows, rows = inputs
+        scores = _group_scores(module, encoded, table, groups, n_rows, device, int(self.batch_size))
+        return mean_average_precision(y, scores if rows is None else scores[rows], index)
+
+    def get_loss(self):
+        """The label loss of ``loss`` (``as2rank.neural.losses.LABEL_LOSSES``)."""
+        from ..neural.losses import LABEL_LOSSES
+
+        return LABEL_LOSSES[self.loss]
+
+    def get_batches(self, inputs, y, index, rows, *, loss, rng, shard, device) -> tuple:
+        """Batches of ``batch_size`` whole questions among those that train (those of ``rows``), in an order drawn
+        from ``rng``; each batch's grid tensors (``_Encoded.batch``) carry its
+        ``labels`` and ``table``, the word vectors the network reads."""
+        from ..neural import question_batches
+        from ..neural.distributed import LocalBatch
+
+        encoded, table, _, train_groups = inputs
+        if len(rows) < index.n_rows:  # questions held out for validation do not train
+            held = np.setdiff1d(np.arange(index.n_groups), np.unique(index.codes[rows]))
+            train_groups = np.setdiff1d(train_groups, held)
+            if len(train_groups) == 0:
+                raise ValueError("validation_fraction leaves no training question; lower it.")
+        labels = y.astype(np.float32)
+        listwise = self.loss == "listwise"
+        batch_size = int(self.batch_size)
+
+        def batches(epoch):
+            for groups_ in question_batches(train_groups, batch_size, rng):
+                local, real = shard.split(groups_, groups_, sizes=index.sizes[groups_])
+                n_rows = int(index.sizes[local].sum())
+                # The loss averages over questions (listwise) or rows (pointwise).
+                examples = len(local) if listwise else n_rows
+                batch = {**encoded.batch(local, labels), "table": table}
+                yield LocalBatch(batch, n_rows if real else 0, examples if real else 0)
+
+        return batches, -(-len(train_groups) // batch_size)
+
+    def forward_outputs(self, module, batch):
+        """The network's scores of the batch's questions, read from the batch's word-vector ``table``."""
+        return module(batch, batch["table"])
+
+    def training_options(self, steps_per_epoch) -> dict:
+        """Adam with the slanted triangular learning rate (Howard & Ruder), the paper's peak rate for the loss
+        unless ``learning_rate`` is set, for ``epochs`` (``"auto"``: ``resolve_epochs``)."""
+        learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
+        return dict(epochs=resolve_epochs(self.epochs, steps_per_epoch), learning_rate=float(learning_rate),
+                    schedule="slanted_triangular", warmup=float(self.warmup), max_grad_norm=self.max_grad_norm,
+                    desc=f"Cosinet ({self.loss}, rnn={self.rnn})")
+
+    def rebuild_module(self, config, fitted):
+        """The network of ``module_config_`` (unpickling, :meth:`from_pretrained`)."""
+        from .network import CosinetNetwork
+
+        return CosinetNetwork(**fitted["module_config_"])
+
+    # ------------------------------------------------------------------ predict
 
     def predict(self, X) -> np.ndarray:
         """One relevance score per row of ``X`` (higher is better), in the row order of ``X``.
@@ -339,16 +373,6 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
                                  device, int(self.batch_size))
 
     # ------------------------------------------------------------------ helpers
-
-    def _validate(self, X, y, groups):
-        """Checked data and parameters, the device, the convolution's dtype and the word-vector source."""
-        from ..neural import resolve_device, resolve_precision
-
-        X, y, index = check_ranking_data(X, y, groups)
-        if (y < 0).any():
-            raise ValueError("Cosinet needs non-negative relevance labels (0/1 or graded).")
-        device = resolve_device(self.device)
-        return X, y, index, device, resolve_precision(self.precision, device), load_word_vectors(self.embeddings)
 
     def _scoring_inputs(self, X, index, device):
         """``X`` encoded with the fitted vocabulary and the word-vector table on ``device`` (the vectors of words
@@ -388,96 +412,6 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         """The questions training uses: all of them pointwise, those with a positive listwise."""
         return np.flatnonzero(index.max(y) > 0) if self.loss == "listwise" else np.arange(index.n_groups)
 
-    def _new_module(self, dim) -> tuple:
-        """A new network (inside ``seeded``: its initialisation is random): its ``module_config_``, the module and
-        its number of trained parameters (``n_params_``)."""
-        config = {
-            "dim": dim,
-            "n_filters": int(self.n_filters),
-            "kernel_size": int(self.kernel_size),
-            "rnn": self.rnn,
-            "rnn_hidden_size": self._rnn_hidden_size(),
-            "dropout": float(self.dropout),
-        }
-        from .network import CosinetNetwork
-
-        module = CosinetNetwork(**config)
-        return config, module, int(sum(p.numel() for p in module.parameters() if p.requires_grad))
-
-    def _train(self, encoded, index, y, train_groups, rng, setup, dtype, state=None, dev=None):
-        """Run the training loop over ``train_groups``: ``fit`` (``state=None``; ``dev``: the checked
-        ``eval_set``) or one ``partial_fit`` pass."""
-        from ..neural import EarlyStopping, question_batches, train
-        from ..neural.distributed import LocalBatch
-        from ..neural.losses import LABEL_LOSSES
-
-        device, shard = setup.device, setup.shard
-        learning_rate = PAPER_LEARNING_RATES[self.loss] if self.learning_rate is None else self.learning_rate
-        batch_size = int(self.batch_size)
-        labels = y.astype(np.float32)
-        table = _table(self.word_vectors_)
-        encoded.relate(table, device)
-        table = table.to(device, dtype)
-        listwise = self.loss == "listwise"
-        evaluate = None
-        fraction = holdout_fraction(index, y, validation_fraction=self.validation_fraction,
-                                    early_stopping=self.early_stopping, auto=False)
-        if state is None and dev is None and fraction is not None:
-            held = holdout_questions(index, y, fraction, rng)
-            dev_groups, dev_rows = np.unique(index.codes[held]), np.flatnonzero(held)
-            train_groups = np.setdiff1d(train_groups, dev_groups)
-            if len(train_groups) == 0:
-                raise ValueError("validation_fraction leaves no training question; lower it.")
-            dev_y, dev_index = y[dev_rows], index.take(dev_rows)
-
-            def evaluate(module):
-                scores = _group_scores(module, encoded, table, dev_groups, index.n_rows, device, batch_size)
-                return mean_average_precision(dev_y, scores[dev_rows], dev_index)
-        elif state is None and dev is not None:
-            dev_encoded, dev_table = self._scoring_inputs(dev[0], dev[2], device)
-
-            def evaluate(module):
-                scores = _group_scores(module, dev_encoded, dev_table, np.arange(dev[2].n_groups), dev[2].n_rows,
-                                       device, batch_size)
-                return mean_average_precision(dev[1], scores, dev[2])
-        steps_per_epoch = -(-len(train_groups) // batch_size)
-
-        def batches(epoch):
-            for groups_ in question_batches(train_groups, batch_size, rng):
-                local, real = shard.split(groups_, groups_, sizes=index.sizes[groups_])
-                rows = int(index.sizes[local].sum())
-                # The loss averages over questions (listwise) or rows (pointwise).
-                examples = len(local) if listwise else rows
-                yield LocalBatch(encoded.batch(local, labels), rows if real else 0, examples if real else 0)
-
-        loss = LABEL_LOSSES[self.loss]
-
-        def compute_loss(module, batch):
-            return loss(module(batch, table), batch)
-
-        callbacks = [] if evaluate is None else [EarlyStopping(evaluate, self.patience)]
-        return train(
-            self.module_,
-            batches,
-            compute_loss,
-            epochs=resolve_epochs(self.epochs, steps_per_epoch) if state is None else 1,
-            steps_per_epoch=steps_per_epoch,
-            learning_rate=float(learning_rate),
-            device=device,
-            schedule="slanted_triangular",
-            warmup=float(self.warmup),
-            max_grad_norm=self.max_grad_norm,
-            callbacks=callbacks,
-            verbose=bool(self.verbose),
-            desc=f"Cosinet ({self.loss}, rnn={self.rnn})",
-            precision=None,  # the convolution's dtype is the table's; everything else runs in float32
-            accelerator=setup.accelerator,
-            state=state,
-        )
-
-    def _check_rules(self):
-        check_early_stopping(self)
-
     def _rnn_hidden_size(self):
         if self.rnn is None:
             return None
@@ -509,33 +443,15 @@ class Cosinet(ParameterMixin, PersistenceMixin, RankerMixin, BaseEstimator):
         return source.embed(words, self.oov)[0]
 
     def __getstate__(self):
-        state = dict(super().__getstate__())
-        if "module_" in state:
-            # CPU tensors, so a model trained on a GPU unpickles on a machine without one.
-            state["module_"] = {k: v.detach().cpu() for k, v in self.module_.state_dict().items()}
+        state = super().__getstate__()
         if "vocabulary_" in state and _is_keyed_vectors(self.embeddings):
             state["embeddings"] = keyed_vectors(self.vocabulary_, self.word_vectors_)  # the vectors stored once
         return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        if isinstance(self.__dict__.get("module_"), dict):
-            self.module_ = self._module_from_state(self.module_)
         if self.__dict__.get("embeddings", "") is None and "word_vectors_" in self.__dict__:
             self.embeddings = keyed_vectors(self.vocabulary_, self.word_vectors_)  # saved as the fitted vocabulary's
-
-    def _module_from_state(self, state_dict):
-        """The network rebuilt from its CPU weights (unpickling, :meth:`from_pretrained`)."""
-        from .network import CosinetNetwork
-
-        module = CosinetNetwork(**self.module_config_)
-        module.load_state_dict(state_dict)
-        return module.eval()
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.random_state is None
-        return tags
 
 
 def _group_scores(module, encoded, table, groups, n_rows, device, batch_size: int):

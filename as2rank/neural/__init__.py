@@ -1,59 +1,35 @@
-"""Shared torch plumbing of the neural estimators: devices, seeding, thread counts, the training loop (one
-process or several, under Accelerate) and its callbacks, question batching and the training losses
-(:mod:`as2rank.neural.losses`).
+"""Shared torch plumbing of the neural estimators: the one training shell (:mod:`as2rank.neural.shell`), devices,
+seeding, thread counts, the training loop (one process or several, under Accelerate), its callbacks and early
+stopping, question batching and the training losses (:mod:`as2rank.neural.losses`).
 
-Importing this package imports torch; ``import as2rank`` does not, so the lexical estimators stay light.
+The names below load their module on first use: importing this package, :mod:`as2rank.neural.shell`,
+:mod:`as2rank.neural.callbacks` or :mod:`as2rank.neural.early_stopping` does not import torch, so the estimator
+classes built on the shell import without it and the lexical estimators stay light.
 """
 
-from .devices import (
-    PRECISIONS,
-    autocast,
-    autocast_dtype,
-    call_seed,
-    cpu_bf16_supported,
-    int8_supported,
-    resolve_device,
-    resolve_precision,
-    seeded,
-    to_device,
-    torch_threads,
-)
-from .callbacks import Callback, EarlyStopping
-from .losses import listwise_kl_loss
-from .training import (
-    OPTIMIZERS,
-    SCHEDULES,
-    TrainingHistory,
-    TrainingState,
-    linear_warmup_decay,
-    padded_groups,
-    question_batches,
-    slanted_triangular,
-    train,
-)
+import importlib
 
-__all__ = [
-    "Callback",
-    "EarlyStopping",
-    "OPTIMIZERS",
-    "PRECISIONS",
-    "SCHEDULES",
-    "TrainingHistory",
-    "TrainingState",
-    "autocast",
-    "autocast_dtype",
-    "call_seed",
-    "cpu_bf16_supported",
-    "int8_supported",
-    "linear_warmup_decay",
-    "listwise_kl_loss",
-    "padded_groups",
-    "question_batches",
-    "resolve_device",
-    "resolve_precision",
-    "seeded",
-    "slanted_triangular",
-    "to_device",
-    "torch_threads",
-    "train",
-]
+#: The package's names and the module each comes from.
+_SOURCES = {
+    **dict.fromkeys(("PRECISIONS", "autocast", "autocast_dtype", "call_seed", "cpu_bf16_supported", "int8_supported",
+                     "resolve_device", "resolve_precision", "seeded", "to_device", "torch_threads"), "devices"),
+    "Callback": "callbacks",
+    "EarlyStopping": "early_stopping",
+    "listwise_kl_loss": "losses",
+    **dict.fromkeys(("OPTIMIZERS", "SCHEDULES", "TrainingHistory", "TrainingState", "linear_warmup_decay",
+                     "padded_groups", "question_batches", "slanted_triangular", "token_batches", "train"), "training"),
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name):
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_SOURCES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

@@ -1,6 +1,7 @@
 """Batches of the transformer estimators. Training: rows of similar length (pointwise losses), or whole questions
-of similar length (listwise losses), whose rows the forward pass may take in parts of similar length. Prediction:
-rows or questions packed under a budget of padded tokens (:func:`token_budget_batches`). NumPy only."""
+of similar length (listwise losses), whose rows the forward pass may take in parts of similar length (their
+tensors: :func:`~as2rank.neural.token_batches`). Prediction: rows or questions packed under a budget of
+padded tokens (:func:`token_budget_batches`). NumPy only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import numpy as np
 
 from ..data import ragged_arange
 
-__all__ = ["length_bucket_batches", "length_chunks", "question_bucket_batches", "token_budget_batches"]
+__all__ = ["CHUNK_DEVICES", "CHUNK_ROWS", "length_bucket_batches", "length_chunks", "question_bucket_batches",
+           "token_budget_batches"]
+
+#: Rows per part of a listwise batch's forward pass (``length_chunks``), and the devices that run it in parts: a
+#: CPU's time grows with the tokens it runs; a GPU's, on batches this small, with the kernels it launches.
+CHUNK_ROWS = 8
+CHUNK_DEVICES = ("cpu",)
 
 
 def length_bucket_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int = 50) -> list:
@@ -133,3 +140,4 @@ def token_budget_batches(unit_sizes: np.ndarray, unit_lengths: np.ndarray, max_t
         batches.append(order[start:end])
         start = end
     return batches
+

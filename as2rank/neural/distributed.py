@@ -29,6 +29,7 @@ __all__ = [
     "is_main_process",
     "make_accelerator",
     "setup_training",
+    "training_session",
     "wait_for_everyone",
 ]
 

@@ -1,8 +1,9 @@
-"""The one training loop of the neural estimators, its learning-rate schedules and question batching.
+"""The one training loop of the neural estimators, its learning-rate schedules and its batches (of whole questions,
+or of token arrays).
 
-Every neural estimator supplies a model, a batch iterator (batches built on the CPU), a loss callable
-(:mod:`as2rank.neural.losses`) and callbacks (:mod:`as2rank.neural.callbacks`: early stopping); :func:`train`
-owns everything else: device placement, the optimizer, the schedule, gradient clipping,
+The training shell (:mod:`as2rank.neural.shell`) hands it a model, a batch iterator (batches built on the CPU), a
+loss callable (:mod:`as2rank.neural.losses`) and callbacks (:mod:`as2rank.neural.callbacks`, early stopping's
+among them); :func:`train` owns everything else: device placement, the optimizer, the schedule, gradient clipping,
 mixed precision, progress and history. It runs under Hugging Face Accelerate, so the same loop trains in
 one process (CPU or one GPU) or in every process of an ``accelerate launch``/``torchrun`` run (DDP;
 see :mod:`as2rank.neural.distributed`), and it can continue where a previous run stopped
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from ..data import ragged_arange
-from .callbacks import Callback, EarlyStopping
+from .callbacks import Callback
 from .devices import to_device
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "linear_warmup_decay",
     "padded_groups",
     "question_batches",
+    "token_batches",
 ]
 
 #: Values of :func:`~as2rank.neural.train`'s ``optimizer``: Adam, or AdamW (decoupled weight decay).
@@ -55,7 +57,7 @@ class TrainingHistory:
     seconds : float
         Wall-clock time of the loop.
     eval_scores, eval_steps : list
-        Score of each evaluation (:class:`~as2rank.neural.callbacks.EarlyStopping`) and the step count it was
+        Score of each evaluation (:class:`~as2rank.neural.early_stopping.EarlyStopping`) and the step count it was
         taken at.
     best_step : int or None
         Step count of the best evaluation, whose weights were restored.
@@ -297,7 +299,7 @@ def train(
         Label of the progress bar.
     callbacks : sequence of Callback, default=()
         Called around the steps (:class:`~as2rank.neural.callbacks.Callback`); one may stop the run, such as
-        :class:`~as2rank.neural.callbacks.EarlyStopping`, which evaluates the model and restores its best weights.
+        :class:`~as2rank.neural.early_stopping.EarlyStopping`, which evaluates the model and restores its best weights.
     precision : torch.dtype, default=None
         Mixed precision through Accelerate: the loss is computed under autocast in this dtype
         (``torch.bfloat16``, or ``torch.float16`` on CUDA, with loss scaling so that small gradients do
@@ -324,6 +326,7 @@ def train(
         For an unknown optimizer or schedule, float16 on a CPU, or early stopping together with ``state``.
     """
     from .distributed import LocalBatch, make_accelerator
+    from .early_stopping import EarlyStopping
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
@@ -502,3 +505,76 @@ def question_batches(groups: np.ndarray, batch_size: int, rng: np.random.Generat
     if rng is not None:
         groups = rng.permutation(groups)
     return [groups[i : i + batch_size] for i in range(0, len(groups), batch_size)]
+
+
+def token_batches(encoded: dict, y: np.ndarray, codes: np.ndarray, targets: dict, rows: np.ndarray, *,
+                  batch_size: int, by_question: bool, rng: np.random.Generator, shard, chunked: bool) -> tuple:
+    """The training batches over ``rows`` of token arrays, and how many an epoch yields.
+
+    Rows are bucketed by length, or by question with ``by_question`` (a listwise loss compares a question's
+    candidates: its batches hold whole questions, and carry ``group``, each row's question numbered within the
+    batch; :mod:`as2rank.neural.batching`); the order is drawn from ``rng``. Each batch holds the token tensors,
+    ``labels`` (1.0 where ``y > 0``), ``targets`` sliced to its rows, and two entries for losses that vary between
+    batches: ``step``, the batch's number within the run (0, 1, ... over its epochs), and ``draw``, a uniform
+    number in [0, 1) from a stream spawned from ``rng`` (the same in every process of a distributed fit). It is
+    this process's part of the global batch (``shard``, a :class:`~as2rank.neural.distributed.Shard`). With
+    ``chunked`` its forward pass runs in parts of :data:`~as2rank.neural.batching.CHUNK_ROWS` rows of similar
+    length (``chunks``, and ``restore``, the order that puts their outputs back in the batch's row order).
+
+    Parameters
+    ----------
+    encoded : dict of ndarray
+        Token arrays of every row and their ``lengths`` (:func:`~as2rank.neural.tokens.encode_pairs`).
+    y : ndarray of shape (n_rows,)
+    codes : ndarray of int of shape (n_rows,)
+        Each row's question.
+    targets : dict of ndarray
+        Per-row arrays the batches carry beside ``labels``.
+    rows : ndarray of int
+        The rows to train on.
+    batch_size : int
+    by_question, chunked : bool
+    rng : numpy.random.Generator
+    shard : as2rank.neural.distributed.Shard
+
+    Returns
+    -------
+    batches : callable
+        ``epoch -> iterator`` of :class:`~as2rank.neural.distributed.LocalBatch`.
+    steps : int
+        Batches per epoch.
+    """
+    from . import batching
+    from .distributed import LocalBatch
+    from .predict import batch_tensors
+
+    labels = torch.from_numpy((y > 0).astype(np.float32))
+    targets = {k: torch.as_tensor(v) for k, v in targets.items()}
+    lengths, row_codes = encoded["lengths"][rows], codes[rows]
+    steps = -(-len(rows) // batch_size)
+    if by_question:
+        steps = min(steps, len(np.unique(row_codes)))
+    # The losses' draws come from their own stream, so they leave the batch order as it is.
+    draws = rng.spawn(1)[0]
+
+    def batches(epoch):
+        parts = (batching.question_bucket_batches(lengths, row_codes, batch_size, rng) if by_question
+                 else batching.length_bucket_batches(lengths, batch_size, rng))
+        for i, part in enumerate(parts):
+            # Numbered and drawn for the global batch: the same in every process.
+            step, draw = epoch * steps + i, float(draws.random())
+            local, real = shard.split(rows[part], row_codes[part])
+            per_row = {k: v[local] for k, v in targets.items()}
+            if chunked:
+                pieces = batching.length_chunks(encoded["lengths"][local], batching.CHUNK_ROWS)
+                batch = {"chunks": [{**batch_tensors(encoded, local[p]), **{k: v[p] for k, v in per_row.items()},
+                                     "step": step, "draw": draw} for p in pieces],
+                         "restore": torch.from_numpy(np.argsort(np.concatenate(pieces)))}
+            else:
+                batch = batch_tensors(encoded, local)
+            batch.update(per_row, labels=labels[local], step=step, draw=draw)
+            if by_question:
+                batch["group"] = torch.from_numpy(np.unique(codes[local], return_inverse=True)[1])
+            yield LocalBatch(batch, len(local) if real else 0)
+
+    return batches, steps

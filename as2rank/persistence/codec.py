@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..params import param_names
+from ..params import TRAINING_ONLY_PARAMS, param_names
 from ..version import __version__
 from .checks import (build_config, check_config, check_loaded_tokenizer, check_network_state, check_params,
                      load_tokenizer)
@@ -370,7 +370,9 @@ def write_estimator(estimator, path: Path) -> None:
         return
     sklearn = name in SKLEARN_CLASSES
     writer = Writer(path, estimator)
-    params = {k: writer.encode(v, f"params.{k}") for k, v in estimator.get_params(deep=False).items()}
+    # Parameters that act on training only (callbacks) are not part of a model: a loaded one has their defaults.
+    params = {k: writer.encode(v, f"params.{k}") for k, v in estimator.get_params(deep=False).items()
+              if k not in TRAINING_ONLY_PARAMS}
     if name in LAYOUTS:
         fitted = None
     else:

@@ -110,7 +110,7 @@ class CascadeTransformer(_TransformerEstimator):
         pretrained encoder's sentence embeddings.
     max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, device, precision, n_threads, \
-reuse_fit, random_state, verbose
+reuse_fit, random_state, verbose, callbacks
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
         ``learning_rate=5e-5``), chosen for this class by its own sweep; the paper's fine-tuning setting is
         ``epochs=2, learning_rate=2e-5, lexical_prior=False, segment_similarity=False, early_stopping=False``.
@@ -148,7 +148,7 @@ reuse_fit, random_state, verbose
     ``n_questions``.
     """
 
-    _auto_holdout = True
+    auto_holdout = True
     #: The int8 cascade on ONNX Runtime predicts faster on chunks of 1024 tokens than of 512 (each drop
     #: re-packs the survivors into chunks).
     _auto_batch_tokens = {**AUTO_BATCH_TOKENS, "cpu-onnx": 1024}
@@ -169,7 +169,7 @@ reuse_fit, random_state, verbose
         epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 

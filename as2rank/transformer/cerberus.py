@@ -56,9 +56,9 @@ class _Student(_TransformerEstimator):
     """What the distilled students share: teachers, their calibrated logits as training targets, Eq. 1."""
 
     # Teacher logits are calibrated on the whole training set: no chunked training.
-    _streamable = False
+    streamable = False
 
-    _unsaved_params = ("model", "tokenizer", "teachers", "teacher_cv")
+    _unsaved_params = (*_TransformerEstimator._unsaved_params, "teachers", "teacher_cv")
 
     def _check_rules(self):
         super()._check_rules()
@@ -162,7 +162,7 @@ class Cerberus(_Student):
         with the terms ranked above the one without them in every column. ``False`` is the paper's model.
     tokenizer, pooling, max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, \
 warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, \
-device, precision, n_threads, reuse_fit, random_state, verbose
+device, precision, n_threads, reuse_fit, random_state, verbose, callbacks
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
         ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark;
         the paper's setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False``. Early stopping watches
@@ -213,7 +213,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose
         epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 
@@ -328,7 +328,7 @@ class DistilledRanker(_Student):
         As in :class:`Cerberus`.
     tokenizer, num_layers, pooling, max_length, epochs, batch_size, loss, learning_rate, head_lr_multiplier, \
 weight_decay, warmup, max_grad_norm, early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, \
-batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
+batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose, callbacks
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, with the same defaults (``epochs=4``,
         ``learning_rate=5e-5``), chosen for this class with ``lexical_prior`` by its defaults benchmark.
         The paper's setting is ``epochs=2, learning_rate=2e-5, lexical_prior=False``.
@@ -367,7 +367,7 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose
         epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 

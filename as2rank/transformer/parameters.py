@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-from ..early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
+from ..neural.callbacks import CONSTRAINTS as CALLBACK_CONSTRAINTS
+from ..neural.early_stopping import CONSTRAINTS as EARLY_STOPPING_CONSTRAINTS
 from ..params import (
     DEVICE_CONSTRAINTS,
     LOSSES,
@@ -67,4 +68,5 @@ TRAINING_CONSTRAINTS = {
     "reuse_fit": [Boolean()],
     "random_state": RANDOM_STATE_CONSTRAINTS,
     "verbose": [Boolean()],
+    "callbacks": CALLBACK_CONSTRAINTS,
 }

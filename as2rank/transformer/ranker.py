@@ -123,7 +123,7 @@ class TransformerRanker(_TransformerEstimator):
         drawn with ``random_state``; they do not train). ``"auto"``: early stopping on the ``eval_set``; without
         one, on ``validation_fraction`` of the answered questions when set, else on 0.1 of them from 300
         answered training questions on, and the whole budget below that
-        (:data:`~as2rank.early_stopping.AUTO_MIN_QUESTIONS`; the defaults benchmark measures both).
+        (:data:`~as2rank.neural.early_stopping.AUTO_MIN_QUESTIONS`; the defaults benchmark measures both).
         ``True``: always (``validation_fraction`` of 0.1 when not set). ``False``: never (an ``eval_set`` or a
         ``validation_fraction`` is then an error).
     validation_fraction : float, default=None
@@ -174,6 +174,14 @@ class TransformerRanker(_TransformerEstimator):
         Seeds head initialisation, dropout, batch order and the validation split.
     verbose : bool, default=False
         Progress bars for training and prediction.
+    callbacks : list of as2rank.neural.Callback, default=None
+        Called around the training steps of ``fit`` and ``partial_fit``, after the built-in early stopping, in the
+        order given (:class:`~as2rank.neural.callbacks.Callback`): ``on_train_begin(module, history, accelerator)``
+        before the first step; ``on_step_end(step)`` after each optimizer step and ``on_epoch_end(step)`` after
+        each full epoch, either returning True to stop training there; ``on_train_end(step, stopped)`` after the
+        last step. Training time only: not written by :meth:`save_pretrained` (a loaded model has
+        ``callbacks=None``), copied by ``sklearn.base.clone``, and a fit with callbacks always trains
+        (``reuse_fit`` does not apply).
 
     Attributes
     ----------
@@ -218,7 +226,7 @@ class TransformerRanker(_TransformerEstimator):
     >>> ranker.fit(X_train, y_train).predict(X_test)  # doctest: +SKIP
     """
 
-    _auto_holdout = True
+    auto_holdout = True
     _saved_attrs = ("n_layers_", "pooling_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
@@ -232,7 +240,7 @@ class TransformerRanker(_TransformerEstimator):
         epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 

@@ -28,6 +28,12 @@ class PretrainedIO:
     (:class:`~as2rank.transformer.scaffold._TransformerEstimator`), in the directory format of
     :mod:`as2rank.persistence`, and the fitted attributes written beside the weights."""
 
+    #: Fitted attributes that :meth:`save_pretrained` writes beside the weights (with ``activation_ranges_`` and
+    #: the prior's, where fitted) and loading sets back; a class adds those its module is built from.
+    _saved_attrs = ("n_layers_",)
+    #: Text columns the model reads (the rows an int8 copy is traced on have them; identical fits are keyed by them).
+    _input_columns = ("question", "candidate")
+
     def save_pretrained(self, path, *, int8: bool = False, card=None, overwrite: bool = False) -> None:
         """Write the fitted model to a pickle-free directory (the format of :mod:`as2rank.persistence`).
 
@@ -85,7 +91,7 @@ class PretrainedIO:
 
         from ..neural.onnx.copies import INT8_COPIES
 
-        columns = getattr(self, "_input_columns", ("question", "candidate"))
+        columns = self._input_columns
         rows = pd.DataFrame({"qid": ["q", "q"], **{c: [f"A {c}.", f"Another, longer {c} text."] for c in columns}})
         encoded = self.encode(rows)
         from ..neural import torch_threads

@@ -1,53 +1,53 @@
 """The shared machinery of the transformer rankers: :class:`_TransformerEstimator`.
 
 It holds what every transformer-backed ranker (:class:`~as2rank.transformer.ranker.TransformerRanker`, the cascade,
-the distilled and the context rankers) shares: loading the backbone (:mod:`as2rank.neural.backbone`), pair
-encoding, the lexical prior (:mod:`as2rank.transformer.prior`), ``fit`` with an optional dev set and early
-stopping through the training steps of :class:`~as2rank.transformer.hooks.TrainingHooks`, ``partial_fit`` on a
-stream of chunks, warm starts, reuse of identical fits (:mod:`as2rank.neural.fitcache`), numeric precision
-(autocast, or an int8 copy for prediction on the CPU) and pickling to a CPU state; ``save_pretrained``/
-``from_pretrained`` come from :class:`~as2rank.transformer.saving.PretrainedIO`. A subclass writes out its
-``__init__`` (its own parameters, then the shared ones, :mod:`as2rank.transformer.parameters`) and supplies the
-torch module, and where it trains differently, the training steps it overrides. Importing this module does not
-import torch.
+the distilled and the context rankers) shares on top of the training shell of every neural estimator
+(:class:`~as2rank.neural.shell.NeuralEstimator`: ``fit``, ``partial_fit``, early stopping, ``callbacks``, the fit
+cache, the pickled state): loading the backbone (:mod:`as2rank.neural.backbone`), pair encoding, the lexical prior
+(:mod:`as2rank.transformer.prior`), the shell's hooks for a transformer module (its batches of token arrays,
+:func:`~as2rank.neural.token_batches`, its label loss, its dev MAP), numeric precision (autocast, or an
+int8 copy for prediction on the CPU) and prediction; ``save_pretrained``/``from_pretrained`` come from
+:class:`~as2rank.transformer.saving.PretrainedIO`. A subclass writes out its ``__init__`` (its own parameters, then
+the shared ones, :mod:`as2rank.transformer.parameters`) and supplies the torch module, and where it trains
+differently, the hooks it overrides. Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
-import sys
 from abc import ABCMeta, abstractmethod
 from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..base import RankerMixin
-from ..data import check_ranking_data, check_X
-from ..early_stopping import check_early_stopping, check_eval_set, training_summary
+from ..data import check_X
 from ..logistic import fit_logistic
-from ..params import MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, Interval, ParameterMixin, validated
-from .hooks import TrainingHooks
+from ..metrics import mean_average_precision
+from ..neural.shell import NeuralEstimator
+from ..params import MODEL_CONSTRAINTS, TOKENIZER_CONSTRAINTS, TRAINING_ONLY_PARAMS, Interval
 from .parameters import AUTO_BATCH_TOKENS, TRAINING_CONSTRAINTS, resolve_batch_tokens
-from .prior import PRIOR_ATTRS, PRIOR_CONSTRAINTS, check_prior_labels, lexical_columns, lexical_prior_logits
+from .prior import PRIOR_CONSTRAINTS, check_prior_labels, lexical_columns, lexical_prior_logits
 from .saving import PretrainedIO
 
 
-class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerMixin, BaseEstimator, metaclass=ABCMeta):
+class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEstimator, metaclass=ABCMeta):
     """Shared fit/predict/persistence of the transformer rankers (see the module docstring).
 
     A transformer estimator is this scaffold, a few declared hooks and the components it holds:
 
-    * hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder; return it with the fitted
+    * family hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder; return it with the fitted
       attributes that depend on it) and :meth:`_build_module` (wrap it in the heads those attributes describe);
-    * training steps it may override (:class:`~as2rank.transformer.hooks.TrainingHooks`): ``get_loss``,
-      ``forward_outputs``, ``get_batches``, ``compute_loss``, ``evaluate``;
-    * hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
+    * the training shell's hooks it may override (:class:`~as2rank.neural.shell.NeuralEstimator`), defined here
+      for a transformer module: ``get_loss``, ``forward_outputs``, ``get_batches``, ``compute_loss``, ``evaluate``
+      and the others the shell lists;
+    * family hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
       pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
       :meth:`_init_module` (a module trained in stages), :meth:`_set_trainable`;
     * data: ``_parameter_constraints`` (every parameter's accepted values), ``_saved_attrs`` (the fitted
-      attributes written with the weights) and the class attributes below.
+      attributes written with the weights) and ``_input_columns`` (the text columns it reads) of
+      :class:`~as2rank.transformer.saving.PretrainedIO`, and the class attributes below.
 
     Every transformer estimator holds the lexical prior (:mod:`as2rank.transformer.prior`): its parameters
     ``lexical_prior``, ``similarity_prior`` and ``segment_similarity``, its fitted ``lexical_features_``,
@@ -55,31 +55,23 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
     (:meth:`predictor`); models with several outputs per row (exits, heads) define their own.
     """
 
+    module_attribute = "model_"
     #: Parameters that act only at prediction time: a fit differing only in these reuses cached weights.
     #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
     _inference_params = ("batch_tokens", "verbose", "reuse_fit", "n_threads")
     #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
     _head_modules = ("head",)
-    #: Whether the model trains from a stream of chunks (``partial_fit``); models that need the whole training
-    #: set at once (teachers calibrated on it, members fitted before a joint stage) do not offer it.
-    _streamable = True
     #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
-    #: it; fit-time inputs such as distillation teachers are not part of the model).
-    _unsaved_params = ("model", "tokenizer")
+    #: it; fit-time inputs such as distillation teachers and callbacks are not part of the model).
+    _unsaved_params = ("model", "tokenizer", *TRAINING_ONLY_PARAMS)
     #: Accepted values of the shared parameters (:func:`as2rank.params.validate_params`); each subclass
     #: extends it with its own parameters.
     _parameter_constraints = {"model": MODEL_CONSTRAINTS, "tokenizer": TOKENIZER_CONSTRAINTS,
                               "max_length": [Interval(Integral, 8, None)], **PRIOR_CONSTRAINTS, **TRAINING_CONSTRAINTS}
-    #: Whether ``early_stopping="auto"`` holds out validation questions from large enough training data by
-    #: itself (:func:`~as2rank.early_stopping.holdout_fraction`): set where the defaults benchmark measured it.
-    _auto_holdout = False
     #: ``batch_tokens="auto"`` per device (:data:`AUTO_BATCH_TOKENS`).
     _auto_batch_tokens = AUTO_BATCH_TOKENS
-    #: Fitted attributes that :meth:`save_pretrained` writes beside the weights (with ``activation_ranges_`` and
-    #: the prior's, where fitted) and loading sets back.
-    _saved_attrs = ("n_layers_",)
 
-    # ----------------------------------------------------------------- hooks
+    # ----------------------------------------------------------------- family hooks
     @abstractmethod
     def _prepare_encoder(self, encoder) -> tuple:
         """Cut the loaded encoder to the depth used: the encoder to build on, and the fitted attributes that
@@ -93,11 +85,10 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
 
     def _check_rules(self) -> None:
         """Cross-parameter rules, checked by :func:`~as2rank.params.validated` after every parameter passed its
-        constraints: those all the transformer estimators share (``validation_fraction`` needs early stopping,
-        ``similarity_prior`` the lexical prior); a class with rules of its own extends this (calling
+        constraints: those all the transformer estimators share (the shell's early-stopping rule,
+        ``similarity_prior`` needs the lexical prior); a class with rules of its own extends this (calling
         ``super()._check_rules()``)."""
         super()._check_rules()
-        check_early_stopping(self)
         if self.similarity_prior and not self.lexical_prior:
             raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")
 
@@ -106,9 +97,6 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
         (e.g. teacher logits for distillation); sliced to each batch's rows. Called once per ``fit`` or
         ``partial_fit`` call, on its validated data."""
         return {}
-
-    #: Text columns the model reads; they join the key under which identical fits are reused.
-    _input_columns = ("question", "candidate")
 
     def _init_module(self, X, y, groups, eval_set) -> tuple:
         """The module a fresh ``fit`` trains, the backbone loaded, cut and wrapped in the heads, and the fitted
@@ -142,13 +130,156 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
             token_types=uses_token_types(module.encoder, tokenizer),
         )
 
-    # ----------------------------------------------------------------- shared machinery
-    def _fresh_module(self, X, y, groups, eval_set) -> tuple:
-        """:meth:`_init_module`, then the prior fitted on the training rows (both in ``fit``'s seeded block): the
-        module, and the fitted attributes of both, which replace those of an earlier fit."""
+    # ----------------------------------------------------------------- the training shell's hooks
+    def check_continuation(self) -> None:
+        """Before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted model):
+        refuse prior settings that the fitted model was not trained with."""
+        checks = [("lexical_prior", hasattr(self, "lexical_coef_"), "a lexical prior"),
+                  ("similarity_prior", hasattr(self, "similarity_source_"), "the similarity feature in its prior"),
+                  ("segment_similarity", self.model_.similarity is not None, "it")]
+        for param, fitted, what in checks:
+            if bool(getattr(self, param)) != fitted:
+                raise ValueError(
+                    f"{param}={getattr(self, param)} but the fitted model was trained {'with' if fitted else 'without'} "
+                    f"{what}, and continuing keeps what the network learnt against it; set {param}={fitted}, or fit "
+                    "afresh (warm_start=False)."
+                )
+
+    def prepare_training_data(self, X, y, index, *, fresh, streamed) -> tuple:
+        """The per-row training targets of :meth:`_row_targets` (distillation teachers' logits are training data
+        too: computed once per call, keyed and trained on); no fitted attribute."""
+        return self._row_targets(X, y, index), {}
+
+    def rows_per_step(self) -> int:
+        """``batch_size``: a streamed schedule has as many steps as ``fit`` over the same rows, so a single
+        ``partial_fit`` call on all the data (``total_rows`` a multiple of ``batch_size``) trains exactly as ``fit``
+        with ``epochs=1``."""
+        return int(self.batch_size)
+
+    def initial_weights_digest(self):
+        """The content of ``model`` and ``tokenizer`` (:func:`~as2rank.neural.fitcache.source_digests`; None for a
+        name not on disk, which is not reused)."""
+        from ..neural.fitcache import source_digests
+
+        return source_digests(self.model, self.tokenizer)
+
+    def fit_cache_key(self, X, y, index, prepared, dev, device, digest) -> str:
+        """The training parameters (the initial weights by content), the text columns the model reads, the
+        questions, the labels, the targets and the dev set."""
+        from ..neural.fitcache import fit_key
+
+        columns = self._input_columns
+        data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y, prepared)
+        dev_data = None if dev is None else (*(dev[0][c].to_numpy() for c in columns), dev[2].codes, dev[1])
+        params = {**self._training_params(), "model": digest[0], "tokenizer": digest[1]}
+        return fit_key(self, params, str(device), data, dev_data)
+
+    def training_precision(self, device):
+        """The autocast dtype of ``precision`` in training on ``device`` (``"int8"`` trains as ``"auto"``)."""
+        return self._compute_dtype(device, training=True)
+
+    def initialize_module(self, X, y, groups, eval_set, prepared) -> tuple:
+        """:meth:`_init_module`, then the prior fitted on the training rows: the module, and the fitted attributes
+        of both."""
         module, fitted = self._init_module(X, y, groups, eval_set)
         return module, {**fitted, **self._fit_prior(module, X, y, fitted["tokenizer_"])}
 
+    def training_inputs(self, module, X, prepared, device) -> tuple:
+        """The module's trainable parameters chosen (:meth:`_set_trainable`) and its int8 copy forgotten (new weights
+        need their own); the rows encoded with the prior's logits, and the per-row targets: ``(encoded, targets)``."""
+        from ..neural.onnx.copies import INT8_COPIES
+
+        self._set_trainable(module)
+        INT8_COPIES.forget(module)
+        return self._encode_for(module, X, vars(self)), prepared
+
+    def validation_inputs(self, inputs, validation, device) -> dict:
+        """The dev rows encoded: an ``eval_set``'s, or the held-out rows of the training encoding."""
+        if validation.rows is None:
+            return self._encode_for(self.model_, validation.X, vars(self))
+        return {k: v[validation.rows] for k, v in inputs[0].items()}
+
+    def get_loss(self):
+        """The loss object of this fit: ``loss(outputs, batch) -> scalar tensor``, the label loss of ``loss``
+        (``as2rank.neural.losses.LABEL_LOSSES``). Its ``by_question`` says whether batches hold whole
+        questions."""
+        from ..neural.losses import LABEL_LOSSES
+
+        return LABEL_LOSSES[self.loss]
+
+    def forward_outputs(self, module, batch):
+        """What the loss reads of the module for a batch, one row per batch row (the logits; a class with several
+        per row, such as exits, returns them as columns). Rows do not see each other here, so a batch's rows
+        may run in parts (:func:`~as2rank.neural.batching.length_chunks`) whose outputs are joined.
+
+        ``batch`` holds the batch's token tensors, ``labels``, the per-row ``_row_targets`` and two entries
+        for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
+        ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
+        fit's seeded generator (the same in every process of a distributed fit)."""
+        return module(batch)
+
+    def compute_loss(self, module, batch, loss):
+        """The scalar training loss of one batch: ``loss`` (:meth:`get_loss`) of :meth:`forward_outputs`, over
+        the parts of a batch that :meth:`get_batches` cut into ``chunks`` put back in the batch's row order."""
+        if "chunks" not in batch:
+            return loss(self.forward_outputs(module, batch), batch)
+        import torch
+
+        outputs = torch.cat([self.forward_outputs(module, chunk) for chunk in batch["chunks"]])
+        return loss(outputs[batch["restore"]], batch)
+
+    def get_batches(self, inputs, y, index, rows, *, loss, rng, shard, device) -> tuple:
+        """The training batches over ``rows`` of the encoded data, and how many an epoch yields
+        (:func:`~as2rank.neural.token_batches`): ``batch_size`` rows of similar length, or whole questions
+        with a listwise ``loss``, whose forward pass runs in parts of similar length on the devices of
+        :data:`~as2rank.neural.batching.CHUNK_DEVICES`."""
+        from ..neural.batching import CHUNK_DEVICES
+        from ..neural.training import token_batches
+
+        encoded, targets = inputs
+        return token_batches(encoded, y, index.codes, targets, rows, batch_size=self.batch_size,
+                             by_question=loss.by_question, rng=rng, shard=shard,
+                             chunked=loss.by_question and device.type in CHUNK_DEVICES)
+
+    def evaluate(self, module, inputs, y, index, device) -> float:
+        """The validation score of ``module`` during training: the MAP of its output on the encoded dev rows
+        (averaged over its heads where it has several), predicted at the estimator's precision and batch size."""
+        from ..neural.predict import no_progress, predict_logits
+
+        scores = predict_logits(module, inputs, device, batch_tokens=self._batch_tokens(device),
+                                dtype=self._compute_dtype(device), progress=no_progress)
+        return mean_average_precision(y, scores.mean(axis=1) if scores.ndim == 2 else scores, index)
+
+    def training_options(self, steps_per_epoch) -> dict:
+        """AdamW with decoupled weight decay, linear warm-up then linear decay, gradient clipping, and the heads
+        at ``head_lr_multiplier × learning_rate``."""
+        return dict(epochs=self.epochs, learning_rate=self.learning_rate, optimizer="adamw",
+                    weight_decay=self.weight_decay, schedule="linear", warmup=self.warmup,
+                    max_grad_norm=self.max_grad_norm, desc=type(self).__name__,
+                    lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules})
+
+    def training_results(self, module, inputs, rows, device, *, streamed) -> dict:
+        """The int8 copy's activation ranges from the weights just trained (``activation_ranges_``; a
+        ``partial_fit`` call widens those of the calls before it), for a module that exports."""
+        if not getattr(module, "onnx_exportable", False):
+            return {}
+        from ..neural.onnx.calibration import activation_ranges, calibration_rows
+
+        previous = getattr(self, "activation_ranges_", None) if streamed else None
+        return {"activation_ranges_": activation_ranges(module, inputs[0], calibration_rows(rows), device,
+                                                        previous=previous)}
+
+    def module_config(self, module):
+        """The encoder's configuration (the module is rebuilt around a new encoder of it)."""
+        return module.encoder.config
+
+    def rebuild_module(self, config, fitted):
+        """:meth:`_build_module` around an encoder made from ``config`` (its weights loaded afterwards)."""
+        from transformers import AutoModel
+
+        return self._build_module(AutoModel.from_config(config), fitted)
+
+    # ----------------------------------------------------------------- shared machinery
     def _fit_prior(self, module, X, y, tokenizer) -> dict:
         """Fit the prior of a fresh fit on the training rows: the module's segment-similarity weights are set;
         returns the prior's fitted attributes (among :data:`~as2rank.transformer.prior.PRIOR_ATTRS`).
@@ -200,20 +331,6 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
         return pair_similarity(source, X["question"].to_numpy(), X["candidate"].to_numpy(), device=device,
                                dtype=self._compute_dtype(device), max_length=self.max_length)[:, None]
 
-    def _check_continuation(self) -> None:
-        """Before training continues from fitted weights (``warm_start``, a ``partial_fit`` on a fitted model):
-        refuse prior settings that the fitted model was not trained with."""
-        checks = [("lexical_prior", hasattr(self, "lexical_coef_"), "a lexical prior"),
-                  ("similarity_prior", hasattr(self, "similarity_source_"), "the similarity feature in its prior"),
-                  ("segment_similarity", self.model_.similarity is not None, "it")]
-        for param, fitted, what in checks:
-            if bool(getattr(self, param)) != fitted:
-                raise ValueError(
-                    f"{param}={getattr(self, param)} but the fitted model was trained {'with' if fitted else 'without'} "
-                    f"{what}, and continuing keeps what the network learnt against it; set {param}={fitted}, or fit "
-                    "afresh (warm_start=False)."
-                )
-
     def _encode(self, X):
         return self._encode_for(self.model_, X, vars(self))
 
@@ -258,200 +375,9 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
     def _training_params(self) -> dict:
         """The parameters a fit's weights depend on (what the fit cache keys): the similarity feature reloads the
         initial weights by name, so with it a fit is reused only under the same names."""
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in self._inference_params}
+        params = {k: v for k, v in self.get_params(deep=False).items()
+                  if k not in self._inference_params and k not in TRAINING_ONLY_PARAMS}
         return {**params, "similarity_source": (self.model, self.tokenizer)} if self.similarity_prior else params
-
-    @validated
-    def fit(self, X, y, groups=None, eval_set=None):
-        """Fine-tune the backbone and the head(s) on grouped candidates (pointwise binary cross-entropy).
-
-        Run by ``accelerate launch`` or ``torchrun``, the same call trains in every process on its shard of
-        each batch (see :mod:`as2rank.neural.distributed`); every process ends with the same model.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame.
-        y : array-like of shape (n_rows,)
-            Relevance labels; a label > 0 is a positive.
-        groups : array-like of shape (n_rows,), default=None
-            Question ids overriding ``X["qid"]``.
-        eval_set : tuple (X_dev, y_dev), default=None
-            Dev set: early stopping watches its MAP and keeps the best weights. It replaces the
-            ``validation_fraction`` hold-out.
-
-        Returns
-        -------
-        self
-        """
-        from ..neural import resolve_device
-        from ..neural.distributed import training_session
-        from ..neural.fitcache import FIT_CACHE, fit_key, source_digests
-
-        X, y, index = check_ranking_data(X, y, groups)
-        device = resolve_device(self.device)
-        dev = check_eval_set(self, eval_set)
-        warm = bool(self.warm_start) and hasattr(self, "model_")
-        if warm:
-            self._check_continuation()
-        # Per-row targets (distillation teachers' logits) are training data too: computed once, keyed and trained on.
-        targets = self._row_targets(X, y, index)
-        key = sources = None
-        if self.reuse_fit and not warm and isinstance(self.random_state, (int, np.integer)):
-            # The initial weights enter the key by content (None: a name not on disk, so no reuse).
-            sources = source_digests(self.model, self.tokenizer)
-        if sources is not None:
-            columns = self._input_columns
-            data = (*(X[c].to_numpy() for c in columns), index.codes, index.position_index(), y, targets)
-            dev_data = None if dev is None else (*(dev[0][c].to_numpy() for c in columns), dev[2].codes, dev[1])
-            params = {**self._training_params(), "model": sources[0], "tokenizer": sources[1]}
-            key = fit_key(self, params, str(device), data, dev_data)
-            cached = FIT_CACHE.get(key)
-            if cached is not None:
-                self._restore_fitted(cached)
-                self._train_state = None
-                self.fit_cache_hit_ = True
-                self._report_cache_hit()
-                return self
-
-        dtype = self._compute_dtype(device, training=True)
-        with training_session(self.n_threads, device, self.random_state, precision=dtype) as (setup, rng):
-            if not warm:
-                self.model_, fitted = self._fresh_module(X, y, groups, eval_set)
-                for name in PRIOR_ATTRS:
-                    self.__dict__.pop(name, None)
-                self.__dict__.update(fitted)
-            history, ranges = self.fit_loop(X, y, index, targets, rng, setup, dev=dev)
-        self.history_, self.validation_scores_, self.best_iteration_ = training_summary(history)
-        if ranges is not None:
-            self.activation_ranges_ = ranges
-        # A fit starts afresh: a partial_fit afterwards starts a new schedule from these weights.
-        self._train_state = None
-        self.fit_cache_hit_ = False
-        # Stored only if the initial weights did not change on disk while training (they were loaded after
-        # the digest was taken).
-        if key is not None and source_digests(self.model, self.tokenizer) == sources:
-            FIT_CACHE.put(key, self._fitted_state())
-        return self
-
-    def _report_cache_hit(self) -> None:
-        from ..neural.distributed import is_main_process
-
-        if self.verbose and is_main_process():
-            print(f"{type(self).__name__}.fit: weights reused from an identical earlier fit in this process, not "
-                  "trained; to train, set reuse_fit=False or call as2rank.neural.fitcache.FIT_CACHE.clear().",
-                  file=sys.stderr)
-
-    @available_if(lambda est: est._streamable)
-    @validated
-    def partial_fit(self, X, y, groups=None, total_rows=None):
-        """Train on one chunk of a stream of whole questions: one pass over its rows, continuing the optimizer
-        and the learning-rate schedule of the previous calls.
-
-        For data larger than memory (ASNQ), call it on the chunks of :func:`~as2rank.datasets.load_asnq` or
-        :func:`~as2rank.datasets.load_parquet`; peak memory then follows the chunk size, not the file. The
-        first call declares ``total_rows``, the rows that all calls together will train on (the file's rows
-        times the passes over it): the warm-up and decay of the learning rate are laid out over them, so
-        that a step's rate is that of ``fit`` at the same fraction of the data. ``epochs``,
-        ``validation_fraction``, ``patience`` and ``eval_every`` do not apply (make the passes yourself; score
-        a dev set between calls). The first call starts from the fitted weights when the estimator is fitted,
-        else from ``model``; a later ``fit`` ends the stream. A single call on all the data (``total_rows`` a
-        multiple of ``batch_size``) trains exactly as ``fit`` with ``epochs=1``.
-
-        Batches never mix chunks (each chunk ends with a smaller batch unless its rows are a multiple of
-        ``batch_size``), and rows are shuffled within a chunk only: shuffle the file beforehand, by whole
-        questions, when its order is not random.
-
-        Parameters
-        ----------
-        X : pandas.DataFrame
-            Grouped-candidate frame: one chunk.
-        y : array-like of shape (n_rows,)
-            Relevance labels; a label > 0 is a positive.
-        groups : array-like of shape (n_rows,), default=None
-            Question ids overriding ``X["qid"]``.
-        total_rows : int, default=None
-            Training rows over all calls; required on the first call, ignored afterwards.
-
-        Returns
-        -------
-        self
-
-        Examples
-        --------
-        >>> from as2rank.datasets import load_asnq
-        >>> from as2rank.app.scale import count_rows
-        >>> model = TransformerRanker(random_state=0)                                   # doctest: +SKIP
-        >>> total = count_rows("asnq/train.tsv")                                        # doctest: +SKIP
-        >>> for X, y in load_asnq("asnq/train.tsv", chunksize=200_000):                 # doctest: +SKIP
-        ...     model.partial_fit(X, y, total_rows=total)
-        """
-        from ..neural import TrainingState, resolve_device
-        from ..neural.distributed import training_session
-
-        X, y, index = check_ranking_data(X, y, groups)
-        device = resolve_device(self.device)
-        state = TrainingState.resume(getattr(self, "_train_state", None), total_rows, int(self.batch_size))
-        if hasattr(self, "model_"):
-            self._check_continuation()
-        targets = self._row_targets(X, y, index)
-        dtype = self._compute_dtype(device, training=True)
-        session = training_session(self.n_threads, device, self.random_state, precision=dtype, call=state.runs)
-        with session as (setup, rng):
-            if not hasattr(self, "model_"):
-                self.model_, fitted = self._fresh_module(X, y, groups, None)
-                for name in PRIOR_ATTRS:
-                    self.__dict__.pop(name, None)
-                self.__dict__.update(fitted)
-            history, ranges = self.fit_loop(X, y, index, targets, rng, setup, state=state)
-        self.history_, self.validation_scores_, self.best_iteration_ = training_summary(
-            history if state.runs == 1 else self.history_.extend(history))
-        if ranges is not None:
-            self.activation_ranges_ = ranges
-        self.fit_cache_hit_ = False
-        self._train_state = state
-        return self
-
-    # ----------------------------------------------------------------- persistence
-    def _fitted_state(self) -> dict:
-        """Everything fit learned, with the module as config + CPU tensors (no device, no live module)."""
-        module = self.model_
-        return {
-            "config": module.encoder.config,
-            "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
-            "attrs": {k: v for k, v in vars(self).items() if _is_learnt(k)},
-        }
-
-    def _restore_fitted(self, state: dict) -> None:
-        from transformers import AutoModel
-
-        for k in [k for k in vars(self) if _is_learnt(k) and k not in state["attrs"]]:
-            delattr(self, k)  # fitted by an earlier fit, absent from the restored one (e.g. a lexical prior)
-        for k, v in state["attrs"].items():
-            setattr(self, k, v)
-        module = self._build_module(AutoModel.from_config(state["config"]), state["attrs"])
-        module.load_state_dict(state["state_dict"])
-        self.model_ = module.eval()
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        if "model_" in state:
-            # The live module may sit on a GPU: pickle its config and CPU tensors instead.
-            state = {k: v for k, v in state.items() if k != "model_"}
-            state["_fitted"] = self._fitted_state()
-        return state
-
-    def __setstate__(self, state):
-        fitted = state.pop("_fitted", None)
-        super().__setstate__(state)
-        if fitted is not None:
-            self._restore_fitted(fitted)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        # Head initialisation, dropout and batch order draw from random_state: None draws fresh entropy per fit.
-        tags.non_deterministic = self.random_state is None
-        return tags
 
     # ----------------------------------------------------------------- prediction
     def encode(self, X) -> dict:
@@ -529,10 +455,4 @@ class _TransformerEstimator(ParameterMixin, TrainingHooks, PretrainedIO, RankerM
             module = self.model_.to(device).eval()
         return Predictor(module, device, self._compute_dtype(device), self._batch_tokens(device, module),
                          progress_bar(self.verbose))
-
-
-def _is_learnt(name: str) -> bool:
-    """Whether the fitted attribute ``name`` is part of what a fit learns (the state that pickles and the fit
-    cache carry): the live module and the cache-hit flag are not."""
-    return name.endswith("_") and not name.startswith("_") and name not in ("model_", "fit_cache_hit_")
 

@@ -7,7 +7,7 @@ batch padded to its longest row (as before, and on a GPU).
 A listwise batch holds whole questions, whose candidates differ in length. ``TransformerRanker(loss="listwise",
 epochs=1, early_stopping=False, random_state=0)`` is fitted on each data set's training questions (a fixed random
 subset of ``--train-questions``) with the forward pass of every batch in parts of at most
-``as2rank.transformer.hooks.CHUNK_ROWS`` rows (``parts``, the library), and with each batch as one part
+``as2rank.neural.batching.CHUNK_ROWS`` rows (``parts``, the library), and with each batch as one part
 (``whole``: ``CHUNK_ROWS`` set above any batch's rows here, the forward pass of before). The two alternate,
 ``--rounds`` times, after one unrecorded warm-up fit of each on 20 questions; every fit trains (no cache). Per fit: the wall seconds of ``fit``, the tokens its forward
 passes ran (rows × each part's longest row, counted where the training batches are built) against the batches'
@@ -56,7 +56,7 @@ def load(data, n_questions):
 def one_fit(X, y, X_test, y_test, chunk_rows, threads):
     """Fit with ``CHUNK_ROWS = chunk_rows``: (seconds, tokens run, real tokens, test MAP)."""
     import as2rank.neural.predict as predict
-    import as2rank.transformer.hooks as train
+    import as2rank.neural.batching as train
     from as2rank import TransformerRanker
     from as2rank.metrics import mean_average_precision
 
@@ -85,7 +85,7 @@ def one_fit(X, y, X_test, y_test, chunk_rows, threads):
 
 
 def main(argv=None):
-    import as2rank.transformer.hooks as train
+    import as2rank.neural.batching as train
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", nargs="+", choices=("sample", "wikiqa"), default=["sample", "wikiqa"])

@@ -173,7 +173,7 @@ class ContextConcat(_ContextRanker):
         ``max_length`` (see :mod:`as2rank.transformer.context.segments`).
     epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
-reuse_fit, random_state, verbose
+reuse_fit, random_state, verbose, callbacks
         As in :class:`~as2rank.transformer.ranker.TransformerRanker` (the same defaults, ``epochs=4`` and
         ``learning_rate=5e-5``, measured for this class too; the paper's TANDA setting is ``epochs=2,
         learning_rate=2e-5``).
@@ -226,7 +226,7 @@ reuse_fit, random_state, verbose
         epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 
@@ -279,7 +279,7 @@ class ContextMWA(_ContextRanker):
         ``max_length`` (see :mod:`as2rank.transformer.context.segments`).
     epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
-reuse_fit, random_state, verbose
+reuse_fit, random_state, verbose, callbacks
         As in :class:`~as2rank.transformer.ranker.TransformerRanker` (the same defaults, ``epochs=4`` and
         ``learning_rate=5e-5``, measured for this class too; the paper's TANDA setting is ``epochs=2,
         learning_rate=2e-5``).
@@ -347,7 +347,7 @@ reuse_fit, random_state, verbose
         epochs=4, batch_size=32, loss="pointwise", learning_rate=5e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 
@@ -383,7 +383,8 @@ class ContextEnsemble(_ContextRanker):
     3 layers (we fine-tune with the top ``k`` unfrozen from the start; the paper does not describe a
     layer-by-layer schedule). Prediction runs both encoders: about twice the cost of one. Its ``lexical_prior``
     default is that of its :class:`ContextConcat` encoders, whose fits have the same prior. Its members train at
-    the ensemble's own budget and ``segment_similarity``, not at :class:`ContextConcat`'s defaults.
+    the ensemble's own budget and ``segment_similarity``, not at :class:`ContextConcat`'s defaults, without its
+    ``callbacks``, which see the joint fine-tuning.
 
     Defaults measured: ``docs/benchmarks/defaults-ensemble.md`` (the training budget, ``lexical_prior`` and
     ``segment_similarity``, over training sizes and data sets).
@@ -407,7 +408,7 @@ class ContextEnsemble(_ContextRanker):
         ``max_length`` (see :mod:`as2rank.transformer.context.segments`).
     epochs, batch_size, loss, learning_rate, head_lr_multiplier, weight_decay, warmup, max_grad_norm, \
 early_stopping, validation_fraction, patience, eval_every, warm_start, freeze_embeddings, batch_tokens, device, precision, n_threads, \
-reuse_fit, random_state, verbose
+reuse_fit, random_state, verbose, callbacks
         As in :class:`~as2rank.transformer.ranker.TransformerRanker`, but ``epochs=2`` and
         ``learning_rate=2e-5`` (the TANDA papers' setting), measured for this class: the other
         context rankers' ``epochs=4, learning_rate=5e-5`` does not rank above it and trains twice
@@ -450,7 +451,7 @@ reuse_fit, random_state, verbose
     """
 
     # Its two encoders are fitted on the whole training set before the joint stage: no chunked training.
-    _streamable = False
+    streamable = False
     _parameter_constraints = {
         **_ContextRanker._parameter_constraints,
         "unfreeze_layers": [Interval(Integral, 0, None)],
@@ -461,7 +462,7 @@ reuse_fit, random_state, verbose
         epochs=2, batch_size=32, loss="pointwise", learning_rate=2e-5, head_lr_multiplier=10.0, weight_decay=0.01,
         warmup=0.1, max_grad_norm=1.0, early_stopping="auto", validation_fraction=None, patience=2, eval_every=None,
         warm_start=False, freeze_embeddings=False, batch_tokens="auto", device="auto", precision="auto",
-        n_threads=None, reuse_fit=True, random_state=None, verbose=False,
+        n_threads=None, reuse_fit=True, random_state=None, verbose=False, callbacks=None,
     ):
         self._keep_params(locals())
 
@@ -473,7 +474,8 @@ reuse_fit, random_state, verbose
 
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "unfreeze_layers"}
         members = {
-            c: ContextConcat(**{**params, "contexts": (c,), "warm_start": False}).fit(X, y, groups=groups, eval_set=eval_set)
+            c: ContextConcat(**{**params, "contexts": (c,), "warm_start": False, "callbacks": None}).fit(
+                X, y, groups=groups, eval_set=eval_set)
             for c in CONTEXTS
         }
         local = members["local"]
