@@ -24,7 +24,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import DOCS, SHARED_DATA, conclude, log, run_header, save_figure, tagged
+from harness import DOCS, SHARED_DATA, conclude, log, run_header, save_figure, tagged
 from scipy.special import expit
 from sklearn.model_selection import GroupShuffleSplit
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import SHARED_DATA, machine, publish
+from harness import SHARED_DATA, machine, publish
 
 from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
 from as2rank.data import GroupIndex

@@ -38,7 +38,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import DOCS, conclude, fitted, load_average, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
+from harness import DOCS, conclude, fitted, load_average, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
 
 from as2rank.pruning.rules import EXIT_GAP, simulate_cascade, tune_alpha
 from as2rank.pruning.sequential import SequentialRanker

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 import torch
-from _common import DOCS, conclude, fitted, log, publish, run_header, save_figure, subset_questions, tagged, wikiqa_splits
+from harness import DOCS, conclude, fitted, log, publish, run_header, save_figure, subset_questions, tagged, wikiqa_splits
 from cascade import PAPER, expanded, timed
 
 from as2rank.data import GroupIndex

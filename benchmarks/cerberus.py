@@ -64,13 +64,13 @@ import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import (code_ledger, write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, log, read_fresh,
+from harness import (code_ledger, write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, log, read_fresh,
                      render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
 from defaults import load, splits
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
+from harness.teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
 
 from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
 from as2rank.transformer.cerberus import Cerberus, DistilledRanker, LinearEnsemble, teacher_logits

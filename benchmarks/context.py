@@ -77,7 +77,7 @@ import numpy as np
 import pandas as pd
 import torch
 from as2rank.files import atomic_file
-from _common import (CACHE, conclude, fitted, fitted_scores, library_digest, log, run_header, subset_questions,
+from harness import (CACHE, conclude, fitted, fitted_scores, library_digest, log, run_header, subset_questions,
                      wikiqa_splits)
 
 from as2rank.transformer.context.rankers import ContextConcat, ContextEnsemble, ContextExtractor, ContextMWA

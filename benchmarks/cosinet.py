@@ -28,7 +28,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
-from _common import COSINET_PAPER_BUDGET, SHARED_DATA, load_average, publish, run_header, wikiqa_splits
+from harness import COSINET_PAPER_BUDGET, SHARED_DATA, load_average, publish, run_header, wikiqa_splits
 from sklearn.model_selection import GroupShuffleSplit
 
 from as2rank.lexical.baselines import OverlapRankRanker

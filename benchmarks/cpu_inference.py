@@ -53,7 +53,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (CACHE, ROOT, cpu_flags, fitted, load_average, log, log_checks, publish, run_header,
+from harness import (CACHE, ROOT, cpu_flags, fitted, load_average, log, log_checks, publish, run_header,
                      session_calls, timed_subprocess, wikiqa_splits)
 
 HERE = Path(__file__).resolve().parent
@@ -524,7 +524,7 @@ def main(argv=None) -> None:
         as2rank_round(args.as2rank_round, args.model_dir, args.pairs_file, args.threads, args.scores, args.alpha)
         return
     if args.only:
-        from _common import RESULTS, tagged
+        from harness import RESULTS, tagged
 
         res = json.loads((RESULTS / tagged("cpu_inference.json")).read_text())
         section = {"accuracy": lambda: accuracy(args.fit_questions), "calibration": lambda: calibration(args.fit_questions),

@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import CACHE, conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
+from harness import CACHE, conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
 from cpu_inference import fit_subset
 
 HERE = Path(__file__).resolve().parent

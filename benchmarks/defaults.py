@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 import pandas as pd
-from _common import DOCS, RESULTS, SHARED_DATA, jsonable, library_digest, load_average, log, publish, run_header, save_figure, tagged, training_params
+from harness import DOCS, RESULTS, SHARED_DATA, jsonable, library_digest, load_average, log, publish, run_header, save_figure, tagged, training_params
 
 from as2rank.early_stopping import AUTO_MIN_QUESTIONS
 from as2rank.evaluation import compare, evaluate, per_question
@@ -168,7 +168,7 @@ def load(data):
 
         X, y, X_test, y_test = load_benchmark_data("sample", random_state=PROTOCOL["sample_random_state"])
     else:
-        import _common
+        import harness as _common
 
         if not (SHARED_DATA / "wikiqa" / "WikiQA-train.tsv").exists():
             raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}: run with --data sample, or set AS2RANK_SHARED_DATA.")

@@ -42,7 +42,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pandas as pd
-from _common import COSINET_PAPER_BUDGET, ROOT, load_average, log, log_checks, publish, run_header, wikiqa_splits
+from harness import COSINET_PAPER_BUDGET, ROOT, load_average, log, log_checks, publish, run_header, wikiqa_splits
 
 CANDIDATES = 50
 SIZES = (100_000, 1_000_000, 5_000_000)

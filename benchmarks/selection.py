@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
-from _common import DOCS, SHARED_DATA, conclude, load_average, log, run_header, save_figure, tagged
+from harness import DOCS, SHARED_DATA, conclude, load_average, log, run_header, save_figure, tagged
 
 COLUMNS = {"qid": "query_id", "question": "query", "candidate": "passage", "label": "relevant"}
 ALPHA = 0.05

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import DOCS, ROOT, conclude, fitted, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
+from harness import DOCS, ROOT, conclude, fitted, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
 
 import as2rank
 from as2rank.answer.ranker import CalibratedRanker

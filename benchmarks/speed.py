@@ -67,7 +67,7 @@ import warnings
 
 import numpy as np
 import torch
-from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, publish, run_header, tagged, wikiqa_splits
+from harness import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, publish, run_header, tagged, wikiqa_splits
 from speed_page import acceptance, plot
 
 from as2rank.transformer.cascade import CascadeTransformer

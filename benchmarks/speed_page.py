@@ -4,7 +4,7 @@ end of a run and for ``--render``."""
 
 from __future__ import annotations
 
-from _common import pct, save_figure
+from harness import pct, save_figure
 
 def acceptance(res) -> list:
     fits, pred = res["fits"], {r["name"]: r for r in res["prediction"]}

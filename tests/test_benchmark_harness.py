@@ -1,5 +1,5 @@
-"""The benchmark harness's store of test scores (``benchmarks/_common.fitted_scores``): a fit scored once is
-read back instead of trained again, and only for the same fit, inference parameters and test data."""
+"""The benchmark harness's stores (``benchmarks/harness/store.py``): a fit scored once is read back instead of
+trained again, and only for the same fit, inference parameters and test data, while the code it ran is unchanged."""
 
 import ast
 import json
@@ -15,11 +15,11 @@ from as2rank import WordOverlapRanker
 @pytest.fixture
 def common(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import _common
+    from harness import store
 
-    monkeypatch.setattr(_common, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(_common, "SCORES", tmp_path / "scores")
-    return _common
+    monkeypatch.setattr(store, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(store, "SCORES", tmp_path / "scores")
+    return store
 
 
 def frame(words):
@@ -124,14 +124,14 @@ FIT_ONCE = """
 import sys, json
 import numpy as np, pandas as pd
 sys.path.insert(0, {bench!r})
-import _common
+from harness import store
 from pathlib import Path
-_common.CACHE = Path({cache!r})
+store.CACHE = Path({cache!r})
 from as2rank import WordOverlapRanker
 X = pd.DataFrame({{"qid": [0, 0, 1, 1], "question": ["where is the cat"] * 2 + ["who is it"] * 2,
                   "candidate": ["the cat is here", "a dog", "it is me", "nobody"]}})
 log = []
-_common.fitted(WordOverlapRanker(), X, np.array([1, 0, 1, 0]), log)
+store.fitted(WordOverlapRanker(), X, np.array([1, 0, 1, 0]), log)
 print(json.dumps({{"cached": log[-1]["cached"], "code": sorted(log[-1]["code"])}}))
 """
 
@@ -189,10 +189,10 @@ def test_a_stored_fit_is_read_back_only_by_the_code_that_ran_it(tmp_path):
 
 
 def test_teacher_artefacts_are_read_back_only_for_the_same_teacher_data_and_code(common, monkeypatch):
-    # The teacher artefacts (benchmarks/teachers.py) hold a costly teacher's scores; a later run reads them
+    # The teacher artefacts (benchmarks/harness/teachers.py) hold a costly teacher's scores; a later run reads them
     # instead of the model. Another training set, another parameter, or a change of the code that fitted and
     # scored them (as the stored record says) computes them again.
-    import teachers
+    from harness import teachers
 
     monkeypatch.setattr(teachers, "SCORES", common.SCORES)
     X = pd.DataFrame({"qid": [0, 0, 0, 1, 1, 1], "question": ["where is the cat"] * 3 + ["who is it"] * 3,
@@ -223,3 +223,67 @@ def test_teacher_artefacts_are_read_back_only_for_the_same_teacher_data_and_code
     assert (rescored["test"] == 7.0).all() and common.load_stored(path)[0]["code"][entry] != "0" * 64
     again, _ = teachers.teacher_scores(WordOverlapRanker(), data, fits, "teacher")
     assert fits[-1]["cached"] and (again["dev"] == 7.0).all()
+
+
+# The keys of the stores as the harness computed them before it was a package (benchmarks/_common.py), frozen
+# here: a fit cached, or scores stored, by the earlier harness must be found by this one under the same key.
+def reference_cache_key(est, X, y) -> str:
+    import joblib
+
+    inference = set(getattr(est, "_inference_params", ()))
+    params = {k: v for k, v in est.get_params().items() if k not in inference}
+    weights = None
+    if isinstance(params.get("model"), str):
+        from as2rank.neural.fitcache import source_digests
+
+        weights = source_digests(params["model"], params.get("tokenizer"))
+    return joblib.hash((type(est).__name__, params, weights, X, y))
+
+
+def reference_scores_key(est, X, y, X_test, **fit_params) -> str:
+    import joblib
+
+    inference = {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+    return joblib.hash((reference_cache_key(est, X, y), fit_params, inference, X_test))
+
+
+def small_estimators():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from as2rank import Cosinet, LexicalFeatures, OverlapRankRanker, PointwiseRanker, TransformerRanker
+
+    return [WordOverlapRanker(), OverlapRankRanker(), Cosinet(random_state=3, epochs=3, batch_size=8),
+            make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000))),
+            TransformerRanker(random_state=1, n_threads=2), TransformerRanker(epochs=2, learning_rate=1e-4, lexical_prior=False)]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_store_keys_are_those_of_the_earlier_harness(common, index):
+    est = small_estimators()[index]
+    X = frame(["the cat is here", "a dog", "cats sleep"])
+    y = np.array([1, 0, 0])
+    X_test = frame(["where is it", "the cat sat"])
+    assert common.cache_key(est, X, y) == reference_cache_key(est, X, y)
+    assert common.scores_key(est, X, y, X_test) == reference_scores_key(est, X, y, X_test)
+    eval_set = (X_test, np.array([0, 1]))
+    assert common.scores_key(est, X, y, X_test, {"eval_set": eval_set}) == reference_scores_key(est, X, y, X_test, eval_set=eval_set)
+    # Another row, another key.
+    assert common.cache_key(est, X, np.array([0, 1, 0])) != common.cache_key(est, X, y)
+
+
+def test_cached_only_reads_the_stores_and_computes_nothing(common, monkeypatch):
+    X = frame(["the cat is here", "a dog", "cats sleep", "where"])
+    y = np.array([1, 0, 0, 0])
+    X_test = frame(["where is it", "the cat sat", "nothing"])
+    scores, _ = common.fitted_scores(WordOverlapRanker(), X, y, X_test)
+    monkeypatch.setattr(common, "CACHED_ONLY", True)
+    again, model = common.fitted_scores(WordOverlapRanker(), X, y, X_test)
+    assert model is None
+    np.testing.assert_array_equal(again, scores)
+    # A fit in the cache is read; scores that are not stored, and a fit that is not cached, are refused.
+    assert common.fitted(WordOverlapRanker(), X, y) is not None
+    with pytest.raises(common.NotStored, match="scores of WordOverlapRanker"):
+        common.fitted_scores(WordOverlapRanker(), X, y, frame(["other rows"]))
+    with pytest.raises(common.NotStored, match="the fit of WordOverlapRanker"):
+        common.fitted(WordOverlapRanker(), X, np.array([0, 1, 0, 0]))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 import context
 import numpy as np
 import torch
-from _common import STUDY_DOCS, STUDY_RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
+from harness import STUDY_DOCS, STUDY_RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
 from context import METRICS, NEAR_BASE_RATE, answer_in_context, base_rate_loss, load_data, make, with_context, wrong_picks
 
 from as2rank.evaluation import evaluate

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 import numpy as np
 import torch
-from _common import CACHE, conclude, fitted, log, run_header
+from harness import CACHE, conclude, fitted, log, run_header
 from context import (LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, latency_batches, load_data, make, passes_seconds,
                      subset_questions, with_context)
 

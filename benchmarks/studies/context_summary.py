@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 import pandas as pd
 import torch
-from _common import fitted, log, publish, run_header
+from harness import fitted, log, publish, run_header
 from context import ALPHA, EPOCHS, METRICS, N_RESAMPLES, load_data, make, with_context
 
 from as2rank.evaluation import compare, evaluate, per_question

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 import pandas as pd
 import torch
-from _common import COSINET_PAPER_BUDGET, publish, run_header, wikiqa_splits
+from harness import COSINET_PAPER_BUDGET, publish, run_header, wikiqa_splits
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
 from as2rank.cosinet.estimator import Cosinet

@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
-from _common import ROOT, conclude, fitted, log, run_header, wikiqa_splits
+from harness import ROOT, conclude, fitted, log, run_header, wikiqa_splits
 from cpu_inference import REFERENCE, fit_subset, run_row
 from cpu_levers import scored
 

@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
-from _common import RESULTS, conclude, fitted, log, run_header, tagged, wikiqa_splits
+from harness import RESULTS, conclude, fitted, log, run_header, tagged, wikiqa_splits
 from cpu_inference import _version, fit_subset
 
 #: Training questions of the fit (those of ``cpu_inference.py``).

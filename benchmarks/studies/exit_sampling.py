@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
-from _common import conclude, fitted, log, run_header
+from harness import conclude, fitted, log, run_header
 
 #: The training budget of the comparison (the cascade's defaults when it was made).
 BUDGET = {"epochs": 2, "learning_rate": 2e-5, "lexical_prior": False, "segment_similarity": False, "early_stopping": False}

@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
-from _common import conclude, fitted, log, run_header, session_calls, wikiqa_splits
+from harness import conclude, fitted, log, run_header, session_calls, wikiqa_splits
 from cpu_inference import fit_subset
 
 #: Variants: name -> (rewrite of the attention blocks or None, whether it computes the shipped model (up to the

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
-from _common import SHARED_DATA, conclude, log, run_header, subset_questions, wikiqa_splits
+from harness import SHARED_DATA, conclude, log, run_header, subset_questions, wikiqa_splits
 
 #: The fit: the library's listwise ranker, one epoch, the whole budget trained.
 PARAMS = {"loss": "listwise", "epochs": 1, "early_stopping": False, "random_state": 0}

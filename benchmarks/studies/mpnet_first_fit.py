@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import SHARED_DATA, load_average, publish, run_header
+from harness import SHARED_DATA, load_average, publish, run_header
 
 
 def training_questions(X, y, n: int):

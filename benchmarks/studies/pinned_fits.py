@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
 import numpy as np
-from _common import conclude, library_digest, log, run_header
+from harness import conclude, library_digest, log, run_header
 
 REPO = Path(__file__).resolve().parents[2]
 #: The rows of each page, as (row, class, parameters): the classes and parameters its fits pass (besides the

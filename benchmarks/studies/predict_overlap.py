@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import numpy as np
-from _common import conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
+from harness import conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
 from cpu_inference import WARMUP_PAIRS, fit_subset
 
 HERE = Path(__file__).resolve().parents[1]

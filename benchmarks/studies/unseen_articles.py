@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
 
 import pandas as pd
-from _common import log, publish, run_header
+from harness import log, publish, run_header
 
 from as2rank.app.suite import ENTRIES, SuiteEntry, run_suite
 

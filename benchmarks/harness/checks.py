@@ -1,0 +1,67 @@
+"""Acceptance checks written as data: each is a table of an experiment's configuration (``[[checks]]``),
+evaluated against the run's results by one generic checker.
+
+A check has
+
+- ``check`` and ``measured``: Jinja templates of what is checked and of what was measured;
+- ``pass``: a Jinja expression, true when the check passes;
+- optionally ``let`` (a table of names and expressions, evaluated in order, visible to what follows), ``for``
+  (``"name in expression"``, or ``"a, b in expression"``: one check per item) and ``if`` (an expression,
+  evaluated before ``let``: the check is left out when it is false).
+
+The names visible are the context the experiment gives (its results ``res``, its configuration, values it
+computed), Python's ``abs``, ``all``, ``any``, ``len``, ``max``, ``min``, ``round``, ``sorted``, ``sum``,
+``tuple``, ``zip``, and the filters of the pages (``pct``, ``pval``, ``num``) with ``f`` (``x|f('.2f')`` is
+``format(x, '.2f')``), ``fs`` (format each item of a list and join them), ``keyed`` (a list of dicts as a dict by
+one of their keys) and ``repr``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+
+def _keyed(rows, key):
+    return {r[key]: r for r in rows}
+
+
+def _fs(values, spec="", sep=", ", suffix=""):
+    return sep.join(format(v, spec) + suffix for v in values)
+
+
+def environment():
+    from harness.pages import environment as pages_environment
+
+    env = pages_environment()
+    env.filters.update(f=format, fs=_fs, keyed=_keyed, repr=repr)
+    env.globals.update(abs=abs, all=all, any=any, len=len, max=max, min=min, round=round, sorted=sorted, sum=sum,
+                       tuple=tuple, zip=zip, list=list, str=str, float=float, int=int, isnan=math.isnan,
+                       median=statistics.median)
+    return env
+
+
+def evaluate(specs, context: dict) -> list[dict]:
+    """``[{"check", "measured", "pass"}]``: every check of ``specs`` evaluated with the names of ``context``."""
+    env = environment()
+
+    def expression(source, scope):
+        return env.compile_expression(source, undefined_to_none=False)(**scope)
+
+    out = []
+    for spec in specs:
+        scopes = [dict(context)]
+        if "for" in spec:
+            names, _, source = spec["for"].partition(" in ")
+            names = [n.strip() for n in names.split(",")]
+            scopes = [{**context, **(dict(zip(names, item)) if len(names) > 1 else {names[0]: item})}
+                      for item in expression(source, context)]
+        for scope in scopes:
+            if "if" in spec and not expression(spec["if"], scope):
+                continue
+            for name, source in spec.get("let", {}).items():
+                scope[name] = expression(source, scope)
+            out.append({"check": env.from_string(spec["check"]).render(scope),
+                        "measured": env.from_string(spec["measured"]).render(scope),
+                        "pass": bool(expression(spec["pass"], scope))})
+    return out
