@@ -41,13 +41,17 @@ def environment():
     return env
 
 
-def evaluate(specs, context: dict) -> list[dict]:
-    """``[{"check", "measured", "pass"}]``: every check of ``specs`` evaluated with the names of ``context``."""
+def evaluate(specs, context: dict, names: dict | None = None) -> list[dict]:
+    """``[{"check", "measured", "pass"}]``: every check of ``specs`` evaluated with the names of ``context`` and
+    ``names`` (expressions evaluated in order, each seeing those before it)."""
     env = environment()
 
     def expression(source, scope):
         return env.compile_expression(source, undefined_to_none=False)(**scope)
 
+    context = dict(context)
+    for name, source in (names or {}).items():
+        context[name] = expression(source, context)
     out = []
     for spec in specs:
         scopes = [dict(context)]

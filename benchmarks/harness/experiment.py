@@ -12,7 +12,8 @@ it, ``<name>.toml``:
   ``seeds`` (``"paper"`` or a float, for a learning rate: ``lr``); ``flag``: a switch; ``hidden``: a mode of the
   script's own subprocesses);
 - ``[quick]``: the option values of ``--quick`` (an end-to-end check), where the command line gives none;
-- ``[[checks]]``: the acceptance checks (:mod:`harness.checks`);
+- ``[record]``: values of the configuration that the results record (what its page shows of it);
+- ``[[checks]]``: the acceptance checks (:mod:`harness.checks`), and ``[check_names]``: names they share;
 - any other table: its data, models and budgets, read by its module as ``exp.config[...]``.
 
 The harness's own options: ``--threads N`` (torch's CPU threads), ``--quick`` (when there is a ``[quick]``),
@@ -109,12 +110,15 @@ class Experiment:
 
     # ------------------------------------------------------------------------------------------- the run
     def header(self, argv=None, **record) -> dict:
-        """The run's results so far: the run header (:func:`harness.machine.run_header`) and ``record``."""
-        return {**run_header(self.script, argv), **record}
+        """The run's results so far: the run header (:func:`harness.machine.run_header`), the configuration's
+        ``[record]`` (what the page shows of the configuration) and ``record``."""
+        return {**run_header(self.script, argv), **self.config.get("record", {}), **record}
 
     def checks(self, res: dict, **context) -> list:
-        """The configuration's acceptance checks evaluated on ``res`` (and the names of ``context``)."""
-        return evaluate(self.config.get("checks", []), {"res": res, "config": self.config, **context})
+        """The configuration's acceptance checks evaluated on ``res`` (and the names of ``context``), after the
+        names of its ``[check_names]`` (expressions evaluated in order, visible to every check)."""
+        return evaluate(self.config.get("checks", []), {"res": res, "config": self.config, **context},
+                        self.config.get("check_names", {}))
 
     def finish(self, res: dict, start: float, page: str | None = None, checks=None, **context) -> Path | None:
         """End the run: its acceptance checks (``checks``, else the configuration's), then the results file and
@@ -169,10 +173,11 @@ class Experiment:
         log(f"[cached-only] {page}: every key reproduced is the same as saved")
 
 
-def main(file: str, run, argv=None) -> None:
+def main(file: str, run, argv=None, checks=None) -> None:
     """The usual flow of an experiment: parse the command line; ``--render`` renders its page again; otherwise
     ``run(exp, args, res)`` fills ``res`` (started with the run header) and the run ends with
-    :meth:`Experiment.finish` (unless ``run`` returns False: a partial run that writes no page). A
+    :meth:`Experiment.finish` (unless ``run`` returns False: a partial run that writes no page), its checks
+    those of ``checks(exp, res)`` when given (the configuration's with names only the module can give). A
     ``--cached-only`` run that meets something not stored compares what it reproduced before it."""
     exp = Experiment(file)
     args = exp.arguments(argv)
@@ -188,4 +193,4 @@ def main(file: str, run, argv=None) -> None:
         log(str(refused))
         exp.compare_saved(res, exp.page)
         sys.exit(0)
-    exp.finish(res, start)
+    exp.finish(res, start, checks=None if checks is None or store.CACHED_ONLY else checks(exp, res))
