@@ -173,14 +173,17 @@ class Experiment:
         log(f"[cached-only] {page}: every key reproduced is the same as saved")
 
 
-def main(file: str, run, argv=None, checks=None) -> None:
+def main(file: str, run, argv=None, checks=None, page=None) -> None:
     """The usual flow of an experiment: parse the command line; ``--render`` renders its page again; otherwise
     ``run(exp, args, res)`` fills ``res`` (started with the run header) and the run ends with
     :meth:`Experiment.finish` (unless ``run`` returns False: a partial run that writes no page), its checks
-    those of ``checks(exp, res)`` when given (the configuration's with names only the module can give). A
-    ``--cached-only`` run that meets something not stored compares what it reproduced before it."""
+    those of ``checks(exp, res)`` when given (the configuration's with names only the module can give), its
+    page ``page(args)`` when given. A ``--cached-only`` run that meets something not stored compares what it
+    reproduced before it."""
     exp = Experiment(file)
     args = exp.arguments(argv)
+    if page is not None:
+        exp.page = page(args)
     if args.render:
         exp.render()
         return
