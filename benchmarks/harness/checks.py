@@ -5,15 +5,16 @@ A check has
 
 - ``check`` and ``measured``: Jinja templates of what is checked and of what was measured;
 - ``pass``: a Jinja expression, true when the check passes;
-- optionally ``let`` (a table of names and expressions, evaluated in order, visible to what follows), ``for``
-  (``"name in expression"``, or ``"a, b in expression"``: one check per item) and ``if`` (an expression,
-  evaluated before ``let``: the check is left out when it is false).
+- optionally ``for`` (``"name in expression"``, ``"a, b in expression"``, or a list of them, nested: one check per
+  item), ``if`` (an expression: the check is left out when it is false) and ``let`` (a table of names and
+  expressions, evaluated in order after ``if``, visible to what follows); a check with ``each`` (a list of checks)
+  instead of ``check``, ``measured`` and ``pass`` gives those checks for each item of its ``for``.
 
-The names visible are the context the experiment gives (its results ``res``, its configuration, values it
-computed), Python's ``abs``, ``all``, ``any``, ``len``, ``max``, ``min``, ``round``, ``sorted``, ``sum``,
-``tuple``, ``zip``, and the filters of the pages (``pct``, ``pval``, ``num``) with ``f`` (``x|f('.2f')`` is
-``format(x, '.2f')``), ``fs`` (format each item of a list and join them), ``keyed`` (a list of dicts as a dict by
-one of their keys) and ``repr``.
+The names visible are the context the experiment gives (its results ``res``, its configuration ``config``, values
+it computed), Python's ``abs``, ``all``, ``any``, ``len``, ``max``, ``min``, ``round``, ``sorted``, ``sum``,
+``tuple``, ``zip``, ``median``, and the filters of the pages (``pct``, ``pval``, ``num``) with ``f`` (``x|f('.2f')``
+is ``format(x, '.2f')``), ``fs`` (each item of a list formatted, joined by ``", "``), ``keyed`` (a list of dicts
+as a dict by one of their keys) and ``repr``.
 """
 
 from __future__ import annotations
@@ -49,23 +50,31 @@ def evaluate(specs, context: dict, names: dict | None = None) -> list[dict]:
     def expression(source, scope):
         return env.compile_expression(source, undefined_to_none=False)(**scope)
 
+    def scopes(clauses, scope):
+        if not clauses:
+            yield scope
+            return
+        names, _, source = clauses[0].partition(" in ")
+        names = [n.strip() for n in names.split(",")]
+        for item in expression(source, scope):
+            yield from scopes(clauses[1:], {**scope, **(dict(zip(names, item)) if len(names) > 1 else {names[0]: item})})
+
+    def checks(specs, context):
+        for spec in specs:
+            clauses = spec.get("for", [])
+            for scope in scopes([clauses] if isinstance(clauses, str) else clauses, dict(context)):
+                if "if" in spec and not expression(spec["if"], scope):
+                    continue
+                for name, source in spec.get("let", {}).items():
+                    scope[name] = expression(source, scope)
+                if "each" in spec:
+                    yield from checks(spec["each"], scope)
+                    continue
+                yield {"check": env.from_string(spec["check"]).render(scope),
+                       "measured": env.from_string(spec["measured"]).render(scope),
+                       "pass": bool(expression(spec["pass"], scope))}
+
     context = dict(context)
     for name, source in (names or {}).items():
         context[name] = expression(source, context)
-    out = []
-    for spec in specs:
-        scopes = [dict(context)]
-        if "for" in spec:
-            names, _, source = spec["for"].partition(" in ")
-            names = [n.strip() for n in names.split(",")]
-            scopes = [{**context, **(dict(zip(names, item)) if len(names) > 1 else {names[0]: item})}
-                      for item in expression(source, context)]
-        for scope in scopes:
-            if "if" in spec and not expression(spec["if"], scope):
-                continue
-            for name, source in spec.get("let", {}).items():
-                scope[name] = expression(source, scope)
-            out.append({"check": env.from_string(spec["check"]).render(scope),
-                        "measured": env.from_string(spec["measured"]).render(scope),
-                        "pass": bool(expression(spec["pass"], scope))})
-    return out
+    return list(checks(specs, context))

@@ -160,7 +160,7 @@ class Experiment:
         res = jsonable(res)
         differ = []
         for key, value in res.items():
-            if key in VOLATILE:
+            if key in VOLATILE or value in ({}, []):  # a part the run had only begun
                 continue
             verdict = "not saved" if key not in saved else "same" if saved[key] == value else "DIFFERS"
             differ += [key] if verdict == "DIFFERS" else []
