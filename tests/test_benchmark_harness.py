@@ -287,3 +287,18 @@ def test_cached_only_reads_the_stores_and_computes_nothing(common, monkeypatch):
         common.fitted_scores(WordOverlapRanker(), X, y, frame(["other rows"]))
     with pytest.raises(common.NotStored, match="the fit of WordOverlapRanker"):
         common.fitted(WordOverlapRanker(), X, np.array([0, 1, 0, 0]))
+
+
+def test_the_library_table_names_what_the_library_has(common):
+    # Every as2rank name the benchmarks use resolves, through the one table that follows the library's moves.
+    from harness import library
+
+    missing = []
+    for name in library.NAMES:
+        try:
+            getattr(library, name)
+        except ImportError:
+            missing.append(name)
+    assert not missing
+    with pytest.raises(AttributeError, match="add it to NAMES"):
+        library.NotAName

@@ -4,8 +4,10 @@ the one place that follows it.
 
 A name is imported when it is first asked for (``__getattr__``), so that a script that needs only the data
 loaders does not import torch, and a subprocess round starts as light as before. An entry is
-``"module:attribute"``; ``"module:"`` is the module itself (for the few scripts that set a module's
-attribute for a while, such as hiding ONNX Runtime from the int8 path).
+``"module:attribute"`` (``"module:"``: the attribute of the entry's name); alternatives separated by ``" | "``
+are tried in order, the library's current home of a name first, then the one it had before, so that the
+benchmarks run on either. A name of :data:`MODULES` is the module itself (for the few scripts that set a
+module's attribute for a while, such as hiding ONNX Runtime from the int8 path).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ NAMES = {
     "CascadeTransformer": "as2rank.transformer.cascade:",
     "Cerberus": "as2rank.transformer.cerberus:",
     "DistilledRanker": "as2rank.transformer.cerberus:",
-    "LinearEnsemble": "as2rank.transformer.cerberus:",
+    "LinearEnsemble": "as2rank.ensemble.linear: | as2rank.transformer.cerberus:",
     "teacher_logits": "as2rank.transformer.cerberus:",
     "ContextConcat": "as2rank.transformer.context.rankers:",
     "ContextEnsemble": "as2rank.transformer.context.rankers:",
@@ -36,7 +38,7 @@ NAMES = {
     "LexicalFeatures": "as2rank.lexical.baselines:",
     "PointwiseRanker": "as2rank.lexical.baselines:",
     "CalibratedRanker": "as2rank.answer.ranker:",
-    "apply_calibration": "as2rank.answer.calibration:",
+    "apply_calibration": "as2rank.ensemble.calibration: | as2rank.answer.calibration:",
     "SequentialRanker": "as2rank.pruning.sequential:",
     "EXIT_GAP": "as2rank.pruning.rules:",
     "simulate_cascade": "as2rank.pruning.rules:",
@@ -55,21 +57,21 @@ NAMES = {
     "tokenize": "as2rank.text:",
     "AUTO_MIN_QUESTIONS": "as2rank.early_stopping:",
     # measures
-    "METRICS": "as2rank.evaluation:",
-    "compare": "as2rank.evaluation:",
-    "evaluate": "as2rank.evaluation:",
-    "per_question": "as2rank.evaluation:",
+    "METRICS": "as2rank.metrics.comparison: | as2rank.evaluation:",
+    "compare": "as2rank.metrics.comparison: | as2rank.evaluation:",
+    "evaluate": "as2rank.metrics.comparison: | as2rank.evaluation:",
+    "per_question": "as2rank.metrics.comparison: | as2rank.evaluation:",
     "get_scorer": "as2rank.metrics:",
     "mean_average_precision": "as2rank.metrics:",
     "paired_significance": "as2rank.metrics:",
     "ranking_report": "as2rank.metrics:",
-    "answer_triggering": "as2rank.triggering:",
-    "brier_score": "as2rank.triggering:",
-    "expected_calibration_error": "as2rank.triggering:",
-    "precision_at_coverage": "as2rank.triggering:",
-    "precision_coverage_auc": "as2rank.triggering:",
-    "precision_coverage_curve": "as2rank.triggering:",
-    "wilson_interval": "as2rank.triggering:",
+    "answer_triggering": "as2rank.metrics.answering: | as2rank.triggering:",
+    "brier_score": "as2rank.metrics.answering: | as2rank.triggering:",
+    "expected_calibration_error": "as2rank.metrics.answering: | as2rank.triggering:",
+    "precision_at_coverage": "as2rank.metrics.answering: | as2rank.triggering:",
+    "precision_coverage_auc": "as2rank.metrics.answering: | as2rank.triggering:",
+    "precision_coverage_curve": "as2rank.metrics.answering: | as2rank.triggering:",
+    "wilson_interval": "as2rank.metrics.answering: | as2rank.triggering:",
     # the neural machinery
     "autocast": "as2rank.neural:",
     "autocast_dtype": "as2rank.neural:",
@@ -101,15 +103,15 @@ NAMES = {
     "quiet": "as2rank.neural.onnx.export:",
     "atomic_file": "as2rank.files:",
     # the application: the suite, model selection, the command line
-    "ENTRIES": "as2rank.app.suite:",
-    "SuiteEntry": "as2rank.app.suite:",
+    "ENTRIES": "as2rank.model_selection.catalogue: | as2rank.app.suite:",
+    "SuiteEntry": "as2rank.model_selection.catalogue: | as2rank.app.suite:",
     "load_benchmark_data": "as2rank.app.suite:",
     "run_suite": "as2rank.app.suite:",
     "select": "as2rank.app.suite:",
-    "DEFAULT_CANDIDATES": "as2rank.app.selection:",
-    "GPU_CANDIDATES": "as2rank.app.selection:",
-    "choose": "as2rank.app.selection_report:",
-    "plot_selection": "as2rank.app.selection_report:",
+    "DEFAULT_CANDIDATES": "as2rank.model_selection.selector: | as2rank.app.selection:",
+    "GPU_CANDIDATES": "as2rank.model_selection.selector: | as2rank.app.selection:",
+    "choose": "as2rank.model_selection.report: | as2rank.app.selection_report:",
+    "plot_selection": "as2rank.model_selection.report: | as2rank.app.selection_report:",
     "count_rows": "as2rank.app.scale:",
     "cli_main": "as2rank.app.cli:main",
     "as2rank": "as2rank:",
@@ -121,11 +123,19 @@ MODULES = {"context_rankers", "devices", "hooks", "onnx_runtime", "predict_modul
 def __getattr__(name: str):
     if name not in NAMES:
         raise AttributeError(f"harness.library has no {name!r}: add it to NAMES")
-    module, _, attribute = NAMES[name].partition(":")
-    loaded = importlib.import_module(module)
-    if name in MODULES:
-        return loaded
-    return getattr(loaded, attribute or name)
+    errors = []
+    for place in NAMES[name].split(" | "):
+        module, _, attribute = place.strip().partition(":")
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError as error:  # not there (or not importable) in this version of the library
+            errors.append(error)
+            continue
+        if name in MODULES:
+            return loaded
+        if hasattr(loaded, attribute or name):
+            return getattr(loaded, attribute or name)
+    raise ImportError(f"as2rank has no {name} in {NAMES[name]}") from (errors[0] if errors else None)
 
 
 def __dir__():
