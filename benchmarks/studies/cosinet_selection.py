@@ -28,9 +28,9 @@ import torch
 from harness import COSINET_PAPER_BUDGET, publish, run_header, wikiqa_splits
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
-from as2rank.cosinet.estimator import Cosinet
-from as2rank.evaluation import evaluate
-from as2rank.metrics import get_scorer
+from harness.library import Cosinet
+from harness.library import evaluate
+from harness.library import get_scorer
 
 BATCH_SIZES = (4, 8, 16, 32)
 PARAM_GRID = {"rnn": [None, "birnn"], "loss": ["pointwise", "listwise"]}

@@ -29,9 +29,9 @@ SAMPLINGS = ("uniform", "all")
 
 
 def main(argv=None):
-    from as2rank import CascadeTransformer
-    from as2rank.metrics import mean_average_precision, paired_significance
-    from as2rank.app.suite import load_benchmark_data
+    from harness.library import CascadeTransformer
+    from harness.library import mean_average_precision, paired_significance
+    from harness.library import load_benchmark_data
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

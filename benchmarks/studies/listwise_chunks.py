@@ -40,8 +40,8 @@ WARMUP_QUESTIONS = 20
 
 
 def load(data, n_questions):
-    from as2rank.app.suite import load_benchmark_data
-    from as2rank.data import keep_answered
+    from harness.library import load_benchmark_data
+    from harness.library import keep_answered
 
     if data == "wikiqa":
         parts = wikiqa_splits()
@@ -55,10 +55,10 @@ def load(data, n_questions):
 
 def one_fit(X, y, X_test, y_test, chunk_rows, threads):
     """Fit with ``CHUNK_ROWS = chunk_rows``: (seconds, tokens run, real tokens, test MAP)."""
-    import as2rank.neural.predict as predict
-    import as2rank.transformer.hooks as train
-    from as2rank import TransformerRanker
-    from as2rank.metrics import mean_average_precision
+    from harness.library import predict_module as predict
+    from harness.library import hooks as train
+    from harness.library import TransformerRanker
+    from harness.library import mean_average_precision
 
     counts = {"run": 0, "real": 0}
     original = predict.batch_tensors
@@ -85,7 +85,7 @@ def one_fit(X, y, X_test, y_test, chunk_rows, threads):
 
 
 def main(argv=None):
-    import as2rank.transformer.hooks as train
+    from harness.library import hooks as train
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", nargs="+", choices=("sample", "wikiqa"), default=["sample", "wikiqa"])

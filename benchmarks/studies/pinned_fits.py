@@ -110,8 +110,8 @@ def child(page: str, out: str) -> None:
     """Fit the page's rows with the ``as2rank`` on ``sys.path`` and save their predictions (and the digest)."""
     import torch
 
-    import as2rank
-    from as2rank.transformer.context import rankers
+    from harness.library import as2rank
+    from harness.library import context_rankers as rankers
 
     torch.set_num_threads(1)
     X, y = synthetic()

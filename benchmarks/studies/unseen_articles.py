@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 import pandas as pd
 from harness import log, publish, run_header
 
-from as2rank.app.suite import ENTRIES, SuiteEntry, run_suite
+from harness.library import ENTRIES, SuiteEntry, run_suite
 
 ROWS = ("WO+RR", "WO", "Lexical+LR", "Cosinet+BiRNN", "Transformer", "Cascade a=0")
 #: The row every other is compared with (``*`` on the page), and the significance level of both comparisons.
@@ -32,7 +32,7 @@ ALPHA = 0.05
 
 
 def transformer_without_prior(seed):
-    from as2rank import TransformerRanker
+    from harness.library import TransformerRanker
 
     return TransformerRanker(lexical_prior=False, random_state=seed)
 
@@ -56,7 +56,7 @@ def main(argv=None):
         import torch
 
         torch.set_num_threads(args.threads)
-    from as2rank.datasets import load_sample
+    from harness.library import load_sample
 
     header = run_header("studies/unseen_articles.py", argv)
     X, y = load_sample()

@@ -32,11 +32,11 @@ def main(argv=None):
         raise SystemExit(f"{path} not found (set AS2RANK_SHARED_DATA)")
     import torch
 
-    from as2rank import ZeroShotRanker
-    from as2rank.data import keep_answered
-    from as2rank.datasets import load_wikiqa
-    from as2rank.evaluation import compare, evaluate, per_question
-    from as2rank.neural.models import resolve_model
+    from harness.library import ZeroShotRanker
+    from harness.library import keep_answered
+    from harness.library import load_wikiqa
+    from harness.library import compare, evaluate, per_question
+    from harness.library import resolve_model
 
     torch.set_num_threads(args.threads)
     res = {**run_header("studies/zeroshot_mpnet.py", argv), "rows": []}
