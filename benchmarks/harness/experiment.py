@@ -84,7 +84,7 @@ class Experiment:
             parser.add_argument(f"--{name}", type=TYPES[spec.get("type", "str")], default=None, **kwargs)
         if "threads" not in options:
             parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-        if "quick" in self.config:
+        if "quick" in self.config and "quick" not in options:
             parser.add_argument("--quick", action="store_true", help="a short end-to-end check, not a result")
         parser.add_argument("--render", action="store_true", help="only render the page again from its saved results")
         parser.add_argument("--cached-only", action="store_true",
