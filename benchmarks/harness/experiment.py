@@ -16,6 +16,8 @@ it, ``<name>.toml``:
 - ``[[checks]]``: the acceptance checks (:mod:`harness.checks`), and ``[check_names]``: names they share;
 - any other table: its data, models and budgets, read by its module as ``exp.config[...]``.
 
+TOML has no null: the string ``"null"`` is read as None.
+
 The harness's own options: ``--threads N`` (torch's CPU threads), ``--quick`` (when there is a ``[quick]``),
 ``--render`` (the page again from its saved results) and ``--cached-only`` (read every fit and score from the
 stores, compute nothing, and compare what that gives with the saved results instead of writing them).
@@ -44,11 +46,20 @@ VOLATILE = {"command", "date", "machine", "torch", "torch_threads", "load_averag
             "wall_seconds", "note", "template", "tag", "fits", "acceptance"}
 
 
+def nulls(value):
+    """``value`` with the string ``"null"`` (TOML has no null) as None, in every table and list."""
+    if isinstance(value, dict):
+        return {k: nulls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [nulls(v) for v in value]
+    return None if value == "null" else value
+
+
 def load_config(path: Path) -> dict:
-    """The TOML file ``path`` (``tomllib``, Python 3.11+)."""
+    """The TOML file ``path`` (``tomllib``, Python 3.11+), ``"null"`` read as None."""
     import tomllib
 
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    return nulls(tomllib.loads(path.read_text(encoding="utf-8")))
 
 
 def read_paper(name: str):
