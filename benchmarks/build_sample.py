@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import SHARED_DATA
-from harness.library import SAMPLE_PATH, load_squad_sent, write_sample
+from harness.library import load_squad_sent, SAMPLE_PATH, write_sample
 
 DEFAULT_SOURCE = SHARED_DATA / "squad" / "squad-v2.0-dev-sample.json"
 

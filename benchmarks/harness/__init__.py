@@ -24,10 +24,7 @@ from harness.paths import CACHE, DOCS, RESULTS, ROOT, SCORES, SHARED_DATA, STUDY
 from harness.store import (cache_key, code_ledger, fitted, fitted_scores, jsonable, library_digest, read_fresh,
                            save_stored, training_params, write_text)
 
-#: Cosinet's training budget of the paper (3 epochs of 8 questions per batch).
-COSINET_PAPER_BUDGET = {"epochs": 3, "batch_size": 8}
-
-__all__ = ["COSINET_PAPER_BUDGET", "STUDY_DOCS", "STUDY_RESULTS", "pct", "session_calls", "syntax", "CACHE", "DOCS", "RESULTS", "ROOT", "SCORES", "SHARED_DATA", "TAG", "cache_key", "code_ledger", "conclude",
+__all__ = ["STUDY_DOCS", "STUDY_RESULTS", "pct", "session_calls", "syntax", "CACHE", "DOCS", "RESULTS", "ROOT", "SCORES", "SHARED_DATA", "TAG", "cache_key", "code_ledger", "conclude",
            "cpu_flags", "expanded", "figure_path", "first_questions", "fitted", "fitted_scores", "jsonable",
            "library_digest", "load_average", "log", "log_checks", "machine", "publish", "pyplot", "read_fresh",
            "render_page", "run_header", "save_figure", "save_stored", "subset_questions", "tagged", "timed_subprocess",

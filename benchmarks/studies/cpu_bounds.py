@@ -14,7 +14,7 @@ ONNX export) while staying within 0.2 MAP of float32:
   dtype, weights cast once. Everything else the model computes (attention, normalisation, activations, casts) is
   left out, so no path that tokenises as as2rank does and keeps these products on torch's kernels in that dtype
   can beat it. The peer's ONNX int8 runs on the same pairs in each round, in its own virtual
-  environment (``cpu_inference.py``'s subprocess), and ``precision="int8"`` runs beside them.
+  environment (the CPU page's round, ``harness/cpu.py``), and ``precision="int8"`` runs beside them.
 - **Int8 fidelity.** The int8 copy's arithmetic (:mod:`as2rank.neural.onnx.runtime`) emulated in float32, and
   variants of it, on all of WikiQA-test and the SQuAD sample: the shipped static int8 (inputs on a grid
   fixed at fit, SmoothQuant smoothing), inputs rounded per token instead, weights rounded by GPTQ (Frantar et
@@ -271,10 +271,7 @@ def fidelity(fit_questions: int) -> dict:
     split): each row's mean absolute change of a logit from fp32, its MAP and the paired test against fp32."""
     import torch
 
-    from harness.library import compare, per_question
-    from harness.library import calibration_rows
-    from harness.library import load_benchmark_data
-    from harness.library import TransformerRanker
+    from harness.library import calibration_rows, compare, load_benchmark_data, per_question, TransformerRanker
 
     cpu = torch.device("cpu")
     splits = wikiqa_splits()
@@ -339,8 +336,7 @@ def checks(res: dict) -> list:
 def main(argv=None):
     import torch
 
-    from harness.library import onnx_available
-    from harness.library import TransformerRanker
+    from harness.library import onnx_available, TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")

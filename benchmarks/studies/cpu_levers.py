@@ -147,9 +147,7 @@ def main(argv=None):
     import torch
     import torch._inductor.config
 
-    from harness.library import compare, per_question
-    from harness.library import onnx_available
-    from harness.library import TransformerRanker
+    from harness.library import compare, onnx_available, per_question, TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 from harness import conclude, fitted, log, run_header
 
@@ -29,9 +29,7 @@ SAMPLINGS = ("uniform", "all")
 
 
 def main(argv=None):
-    from harness.library import CascadeTransformer
-    from harness.library import mean_average_precision, paired_significance
-    from harness.library import load_benchmark_data
+    from harness.library import CascadeTransformer, load_benchmark_data, mean_average_precision, paired_significance
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

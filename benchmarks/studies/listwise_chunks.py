@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
 from harness import SHARED_DATA, conclude, log, run_header, subset_questions, wikiqa_splits
@@ -40,8 +40,7 @@ WARMUP_QUESTIONS = 20
 
 
 def load(data, n_questions):
-    from harness.library import load_benchmark_data
-    from harness.library import keep_answered
+    from harness.library import keep_answered, load_benchmark_data
 
     if data == "wikiqa":
         parts = wikiqa_splits()
@@ -55,10 +54,7 @@ def load(data, n_questions):
 
 def one_fit(X, y, X_test, y_test, chunk_rows, threads):
     """Fit with ``CHUNK_ROWS = chunk_rows``: (seconds, tokens run, real tokens, test MAP)."""
-    from harness.library import predict_module as predict
-    from harness.library import hooks as train
-    from harness.library import TransformerRanker
-    from harness.library import mean_average_precision
+    from harness.library import hooks as train, mean_average_precision, predict_module as predict, TransformerRanker
 
     counts = {"run": 0, "real": 0}
     original = predict.batch_tensors

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 from harness import SHARED_DATA, load_average, publish, run_header
 
@@ -56,9 +56,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     res = {**run_header("studies/mpnet_first_fit.py", argv), "rows": []}
-    from harness.library import TransformerRanker
-    from harness.library import keep_answered
-    from harness.library import load_wikiqa
+    from harness.library import keep_answered, load_wikiqa, TransformerRanker
 
     X, y = training_questions(*load_wikiqa(folder / "WikiQA-train.tsv"), args.questions)
     X_test, y_test = keep_answered(*load_wikiqa(folder / "WikiQA-test.tsv"))

@@ -60,8 +60,7 @@ PAGE_ROWS = {"TransformerRanker precision='auto'": ("TransformerRanker", "auto",
 @contextlib.contextmanager
 def setting(name: str):
     """The library set to predict as the setting ``name`` does, for the duration."""
-    from harness.library import predict_module as predict
-    from harness.library import TOKEN_CACHE
+    from harness.library import predict_module as predict, TOKEN_CACHE
 
     default = predict.default_prefetch
     if name == "prefetch":
@@ -120,8 +119,7 @@ def against_before(models: dict, X, before: Path, rounds: int, threads: int | No
 def main(argv=None):
     import torch
 
-    from harness.library import CascadeTransformer
-    from harness.library import TransformerRanker
+    from harness.library import CascadeTransformer, TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs per call (default 2000, as cpu_inference.py)")

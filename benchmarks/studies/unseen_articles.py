@@ -18,12 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import pandas as pd
 from harness import log, publish, run_header
 
-from harness.library import ENTRIES, SuiteEntry, run_suite
+from harness.library import ENTRIES, run_suite, SuiteEntry
 
 ROWS = ("WO+RR", "WO", "Lexical+LR", "Cosinet+BiRNN", "Transformer", "Cascade a=0")
 #: The row every other is compared with (``*`` on the page), and the significance level of both comparisons.
