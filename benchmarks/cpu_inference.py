@@ -212,7 +212,7 @@ def in_repo(path) -> str:
         return path
 
 
-def checks(res: dict) -> list:
+def checks(exp, res: dict) -> list:
     """The CPU criteria of the speed work (``cpu_inference.toml``): default precision ≥ 1.5× and int8 ≥ 2× the
     peer's ONNX int8 pairs/s (same round, median), with MAP within 0.2 (default) and 1 point (int8) of fp32 on
     every data set."""
@@ -221,7 +221,7 @@ def checks(res: dict) -> list:
     def gap(row):
         return max((abs(v["fp32"]["map"] - v[row]["map"]) for v in acc.values()), default=float("nan"))
 
-    return EXP.checks(res, gap=gap)
+    return exp.checks(res, gap=gap)
 
 
 def run_section(args, argv) -> None:
@@ -231,7 +231,7 @@ def run_section(args, argv) -> None:
                "time-split": lambda: time_split(args.fit_questions, args.pairs, args.threads)}[args.only]()
     if args.only == "accuracy":  # its keys are data sets: the re-run is recorded beside it, and checked again
         res.update(accuracy=section, accuracy_rerun=EXP.header(argv))
-        res["acceptance"] = checks(res)
+        res["acceptance"] = checks(EXP, res)
     else:
         res[args.only.replace("-", "_")] = {**section, "rerun": EXP.header(argv)}
     EXP.publish(res)
@@ -295,7 +295,7 @@ def main(argv=None):
     from harness import experiment
 
     experiment.main(__file__, lambda exp, args, res: run(exp, args, res, argv), argv,
-                    checks=lambda exp, res: checks(res))
+                    checks=checks)
 
 
 if __name__ == "__main__":

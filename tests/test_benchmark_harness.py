@@ -302,3 +302,61 @@ def test_the_library_table_names_what_the_library_has(common):
     assert not missing
     with pytest.raises(AttributeError, match="add it to NAMES"):
         library.NotAName
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_no_experiment_imports_another_and_the_library_is_read_through_one_table():
+    # An experiment is its configuration and a module of what is unique to it: what two of them share lives in the
+    # harness, and the library's names are read through harness/library.py, the one place that follows its moves.
+    scripts = sorted(BENCHMARKS.glob("*.py")) + sorted((BENCHMARKS / "studies").glob("*.py"))
+    experiments = {p.stem for p in scripts}
+    for path in scripts + sorted((BENCHMARKS / "harness").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] not in experiments, f"{path.name} imports {name}"
+                if path.name != "library.py":
+                    assert name == "as2rank" or not name.startswith("as2rank"), f"{path.name} imports {name}"
+
+
+# Each saved run whose checks the configuration's [[checks]] reproduce, with the names its module gives them.
+SAVED_CHECKS = ["cascade", "cascade-h100", "cascade_base", "cerberus-library", "cerberus-library-h200",
+                "cerberus-library-mpnet-base", "cerberus-library-sample", "cerberus-library-sample-h200", "context",
+                "context-h100", "context-library", "context-squad-seed0", "cpu_inference", "cpu_inference-avx2",
+                "cpu_training-avx2", "scale", "selection-avx2", "serve", "speed", "speed-h100", "speed-h200"]
+
+
+@pytest.mark.parametrize("page", SAVED_CHECKS)
+def test_checks_written_as_data_are_those_the_saved_runs_made(page, monkeypatch):
+    # The generic checker, on each saved run, gives the acceptance checks that the run's script wrote.
+    pytest.importorskip("tomllib")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import importlib
+
+    from harness.experiment import Experiment
+
+    name = page.split("-")[0]
+    module = importlib.import_module(name)
+    exp = Experiment(module.__file__)
+    res = json.loads((BENCHMARKS / "results" / f"{page}.json").read_text())
+    saved = res.pop("acceptance")
+    made = module.checks(exp, res) if hasattr(module, "checks") else exp.checks(res)
+    assert made == saved
+
+
+def test_checks_as_data_loop_guard_name_and_fail(common):
+    from harness.checks import evaluate
+
+    specs = [{"for": "name, r in res.rows.items()", "if": "r.n > 0", "let": {"ratio": "r.a / r.b"},
+              "check": "{{ name }}: a ≥ {{ bound }}× b", "measured": "{{ ratio|f('.2f') }}×", "pass": "ratio >= bound"},
+             {"for": ["x in [1, 2]", "y in ['p', 'q']"], "each": [
+                 {"check": "{{ x }}{{ y }}", "measured": "{{ [x, 3]|fs('.1f') }}", "pass": "x == 2"}]}]
+    res = {"rows": {"one": {"n": 1, "a": 3.0, "b": 2.0}, "none": {"n": 0, "a": 1, "b": 0}, "two": {"n": 2, "a": 1.0, "b": 2.0}}}
+    checks = evaluate(specs, {"res": res}, {"bound": "1 + 0.5"})
+    assert checks[:2] == [{"check": "one: a ≥ 1.5× b", "measured": "1.50×", "pass": True},
+                          {"check": "two: a ≥ 1.5× b", "measured": "0.50×", "pass": False}]
+    assert [(c["check"], c["measured"], c["pass"]) for c in checks[2:]] == [
+        ("1p", "1.0, 3.0", False), ("1q", "1.0, 3.0", False), ("2p", "2.0, 3.0", True), ("2q", "2.0, 3.0", True)]
