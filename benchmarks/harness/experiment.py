@@ -26,6 +26,7 @@ stores, compute nothing, and compare what that gives with the saved results inst
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -111,7 +112,7 @@ class Experiment:
         for name, spec in self.config.get("options", {}).items():
             key = name.replace("-", "_")
             if getattr(args, key) is None:
-                setattr(args, key, quick.get(name, spec.get("default")))
+                setattr(args, key, copy.deepcopy(quick.get(name, spec.get("default"))))
         if args.threads and "threads" not in self.config.get("options", {}):
             import torch
 
@@ -123,7 +124,7 @@ class Experiment:
     def header(self, argv=None, **record) -> dict:
         """The run's results so far: the run header (:func:`harness.machine.run_header`), the configuration's
         ``[record]`` (what the page shows of the configuration) and ``record``."""
-        return {**run_header(self.script, argv), **self.config.get("record", {}), **record}
+        return {**run_header(self.script, argv), **copy.deepcopy(self.config.get("record", {})), **record}
 
     def checks(self, res: dict, **context) -> list:
         """The configuration's acceptance checks evaluated on ``res`` (and the names of ``context``), after the
