@@ -100,6 +100,7 @@ def test_defaults_page_pools_a_variant_over_its_columns(common):
     # The defaults benchmark judges a candidate default (a variant row) against the library default over every
     # column that measured both; a test question scored at several training sizes counts once, its AP
     # difference averaged over them.
+    pytest.importorskip("tomllib")  # the experiments' configuration (Python 3.11+)
     import defaults
 
     from as2rank.metrics import paired_significance
