@@ -1,55 +1,27 @@
-"""Answer or abstain: answer triggering (Yang, Yih & Meek 2015) of calibrated rankers on WikiQA and the SQuAD sample.
-
-Each model is wrapped in ``as2rank.answer.CalibratedRanker`` and fitted on the training split, every question
-kept (WikiQA-train: 2,118 questions; the sample's training paragraphs of ``load_benchmark_data("sample")``); the
-threshold is the one of the best answer-triggering F1 on the held-out training folds. On the test split, all
-questions kept (WikiQA-test: 633, 390 of them without a correct sentence), it reports answer-triggering
-precision, recall and F1 (a 95 % percentile bootstrap interval of F1 over test questions), precision at 50 % and
-80 % coverage, the expected calibration error and Brier score of the candidate probabilities before (the
-logistic sigmoid of the raw score; Lexical+LR's score, a probability already) and after calibration, and the
-WikiQA paper's figures; and the threshold for a precision of 0.9 (:data:`TARGET_PRECISION`), chosen on the
-same held-out questions, with the test precision it gives and that precision's 95 % Wilson interval.
-
-How each model is calibrated, by both methods (``--methods``): the cheap ones (WO+RR, Lexical+LR) with ``cv=5``
-question folds (refitted 5 + 1 times); any other (Zero-shot: with labels, its ``fit`` learns the lexical prior; the
-default Transformer) is fitted once on 80 % of the training questions and calibrated ``cv="prefit"`` on the other
-20 %.
+"""Answer or abstain: answer triggering (Yang, Yih & Meek 2015) of calibrated rankers on WikiQA and the SQuAD
+sample (``answer.toml``).
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/answer.py [--models WO+RR,Lexical+LR,Zero-shot,Transformer]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
-from _common import DOCS, SHARED_DATA, conclude, log, run_header, save_figure, tagged
+from harness import SHARED_DATA, experiment, figure_path, log, pyplot, save_figure
+from harness.experiment import Experiment
+from harness.store import computing
+from harness.library import (CalibratedRanker, GroupIndex, answer_triggering, apply_calibration, brier_score,
+                             expected_calibration_error, load_benchmark_data, precision_at_coverage, precision_coverage_auc,
+                             precision_coverage_curve, ranking_report, select, wilson_interval)
 from scipy.special import expit
 from sklearn.model_selection import GroupShuffleSplit
 
-from as2rank.answer import CalibratedRanker
-from as2rank.ensemble.calibration import apply_calibration
-from as2rank.app.suite import load_benchmark_data, select
-from as2rank.data import GroupIndex
-from as2rank.metrics import ranking_report
-from as2rank.metrics import (answer_triggering, brier_score, expected_calibration_error, precision_at_coverage,
-                             precision_coverage_auc, precision_coverage_curve, wilson_interval)
-
-#: The WikiQA paper's answer-triggering results on WikiQA-test (precision, recall, F1, %): its CNN-Cnt model
-#: and the best feature set added to it (question length).
-PAPER = {"CNN-Cnt": (26.09, 37.04, 30.61), "CNN-Cnt + QLen": (27.96, 37.86, 32.17)}
-MODELS = ("WO+RR", "Lexical+LR", "Zero-shot", "Transformer")
-#: The models calibrated on question folds (see the module docstring); the others on a dev split.
-CROSS_FITTED = {"WO+RR", "Lexical+LR"}
-#: Models whose score is a probability already (Lexical+LR's is its logistic regression's, fitted on the pairs):
-#: their uncalibrated probability is the score itself; the others' is the logistic sigmoid of the score.
-PROBABILITY_SCORES = {"Lexical+LR"}
-BOOTSTRAP = 2000
-#: Points kept of each test precision-coverage curve for the page's figure (evenly spaced in coverage).
-CURVE_POINTS = 101
-#: The target precision whose threshold, chosen on held-out training questions, is checked on the test split.
-TARGET_PRECISION = 0.9
+CONFIG = Experiment(__file__).config
+CROSS_FITTED, PROBABILITY_SCORES = set(CONFIG["cross_fitted"]), set(CONFIG["probability_scores"])
+BOOTSTRAP, CURVE_POINTS = CONFIG["record"]["bootstrap"], CONFIG["curve_points"]
+TARGET_PRECISION = CONFIG["record"]["target_precision"]
 
 
 def calibrated(entry, X, y, seed, methods):
@@ -127,8 +99,7 @@ def curve(y, scores, groups, confidence, on) -> dict:
 def plot(res, path) -> None:
     """Precision against coverage on each data set's test questions, one line per model (dashed: isotonic),
     with the target precision."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(res["data"]), figsize=(5.2 * len(res["data"]), 3.8), squeeze=False)
     for ax, d in zip(axes[0], res["data"].values()):
         for i, (name, r) in enumerate(d["models"].items()):
@@ -142,15 +113,8 @@ def plot(res, path) -> None:
     save_figure(fig, path)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated suite model names")
-    parser.add_argument("--methods", default="sigmoid,isotonic", help="comma-separated calibration methods")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    res = {**run_header("answer.py", argv), "bootstrap": BOOTSTRAP, "paper": PAPER,
-           "target_precision": TARGET_PRECISION, "data": {}}
+def run(exp, args, res):
+    res.update(paper=exp.paper, data={})
     entries = select(("all",), args.models.split(","))
     missing = {e.name: e.missing() for e in entries if e.missing()}
     if missing:
@@ -163,6 +127,7 @@ def main(argv=None):
         X_test = X_test.reset_index(drop=True)
         rows = {}
         for entry in entries:
+            computing(f"the calibrated fits of {entry.name} on {label}")
             log(f"{label}: {entry.name}")
             t0 = time.perf_counter()
             for method, model, how in calibrated(entry, X_train, y_train, args.seed, args.methods.split(",")):
@@ -176,9 +141,8 @@ def main(argv=None):
         res["data"][name] = {"label": label, "models": rows, "train_questions": int(X_train["qid"].nunique()),
                              "test_questions": int(index.n_groups),
                              "test_answerable": int((index.max(y_test) > 0).sum())}
-    plot(res, DOCS / tagged("answer.png"))
-    print(conclude(res, "answer", start, []).read_text())
+    plot(res, figure_path("answer", "answer.png"))
 
 
 if __name__ == "__main__":
-    main()
+    experiment.main(__file__, run, checks=lambda exp, res: [])

@@ -1,50 +1,16 @@
-"""Table 2 statistics and the baseline rows of Tables 3-5 of Bonadiman & Moschitti (2020).
-
-Data: WikiQA test (``../shared/data/wikiqa/WikiQA-test.tsv``) and the SQuAD 2.0 dev sample
-(``../shared/data/squad/``, all four articles), evaluated with the clean protocol (questions with at least
-one correct answer). Writes ``benchmarks/results/baselines.json`` and ``docs/benchmarks/baselines.md`` (from
-``benchmarks/pages/baselines.md.j2``).
+"""Table 2 statistics and the baseline rows of Tables 3-5 of Bonadiman & Moschitti (2020) (``baselines.toml``).
 
     python benchmarks/baselines.py
 """
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import numpy as np
-from _common import SHARED_DATA, machine, publish
-
-from as2rank.lexical.baselines import OverlapRankRanker, ReciprocalRankRanker, WordOverlapRanker
-from as2rank.data import GroupIndex
-from as2rank.datasets import load_squad_sent, load_wikiqa
-from as2rank.metrics import METRICS, compare, evaluate, per_question
-from as2rank.metrics import ranking_report
-from as2rank.text import tokenize
-
-# Paper numbers (Table 2; Tables 3-5 baseline rows). SQuAD: the paper's full dev set, ours a sample.
-PAPER = {
-    "wikiqa": {
-        "questions": 633, "sentences": 6165, "answered_pct": 38.39, "avg_candidates": 9.74,
-        "avg_q_len": 7.28, "avg_c_len": 25.36, "random_p@1": 14.43, "random_map": 25.15,
-        "RR": {"map": 64.21, "mrr": 64.26, "p@1": 46.09},
-        "WO": {"map": 51.02, "mrr": 51.24, "p@1": 32.51},
-        "WO+RR": {"map": 68.25, "mrr": 69.43, "p@1": 56.38},
-    },
-    "squad": {
-        "questions": 11873, "sentences": 63959, "answered_pct": 49.92, "avg_candidates": 5.38,
-        "avg_q_len": 10.02, "avg_c_len": 23.75, "random_p@1": 18.34, "random_map": 43.81,
-        "RR": {"map": 53.53, "mrr": 53.53, "p@1": 30.55},
-        "WO": {"map": 77.90, "mrr": 77.90, "p@1": 65.48},
-        "WO+RR": {"map": 83.60, "mrr": 83.60, "p@1": 73.12},
-    },
-}
-# Table 2 gives MAP for SQuAD where Table 5 gives MRR; the two agree in the paper because the SQuAD
-# answered questions almost always have one positive sentence.
-
-MODELS = {"RR": ReciprocalRankRanker(), "WO": WordOverlapRanker(), "WO+RR": OverlapRankRanker()}
+from harness import SHARED_DATA, experiment, library
+from harness.library import METRICS, GroupIndex, compare, evaluate, load_squad_sent, load_wikiqa, per_question, ranking_report, tokenize
+from harness.store import computing
 
 
 def expected_random(y, index: GroupIndex):
@@ -81,22 +47,23 @@ def statistics(X, y):
     }
 
 
-def evaluate_baselines(X, y):
+def evaluate_baselines(models, X, y):
     rows, per_q = {}, {}
-    for name, model in MODELS.items():
+    for name, model in models.items():
         scores = model.fit(X, y).predict(X)
         report = evaluate(y, scores, X)
         rows[name] = {k: 100 * report[k] for k in METRICS} | {"n_evaluated": report["n_evaluated"]}
         per_q[name] = per_question(y, scores, X)
     tests = compare(per_q, "WO+RR")
-    for name in MODELS:
+    for name in models:
         rows[name]["p_map_vs_WO+RR"] = None if name == "WO+RR" else tests[name]["p"]
     return rows
 
 
 def report_timing(X, y):
     """Median wall time of ``ranking_report`` on the whole set (acceptance: well under a second)."""
-    scores = OverlapRankRanker().predict(X)
+    computing("the time of ranking_report")
+    scores = library.OverlapRankRanker().predict(X)
     times = []
     for _ in range(21):
         t0 = time.perf_counter()
@@ -105,20 +72,20 @@ def report_timing(X, y):
     return float(np.median(times))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wikiqa", default=SHARED_DATA / "wikiqa" / "WikiQA-test.tsv", type=Path)
-    parser.add_argument("--squad", default=SHARED_DATA / "squad" / "squad-v2.0-dev-sample.json", type=Path)
-    args = parser.parse_args()
-
-    results = {"command": "python benchmarks/baselines.py", "date": time.strftime("%Y-%m-%d"), "machine": machine()}
-    for name, loader, path in (("wikiqa", load_wikiqa, args.wikiqa), ("squad", load_squad_sent, args.squad)):
+def run(exp, args, res):
+    for key in ("torch", "torch_threads", "load_average_start"):  # the page's provenance: the command, date and machine
+        res.pop(key)
+    models = {name: getattr(library, cls)() for name, cls in exp.config["models"].items()}
+    for name, loader, path in (("wikiqa", load_wikiqa, args.wikiqa or SHARED_DATA / "wikiqa" / "WikiQA-test.tsv"),
+                               ("squad", load_squad_sent, args.squad or SHARED_DATA / "squad" / "squad-v2.0-dev-sample.json")):
         X, y = loader(path)
-        results[name] = {"stats": statistics(X, y), "models": evaluate_baselines(X, y), "paper": PAPER[name]}
+        computing(f"the baselines on {name}")
+        res[name] = {"stats": statistics(X, y), "models": evaluate_baselines(models, X, y), "paper": exp.paper[name]}
         if name == "wikiqa":
-            results["ranking_report_seconds"] = report_timing(X, y)
-    print(publish(results, "baselines").read_text())
+            res["ranking_report_seconds"] = report_timing(X, y)
+    exp.publish(res)
+    return False
 
 
 if __name__ == "__main__":
-    main()
+    experiment.main(__file__, run)

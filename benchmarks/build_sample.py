@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from as2rank.datasets import load_squad_sent
-from as2rank.datasets.sample import SAMPLE_PATH, write_sample
+from harness import SHARED_DATA
+from harness.library import load_squad_sent, SAMPLE_PATH, write_sample
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / "squad-v2.0-dev-sample.json"
+DEFAULT_SOURCE = SHARED_DATA / "squad" / "squad-v2.0-dev-sample.json"
 
 
 def main(argv=None) -> None:

@@ -1,131 +1,42 @@
-"""CERBERUS: the shape of Tables 2, 3 and 5 of Matsubara, Lind, Soldaini & Moschitti (2022), on WikiQA or the
-SQuAD sample, at the library's strength or at the paper's.
+"""CERBERUS: Tables 2, 3 and 5 of Matsubara et al. (2022) on WikiQA or the SQuAD sample (``cerberus.toml``).
 
     python benchmarks/cerberus.py [--data wikiqa|sample] [--paper] [--seeds 3] [--train-questions N] [--quick]
                                   [--threads N] [--teacher-cv 3] [--teacher-model NAME] [--teacher-seed T]
-                                  [--hydra-seeds 3]
+                                  [--hydra-seeds 3] [--render] [--cached-only]
     python benchmarks/cerberus.py ... --store-teachers S | --store-seed S   # one seed's part, in parallel
-    python benchmarks/cerberus.py --render        # re-write the Markdown page from the JSON
 
-**At the library's strength** (the default): every model at the library's defaults (``random_state=s``): the
-teachers ``TransformerRanker``, ``Cosinet`` and the lexical ranker; the students ``TransformerRanker`` (no
-teacher; the same model as the transformer teacher), one ``DistilledRanker`` per teacher, and ``Cerberus``
-(B5 3H1 on the 6-layer MiniLM) and Hydra (B5 3H1 distilled from the ``TransformerRanker`` teachers of seeds
-0, 1 and 2: teachers as strong as the student); the linear ensembles of the teachers, of Hydra's teachers and of
-the three KD students. Writes
-``cerberus-library[-sample]``. **At the paper's** (``--paper``): the paper's pure models at one fixed budget,
-every row below; writes ``cerberus[-sample]``.
-
-Teachers (three families, one set per seed ``s``): ``TransformerRanker`` on ``--teacher-model`` (default the
-offline ``minilm-l6``; any Hugging Face path for a bigger teacher on a GPU), ``Cosinet`` (BiRNN, listwise)
-and the lexical pointwise ranker ``LexicalFeatures → PointwiseRanker(LogisticRegression)``.
-``--teacher-seed T``: every student seed distils the teachers of seed ``T`` (one costly teacher, such as
-``--teacher-model mpnet-base`` on a CPU, instead of one per seed); ``--hydra-seeds 0`` leaves Hydra out (its
-teachers are transformer teachers of seeds 0, 1, 2). A teacher's scores of the test, training and dev rows are
-stored with its fit's code record (``teacher_scores``: the teacher artefact, committed): a later run reads them
-and the cross-fitted logits instead of the model. Their training targets are cross-fitted: ``teacher_logits(teacher, X, y, cv=--teacher-cv)`` fits clones on
-the other question folds, scores each fold, and Platt-calibrates each fold; the logits are computed once per
-teacher and passed to every student as precomputed scores (exactly what ``Cerberus(teachers=[...],
-teacher_cv=k)`` computes itself). One row distils from the fitted teachers' in-sample scores instead.
-
-With ``--paper``, students all on ``minilm-l6`` with one budget (``budget()``: 2 epochs, batch 32, learning rate 1e-4,
-``max_length=128``, as the cascade benchmark selected on dev; ``kd_alpha=0.5, temperature=3``, the middle of
-the paper's grid, for every distilled row): the student with no teacher (``TransformerRanker``, the same model
-as the transformer teacher), one ``DistilledRanker`` per teacher, the linear ensemble of those three students,
-KD_Sum, KD_RR, Hydra (``Cerberus`` B5 3H1 with the transformer teachers of seeds 0, 1, 2), ``Cerberus`` B5 3H1
-and B4 3H2. Linear ensembles (``LinearEnsemble``) tune their weights on the dev split. Every fit goes through
-``_common.fitted`` (cached in ``benchmarks/cache/``), so a re-run retrains nothing.
-
-Data: WikiQA (``_common.wikiqa_splits``: train, dev, test) or the SQuAD sample (``defaults.load``: its
-train/test split, dev the defaults benchmark's validation articles); ``--train-questions`` keeps that many
-training questions (a fixed random subset). Test: answered questions (clean protocol). P@1, MAP, MRR: mean ± std over the seeds; paired
-randomisation tests of per-question AP (averaged over seeds) against the no-teacher student and the best
-single-teacher KD student. Each seed's results (test scores of every row, heads, ensembles' weights, fits) are
-stored whole in ``benchmarks/results/scores/`` (keyed by the seed, the data, the fits' keys and this script's
-code of a seed): a run stopped early keeps the seeds it finished, and the same command goes on from there, on
-this machine or another. Latency: the forward pass on pre-tokenised batches of 128 test pairs (tokenisation
-excluded, as the paper), interleaved rounds, one per distinct architecture, each fitted for one epoch on 16
-training questions (a forward pass costs the same whatever the weights). ``--quick``: one seed, one epoch,
-100 training questions, 40 dev and 60 test questions, 2-fold cross-fitting, 2 timing rounds on 256 pairs.
-Seeds side by side (a GPU runs several fits at once): ``--store-teachers S`` per seed, then ``--store-seed S``
-per seed, each in its own process, then the command without them gathers the stored seeds and measures latency.
-Writes ``benchmarks/results/cerberus.json`` and ``docs/benchmarks/cerberus.md`` (from
-``benchmarks/pages/cerberus.md.j2``; ``--render``, or ``python benchmarks/render.py cerberus``, renders it again).
+The functions that compute a seed (:func:`seed_results` and those :func:`seed_key` names) are part of the key of
+each stored seed: an edit of their code computes the seeds again.
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
-import json
 import time
 
 import joblib
 import numpy as np
 import pandas as pd
 import torch
-from _common import (code_ledger, write_text, COSINET_PAPER_BUDGET, DOCS, RESULTS, SCORES, SHARED_DATA, cache_key, conclude, fitted, log, read_fresh,
-                     render_page, run_header, save_stored, subset_questions, syntax, tagged, training_params, wikiqa_splits)
-from defaults import load, splits
+from harness import experiment, fitted, log, subset_questions, syntax, training_params, wikiqa_splits
+from harness.data import load_answered, training_subset
+from harness.experiment import Experiment, read_paper
+from harness.library import (Cerberus, Cosinet, DistilledRanker, LexicalFeatures, LinearEnsemble, PointwiseRanker,
+                             TransformerRanker, autocast, batch_tensors, compare, evaluate, keep_answered, per_question,
+                             resolve_device, teacher_logits, to_device)
+from harness.paths import SCORES
+from harness.store import cache_key, stored_or_computed
+from harness.teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from teachers import StoredScores, cross_fitted, n_params, teacher_scores, teacher_seeds
-
-from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
-from as2rank.ensemble.linear import LinearEnsemble
-from as2rank.ensemble.teachers import teacher_logits
-from as2rank.transformer.cerberus import Cerberus, DistilledRanker
-from as2rank.cosinet.estimator import Cosinet
-from as2rank.data import keep_answered
-from as2rank.metrics import compare, evaluate, per_question
-from as2rank.neural import autocast, resolve_device, to_device
-from as2rank.neural.predict import batch_tensors
-from as2rank.transformer.ranker import TransformerRanker
-
-TEACHERS = ("TR", "Cosinet", "Lexical")
-KD_ALPHA, TEMPERATURE = 0.5, 3.0
-METRICS = ("p@1", "map", "mrr")
-
-#: Layers of the student (and of the minilm-l6 transformer teacher); the Cerberus architectures (body and
-#: head layers; Hydra is B5 3H1 too); the test pairs of the end-to-end timing of the teachers.
-STUDENT_LAYERS = 6
-ARCHITECTURES = {"Cerberus B5 3H1": {"body_layers": 5, "head_layers": 1}, "Cerberus B4 3H2": {"body_layers": 4, "head_layers": 2}}
-#: The rows of the paper's configuration that the library-strength run leaves out (no library default to measure).
-PAPER_ONLY = ("KD_Sum", "KD_RR", "Cerberus B4 3H2", "Cerberus B5 3H1, in-sample teachers")
-TITLES = {"wikiqa": "WikiQA", "sample": "SQuAD sample"}
-END_TO_END_PAIRS = 512
-#: Training questions of the short fits that latency is measured on (``latency_models``).
-LATENCY_FIT_QUESTIONS = 16
-
-# The paper's WikiQA rows of Table 2 (P@1, MAP, MRR), Table 3 and 4 rows (IAS2) where WikiQA has none, and
-# Table 5 latency (µs per sample, batch 128, V100). Its teachers are ALBERT-XXLARGE, RoBERTa-LARGE and
-# ELECTRA-LARGE, its students ELECTRA-BASE: the analogy with our rows is of role, not of model.
-PAPER = {
-    "TR": {"row": "row 3, ELECTRA-LARGE teacher", "p@1": 86.7, "map": 91.0, "mrr": 92.2},
-    "Cosinet": {"row": "row 2, RoBERTa-LARGE teacher", "p@1": 89.3, "map": 92.6, "mrr": 93.6},
-    "Lexical": {"row": "row 1, ALBERT-XXLARGE teacher", "p@1": 87.2, "map": 91.4, "mrr": 92.6},
-    "student": {"row": "row 6, ELECTRA-BASE, no teacher", "p@1": 86.3, "map": 90.7, "mrr": 91.9},
-    "KD TR": {"row": "row 9, ELECTRA-LARGE → ELECTRA-BASE", "p@1": 88.1, "map": 91.6, "mrr": 92.9},
-    "KD Cosinet": {"row": "row 8, RoBERTa-LARGE → RoBERTa-BASE", "p@1": 83.5, "map": 89.2, "mrr": 90.6},
-    "KD Lexical": {"row": "row 7, ALBERT-XXLARGE → ALBERT-BASE", "p@1": 84.0, "map": 89.0, "mrr": 90.3},
-    "KD ensemble": {"row": "row 12, ensemble of 3 distilled ELECTRA-BASE", "p@1": 88.6, "map": 91.5, "mrr": 92.8},
-    "KD_Sum": {"row": "Table 3 (IAS2), KD_Sum ELECTRA-BASE", "p@1": 63.5, "map": 60.1, "mrr": 69.8},
-    "KD_RR": {"row": "Table 3 (IAS2), KD_RR ELECTRA-BASE", "p@1": 63.1, "map": 60.2, "mrr": 69.6},
-    "Hydra": {"row": "row 13, Hydra", "p@1": 88.1, "map": 91.5, "mrr": 92.8},
-    "Cerberus B5 3H1": {"row": "row 14, CERBERUS B11 3H1", "p@1": 89.3, "map": 92.4, "mrr": 93.5},
-    "Cerberus B4 3H2": {"row": "Table 4 (IAS2), B10 3H2", "p@1": 64.9, "map": 61.2, "mrr": 70.8},
-}
-PAPER_LATENCY = {"student": 2.0, "KD ensemble": 6.1, "Cerberus B5 3H1": 2.6}
-#: The architecture whose forward pass each row's latency is (the models of one architecture share one
-#: measurement); the other rows (Cosinet, Lexical, the teachers' ensemble) are timed end to end.
-LATENCY_ARCHITECTURE = {
-    "TR": "student", "student": "student", "KD TR": "student", "KD Cosinet": "student", "KD Lexical": "student",
-    "KD_Sum": "student", "KD_RR": "student", "KD ensemble": "KD ensemble", "TR ensemble": "KD ensemble",
-    "Hydra": "Cerberus B5 3H1",
-    "Cerberus B5 3H1": "Cerberus B5 3H1", "Cerberus B4 3H2": "Cerberus B4 3H2",
-    "Cerberus B5 3H1, in-sample teachers": "Cerberus B5 3H1",
-}
+CONFIG = Experiment(__file__).config
+TEACHERS = tuple(CONFIG["models"]["teachers"])
+KD_ALPHA, TEMPERATURE = CONFIG["models"]["kd_alpha"], CONFIG["models"]["temperature"]
+METRICS = tuple(CONFIG["models"]["metrics"])
+STUDENT_LAYERS = CONFIG["models"]["student_layers"]
+ARCHITECTURES = CONFIG["models"]["architectures"]
+COSINET_PAPER_BUDGET = read_paper("cosinet.json")["budget"]
 
 
 def budget(seed: int, epochs: int) -> dict:
@@ -173,14 +84,13 @@ def students(paper, seed, epochs, cols, hydra, insample) -> dict:
 
 
 def load_data(data):
-    """(X_train, y_train), (X_dev, y_dev), (X_test, y_test) of ``data``, test questions answered."""
+    """(X_train, y_train), (X_dev, y_dev), (X_test, y_test) of ``data``, test questions answered: WikiQA's
+    splits, or the SQuAD sample's train/test split with the defaults benchmark's validation articles as dev."""
     if data == "wikiqa":
-        if not (SHARED_DATA / "wikiqa" / "WikiQA-train.tsv").exists():
-            raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}; run with --data sample.")
         parts = wikiqa_splits()
         return parts["train"], parts["dev"], keep_answered(*parts["test"])
-    X, y, X_test, y_test = load(data)
-    train, dev = splits(X, y, "all", 0)
+    X, y, X_test, y_test = load_answered(data)
+    train, dev = training_subset(X, y, "all", 0)
     return train, dev, (X_test, y_test)
 
 
@@ -279,7 +189,7 @@ def end_to_end_us(model, X):
     return 1e6 * (time.perf_counter() - start) / len(X)
 
 
-# ----------------------------------------------------------------------------------------------- main run
+# ----------------------------------------------------------------------------------------------- a seed
 def seed_key(args, s, epochs, data) -> str:
     """What one seed's results depend on: the seed, the data, the teachers' fit keys (the library's code
     included), the students' training parameters (their teacher arrays follow from the teachers), the
@@ -352,11 +262,11 @@ def seed_results(args, s, epochs, data) -> tuple[dict, dict]:
     return rec, scores
 
 
-def latency_models(args, X_train, y_train):
-    """Each latency row's architecture (seed 0) fitted for one epoch on ``LATENCY_FIT_QUESTIONS`` training
-    questions, the labels standing for the teachers' logits: a forward pass costs the same whatever the
-    weights, so latency needs the rows' architectures, not their full fits (whose scores may be stored)."""
-    X, y = subset_questions(X_train, y_train, LATENCY_FIT_QUESTIONS)
+def latency_models(args, X_train, y_train, fit_questions):
+    """Each latency row's architecture (seed 0) fitted for one epoch on ``fit_questions`` training questions, the
+    labels standing for the teachers' logits: a forward pass costs the same whatever the weights, so latency needs
+    the rows' architectures, not their full fits (whose scores may be stored)."""
+    X, y = subset_questions(X_train, y_train, fit_questions)
     labels = np.where(np.asarray(y) > 0, 2.0, -2.0)
     cols = [labels] * len(TEACHERS)
 
@@ -383,23 +293,11 @@ def prepared(args):
     return ((X_train, y_train), (X_dev, y_dev), (X_test, y_test))
 
 
-def seed_path(args, s, data):
-    return SCORES / f"cerberus-seed-{seed_key(args, s, args.epochs, data)}.npz"
-
-
 def stored_seed(args, s, data) -> tuple[dict, dict, bool]:
-    """``(record, scores, stored)`` of seed ``s``: read back while the library code its fits and scores ran
-    (the record's ``code``) is unchanged, else computed and stored whole with that code."""
-    path = seed_path(args, s, data)
-    stored = read_fresh(path, f"results of seed {s}")
-    if stored:
-        log(f"[seed {s}] stored results <- {path.name}")
-        return (*stored, True)
-    with code_ledger() as code:
-        rec, scores = seed_results(args, s, args.epochs, data)
-    rec["code"] = code
-    save_stored(path, rec, scores)
-    return rec, scores, False
+    """``(record, scores, stored)`` of seed ``s``: read back while the library code its fits and scores ran is
+    unchanged, else computed and stored whole with that code."""
+    path = SCORES / f"cerberus-seed-{seed_key(args, s, args.epochs, data)}.npz"
+    return stored_or_computed(path, f"results of seed {s}", lambda: seed_results(args, s, args.epochs, data))
 
 
 def store_teachers(args, t, data):
@@ -412,20 +310,34 @@ def store_teachers(args, t, data):
             teacher_scores(spec, data, [], f"teacher {name}")
 
 
-def run(args):
+def page(args) -> str:
+    return (("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
+            + ("" if args.teacher_model == "minilm-l6" else f"-{args.teacher_model.replace('/', '-')}"))
+
+
+def run(exp, args, res):
     data = prepared(args)
+    if args.store_teachers is not None or args.store_seed is not None:
+        if args.store_teachers is not None:
+            store_teachers(args, args.store_teachers, data)
+        if args.store_seed is not None:
+            stored_seed(args, args.store_seed, data)
+        log("stored; a run without --store-teachers/--store-seed gathers the seeds and writes the page")
+        return False
     (X_train, y_train), (X_dev, y_dev), (X_test, y_test) = data
-    seeds, epochs = list(range(args.seeds)), args.epochs
-    res = {"data": args.data, "title": TITLES[args.data], "teachers": list(TEACHERS), "paper_config": args.paper, "args_train_questions": args.train_questions,
-           "n_train_questions": int(X_train["qid"].nunique()), "n_train_rows": len(X_train),
-           "n_dev_questions": int(X_dev["qid"].nunique()), "n_test_questions": int(X_test["qid"].nunique()),
-           "n_test_rows": len(X_test), "seeds": seeds, "epochs": epochs, "teacher_cv": args.teacher_cv,
-           "teacher_model": args.teacher_model, "kd_alpha": KD_ALPHA, "temperature": TEMPERATURE,
-           "budget": {k: v for k, v in budget(0, epochs).items() if k not in ("epochs", "random_state")} if args.paper else None,
-           "student_layers": STUDENT_LAYERS, "architectures": ARCHITECTURES, "hydra_teacher_seeds": list(range(args.hydra_seeds)),
-           "teacher_seed": args.teacher_seed,
-           "latency_architecture": LATENCY_ARCHITECTURE, "latency_fit_questions": LATENCY_FIT_QUESTIONS,
-           "paper": PAPER, "paper_latency": PAPER_LATENCY, "fits": [], "ensemble_weights": {}}
+    cfg, seeds, epochs = exp.config, list(range(args.seeds)), args.epochs
+    res.update(quick=f"one seed{', one epoch' if args.paper else ''}, 100 training / 40 dev / 60 test questions (fixed "
+                     "random subsets), 2-fold cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
+               data=args.data, title=cfg["models"]["titles"][args.data], teachers=list(TEACHERS), paper_config=args.paper,
+               args_train_questions=args.train_questions, n_train_questions=int(X_train["qid"].nunique()),
+               n_train_rows=len(X_train), n_dev_questions=int(X_dev["qid"].nunique()),
+               n_test_questions=int(X_test["qid"].nunique()), n_test_rows=len(X_test), seeds=seeds, epochs=epochs,
+               teacher_cv=args.teacher_cv, teacher_model=args.teacher_model, kd_alpha=KD_ALPHA, temperature=TEMPERATURE,
+               budget={k: v for k, v in budget(0, epochs).items() if k not in ("epochs", "random_state")} if args.paper else None,
+               student_layers=STUDENT_LAYERS, architectures=ARCHITECTURES, hydra_teacher_seeds=list(range(args.hydra_seeds)),
+               teacher_seed=args.teacher_seed, latency_architecture=cfg["latency"]["architecture"],
+               latency_fit_questions=cfg["latency"]["fit_questions"], paper=exp.paper["table"],
+               paper_latency=exp.paper["latency"], fits=[], ensemble_weights={})
     scores, params, oof_map, insample_map = {}, {}, {}, {}
     for s in seeds:
         # A seed's results are stored whole (benchmarks/results/scores/): a run that ends early keeps the seeds
@@ -441,40 +353,19 @@ def run(args):
         for ens_name, w in rec["ensemble_weights"].items():
             res["ensemble_weights"].setdefault(ens_name, []).append(w)
         res["fits"] += [{**f, "cached": True} if stored else f for f in rec["fits"]]
-
-    teachers, keep = latency_models(args, X_train, y_train)
-    X_e2e = X_test.iloc[: min(END_TO_END_PAIRS, len(X_test))]
+    res["teacher_targets"] = {"cross_fitted_train_map": oof_map, "in_sample_train_map": insample_map}
+    res["rows"], res["best_kd"] = summarise(cfg, scores, params, y_test, X_test, args.teacher_model)
+    if args.teacher_model != "minilm-l6":  # a teacher of another architecture: timed as the students are
+        res["latency_architecture"] = {**res["latency_architecture"], "TR": "TR teacher"}
+    teachers, keep = latency_models(args, X_train, y_train, cfg["latency"]["fit_questions"])
+    X_e2e = X_test.iloc[: min(cfg["latency"]["end_to_end_pairs"], len(X_test))]
     archs = {"student": [keep["student"]], "KD ensemble": [keep[f"KD {n}"] for n in TEACHERS],
              **{a: [keep[a]] for a in ARCHITECTURES if a in keep}}
-    if args.teacher_model != "minilm-l6":  # a teacher of another architecture: timed as the students are
+    if args.teacher_model != "minilm-l6":
         archs["TR teacher"] = [teachers["TR"]]
-        res["latency_architecture"] = {**LATENCY_ARCHITECTURE, "TR": "TR teacher"}
     res["latency"] = latency(archs, X_test, rounds=2 if args.quick else 5, n_pairs=256 if args.quick else 1024)
     res["latency"]["end_to_end_us_per_sample"] = {name: end_to_end_us(teachers[name], X_e2e) for name in TEACHERS}
     res["latency"]["end_to_end_n_pairs"] = len(X_e2e)
-    res["teacher_targets"] = {"cross_fitted_train_map": oof_map, "in_sample_train_map": insample_map}
-    res["rows"], res["best_kd"] = summarise(scores, params, y_test, X_test, args.teacher_model)
-    return res
-
-
-ROW_ORDER = [
-    ("TR", "Teacher: TransformerRanker (MiniLM-L6)", "teacher"),
-    ("Cosinet", "Teacher: Cosinet + BiRNN", "teacher"),
-    ("Lexical", "Teacher: Lexical + LR", "teacher"),
-    ("teacher ensemble", "Teachers' linear ensemble (dev-tuned)", "ensemble"),
-    ("TR ensemble", "Hydra's teachers' linear ensemble (TR seeds 0-2, dev-tuned)", "ensemble"),
-    ("student", "Student, no teacher (= the TR teacher)", "student"),
-    ("KD TR", "KD student ← TR", "student"),
-    ("KD Cosinet", "KD student ← Cosinet", "student"),
-    ("KD Lexical", "KD student ← Lexical", "student"),
-    ("KD ensemble", "Ensemble of the 3 KD students (dev-tuned)", "ensemble"),
-    ("KD_Sum", "KD_Sum (one head, 3 teachers)", "student"),
-    ("KD_RR", "KD_RR (one head, round-robin)", "student"),
-    ("Hydra", "Hydra B5 3H1 (3 TR teachers, seeds 0-2)", "student"),
-    ("Cerberus B5 3H1", "**Cerberus B5 3H1**", "student"),
-    ("Cerberus B4 3H2", "Cerberus B4 3H2", "student"),
-    ("Cerberus B5 3H1, in-sample teachers", "Cerberus B5 3H1, in-sample teacher scores", "student"),
-]
 
 
 def train_map(y, scores, X) -> float:
@@ -482,15 +373,17 @@ def train_map(y, scores, X) -> float:
     return evaluate(y, scores, X, metrics=("map",), use_position=False)["map"]
 
 
-def summarise(scores, params, y, X, teacher_model="minilm-l6") -> list:
-    # Per-question AP, mean over seeds: what the paired tests compare.
+def summarise(cfg, scores, params, y, X, teacher_model="minilm-l6") -> tuple[list, str]:
+    """The rows of the tables (mean, standard deviation and per-seed value of each metric; the p-values of the
+    paired tests of per-question AP, averaged over seeds, against the student and the best KD student), and the
+    best KD student."""
     per_q = {n: np.mean([per_question(y, s, X, "map", use_position=False) for s in v], axis=0) for n, v in scores.items()}
     metrics = {n: [evaluate(y, s, X, metrics=METRICS) for s in v] for n, v in scores.items()}
     mean_map = {n: np.mean([m["map"] for m in ms]) for n, ms in metrics.items()}
     best_kd = max((f"KD {t}" for t in TEACHERS), key=mean_map.get)
     vs_student, vs_best_kd = compare(per_q, "student"), compare(per_q, best_kd)
     rows = []
-    for key, label, group in ROW_ORDER:
+    for key, label, group in cfg["models"]["row_order"]:
         if key not in metrics:  # a row of the paper's configuration only
             continue
         ms = metrics[key]
@@ -506,93 +399,5 @@ def summarise(scores, params, y, X, teacher_model="minilm-l6") -> list:
     return rows, best_kd
 
 
-# ----------------------------------------------------------------------------------------------- report
-def acceptance(res) -> list:
-    rows = {r["key"]: r for r in res["rows"]}
-    cer, student, kd = rows["Cerberus B5 3H1"], rows["student"], rows[res["best_kd"]]
-    lat = res["latency"]["median_ratio"]
-    c_map = cer["map"]["mean"]
-    checks = [
-        (f"MAP (mean of {cer['n_seeds']} seed(s)): Cerberus B5 3H1 > best single-teacher KD student ({kd['label']})",
-         f"{100 * c_map:.2f} vs {100 * kd['map']['mean']:.2f} (Δ {100 * (c_map - kd['map']['mean']):+.2f}, p={cer['p_map_vs_best_kd']:.3f})",
-         c_map > kd["map"]["mean"]),
-        ("MAP: Cerberus B5 3H1 > the student with no teacher",
-         f"{100 * c_map:.2f} vs {100 * student['map']['mean']:.2f} (Δ {100 * (c_map - student['map']['mean']):+.2f}, "
-         f"p={cer['p_map_vs_student']:.3f})", c_map > student["map"]["mean"]),
-        ("Latency, batch 128: Cerberus B5 3H1 ≤ 1.4× the single student",
-         f"{lat['cerberus_vs_student']:.2f}× (median of per-round ratios: "
-         + ", ".join(f"{r:.2f}" for r in res["latency"]["ratios"]["cerberus_vs_student"]) + ")",
-         lat["cerberus_vs_student"] <= 1.4),
-        ("Latency, batch 128: Cerberus B5 3H1 ≤ 0.5× the ensemble of the 3 KD students",
-         f"{lat['cerberus_vs_kd_ensemble']:.2f}× (" + ", ".join(f"{r:.2f}" for r in res["latency"]["ratios"]["cerberus_vs_kd_ensemble"]) + ")",
-         lat["cerberus_vs_kd_ensemble"] <= 0.5),
-        ("The heads run as one batched computation: every call of a head block computes all k heads",
-         f"heads per call: {res['latency']['heads_per_head_block_call']} of k={res['latency']['n_heads']}; "
-         f"{res['latency']['head_block_calls_per_batch'] / res['latency']['n_head_blocks']:.0f} call(s) per block "
-         "per batch of 128 (row blocks in CPU inference)",
-         res["latency"]["heads_per_head_block_call"] == [res["latency"]["n_heads"]]),
-    ]
-    if "cerberus_vs_teacher" in lat:
-        checks.append((f"Latency, batch 128: Cerberus B5 3H1 ≤ 0.5× the transformer teacher ({res['teacher_model']})",
-                       f"{lat['cerberus_vs_teacher']:.2f}× (" + ", ".join(f"{r:.2f}" for r in res["latency"]["ratios"]["cerberus_vs_teacher"]) + ")",
-                       lat["cerberus_vs_teacher"] <= 0.5))
-    if "Hydra" in rows:  # the remedy: teachers as strong as the student
-        hy = rows["Hydra"]
-        checks.append((f"MAP: Hydra (Cerberus B5 3H1 ← TR seeds {', '.join(map(str, res['hydra_teacher_seeds']))}) > the student with no teacher",
-                       f"{100 * hy['map']['mean']:.2f} vs {100 * student['map']['mean']:.2f} (p={hy['p_map_vs_student']:.3f})",
-                       hy["map"]["mean"] > student["map"]["mean"]))
-    return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", choices=tuple(TITLES), default="wikiqa")
-    parser.add_argument("--paper", action="store_true", help="the paper's pure models at one budget, every row")
-    parser.add_argument("--train-questions", type=int, default=None, help="keep this many training questions")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=2, help="with --paper: epochs of every transformer")
-    parser.add_argument("--teacher-cv", type=int, default=3, help="question folds of the cross-fitted teacher targets")
-    parser.add_argument("--teacher-model", default="minilm-l6", help="backbone of the transformer teacher")
-    parser.add_argument("--teacher-seed", type=int, default=None,
-                        help="the one seed whose teachers every student seed distils (default: each seed its own)")
-    parser.add_argument("--hydra-seeds", type=int, default=3, help="transformer teachers of Hydra (0: no Hydra row)")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 1 epoch, 100/40/60 train/dev/test questions, 2 folds")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--render", action="store_true", help="only re-write the Markdown page from the JSON")
-    parser.add_argument("--store-teachers", type=int, metavar="S", default=None,
-                        help="only fit and store seed S's teachers (run one process per seed, before --store-seed)")
-    parser.add_argument("--store-seed", type=int, metavar="S", default=None,
-                        help="only compute and store seed S's results (one process per seed, side by side)")
-    args = parser.parse_args(argv)
-    name = (("cerberus" if args.paper else "cerberus-library") + ("" if args.data == "wikiqa" else f"-{args.data}")
-            + ("" if args.teacher_model == "minilm-l6" else f"-{args.teacher_model.replace('/', '-')}"))
-    if args.render:
-        res = json.loads((RESULTS / tagged(f"{name}.json")).read_text())
-        write_text(DOCS / tagged(f"{name}.md"), render_page(res))
-        log(f"re-rendered {DOCS / tagged(f'{name}.md')}")
-        return
-    if args.quick:
-        args.seeds, args.epochs, args.teacher_cv = 1, 1, 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.store_teachers is not None or args.store_seed is not None:
-        data = prepared(args)
-        if args.store_teachers is not None:
-            store_teachers(args, args.store_teachers, data)
-        if args.store_seed is not None:
-            stored_seed(args, args.store_seed, data)
-        log("stored; a run without --store-teachers/--store-seed gathers the seeds and writes the page")
-        return
-    start = time.perf_counter()
-    res = {
-        **run_header("cerberus.py", argv),
-        "quick": f"one seed{', one epoch' if args.paper else ''}, 100 training / 40 dev / 60 test questions (fixed random "
-                 "subsets), 2-fold cross-fitting, 2 timing rounds on 256 pairs" if args.quick else "",
-    }
-    res.update(run(args))
-    res["template"] = "cerberus"
-    conclude(res, name, start, acceptance(res))
-
-
 if __name__ == "__main__":
-    main()
+    experiment.main(__file__, run, page=page)

@@ -1,117 +1,52 @@
-"""Which training defaults should the neural estimators have: learning curves per learning rate, lexical
-prior and training size.
+"""Which training defaults the neural estimators should have: learning curves per learning rate, lexical prior
+and training size (``defaults.toml``).
 
     python benchmarks/defaults.py [--estimator transformer|cascade|distilled|cerberus|concat|mwa|ensemble|cosinet]
                                   [--data sample wikiqa] [--sizes 100 300 all] [--lrs 2e-5 5e-5 1e-4 2e-4]
                                   [--priors off on] [--seeds 0] [--epochs 4] [--batch-sizes B ...]
                                   [--threads N] [--render]
 
-For each (data, size, seed, learning rate, lexical prior, schedule length) one estimator of the chosen class
-(all other parameters at their defaults; the cascade scored at α=0; the distilled students with the suite's
-teachers, Cosinet and Lexical+LR cross-fitted; the context rankers behind the suite's ``ContextExtractor``,
-fitted on the training split) trains with ``partial_fit`` once per epoch, the schedule laid out over the
-curve's epochs (``total_rows``), and after each epoch scores the validation split (MAP) and the test split
-(MAP, MRR, P@1, per-question AP). Estimators without ``partial_fit`` (the distilled students) are fitted once
-per schedule length and scored at its end. Cosinet's curves sweep the schedule length (``--epochs 3 10 30``)
-and batch size instead of the prior. Reference rows per (data, size, seed): ``OverlapRankRanker`` (WO+RR),
-``Cosinet`` and the estimator's defaults before this benchmark. Data: the bundled SQuAD sample (train/test
-split by paragraph) and WikiQA (train: answered questions of WikiQA-train; test: WikiQA-test). Training
-subsets: whole documents, seeded, nested; 10 % of them (at least 10 questions, whole documents) validate.
-
-Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what it
-holds from the current library, :func:`_common.library_digest` with its application floor, and computes again
-what other code did), then the analysis of the page (mean test MAP per cell, the best cell of each column and
-each cell's p-value against it) into it, ``docs/benchmarks/<stem>.md`` (from
-``benchmarks/pages/defaults.md.j2``) and ``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for
+Writes ``benchmarks/results/<stem>.json`` after every curve (it is also the cache: a re-run skips what it holds
+from the current library, :func:`harness.store.library_digest` with its application floor), then the analysis of
+the page into it, ``docs/benchmarks/<stem>.md`` and ``docs/benchmarks/<stem>.png`` (stem: ``defaults`` for
 ``TransformerRanker``, ``defaults-<estimator>`` otherwise).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 
 import numpy as np
 import pandas as pd
-from _common import DOCS, RESULTS, SHARED_DATA, jsonable, library_digest, load_average, log, publish, run_header, save_figure, tagged, training_params
+from harness import RESULTS, figure_path, jsonable, library_digest, load_average, log, pyplot, run_header, save_figure, tagged
+from harness import library
+from harness.data import load_answered, training_subset
+from harness.experiment import Experiment
+from harness.library import AUTO_MIN_QUESTIONS, compare, evaluate, per_question
+from harness.store import NotStored, computing, training_params
 
-from as2rank.metrics import compare, evaluate, per_question
-from as2rank.neural.early_stopping import AUTO_MIN_QUESTIONS
-
-TITLES = {"sample": "SQuAD sample", "wikiqa": "WikiQA"}
-#: Candidate defaults measured as the "library default" row is (fitted on the whole subset): name -> the
-#: parameters that differ from the library's defaults.
-VARIANTS = {"no early stopping": {"early_stopping": False}, "similarity prior": {"similarity_prior": True},
-            "similarity prior, no early stopping": {"similarity_prior": True, "early_stopping": False},
-            "no segment similarity": {"segment_similarity": False}, "listwise": {"loss": "listwise"},
-            "segment similarity": {"segment_similarity": True}, "4 epochs, lr 5e-5": {"epochs": 4, "learning_rate": 5e-5},
-            "4 epochs, lr 5e-5, segment similarity": {"epochs": 4, "learning_rate": 5e-5, "segment_similarity": True}}
-#: Other encoders, measured as the variants are but compared with the library default in a section of their own
-#: (they are not candidate defaults of the estimator: another ``model`` costs another order of CPU time). The
-#: BASE encoder (all-mpnet-base-v2, the five packaged wheels) at the library's schedule, and at the learning rate
-#: BASE encoders are usually fine-tuned with.
-ENCODERS = {"MPNet": {"model": "mpnet-base"}, "MPNet, lr 2e-5": {"model": "mpnet-base", "learning_rate": 2e-5}}
+EXP = Experiment(__file__)
+CFG = EXP.config
+TITLES, VARIANTS, ENCODERS, COSINET_ES = CFG["titles"], CFG["variants"], CFG["encoders"], CFG["cosinet_es"]
 REFS = ("WO+RR", "Cosinet", "today's default", "Cosinet ES", "library default", *VARIANTS, *ENCODERS)
-#: The "library default" reference row is the estimator as the library builds it (``Class(random_state=seed)``)
-#: fitted on the whole subset, train and validation rows, as a user would: where its ``early_stopping="auto"``
-#: holds out questions by itself (``auto_holdout``) it is the page's default row.
-#: The "Cosinet ES" reference row: Cosinet with a 10-epoch budget and early stopping on the validation split
-#: (``fit(..., eval_set=)``; the library's patience), a candidate default for Cosinet.
-COSINET_ES = {"epochs": 10}
-METRICS = ("map", "mrr", "p@1")
-#: The training sizes of a complete page (``--sizes``' default): a page with fewer columns says it is incomplete.
-SIZES = ("100", "300", "all")
-#: How the data is split: the SQuAD sample's train/test split (``load_benchmark_data``'s seed) and the share of a
-#: training subset's questions (at least ``val_min``, whole documents) that validates.
-PROTOCOL = {"sample_random_state": 0, "val_fraction": 0.1, "val_min": 10}
-#: A cell is "not told apart" from the best cell of its column when its p-value is at least this.
-ALPHA = 0.05
+METRICS, SIZES, PROTOCOL, ALPHA = tuple(CFG["metrics"]), tuple(CFG["sizes"]), CFG["protocol"], CFG["alpha"]
+#: ``--estimator`` -> (the class swept, the stem of its results file, page and figure, its earlier defaults).
+ESTIMATORS = {name: (e["class"], e["stem"], {k: None if v == "paper" else v for k, v in CFG["before"][e["before"]].items()})
+              for name, e in CFG["estimators"].items()}
+SETTINGS = {name: e["settings"] for name, e in CFG["estimators"].items() if "settings" in e}
 
 
 def lr_text(lr) -> str:
     return "paper" if lr is None else f"{lr:.0e}".replace("e-0", "e-")
 
 
-#: The training defaults of the transformer estimators before this benchmark (the TANDA papers' setting).
-TANDA = {"epochs": 2, "learning_rate": 2e-5, "lexical_prior": False}
-#: ``--estimator``: the class swept, the stem of its results file, page and figure, and the parameters that
-#: its defaults had before this benchmark (the "today's default" reference row; the results files' name).
-ESTIMATORS = {
-    "transformer": ("TransformerRanker", "defaults", TANDA),
-    "cascade": ("CascadeTransformer", "defaults-cascade", TANDA),
-    "distilled": ("DistilledRanker", "defaults-distilled", TANDA),
-    "cerberus": ("Cerberus", "defaults-cerberus", TANDA),
-    "concat": ("ContextConcat", "defaults-concat", TANDA),
-    "mwa": ("ContextMWA", "defaults-mwa", TANDA),
-    "ensemble": ("ContextEnsemble", "defaults-ensemble", TANDA),
-    "cosinet": ("Cosinet", "defaults-cosinet", {"epochs": 3, "learning_rate": None, "batch_size": 8}),
-}
-#: How each swept estimator is built beyond the swept parameters (the page's setup says so): the cascade's α,
-#: the students' cross-fitted teachers, and the suite's ContextExtractor method in front of each context ranker
-#: (``as2rank.app.suite``).
-SETTINGS = {
-    "cascade": {"alpha": 0.0},
-    "distilled": {"teacher_cv": 3},
-    "cerberus": {"teacher_cv": 3},
-    "concat": {"global_method": "ngram"},
-    "mwa": {"global_method": "cosine"},
-    "ensemble": {"global_method": "cosine"},
-}
-
-
-#: The suite's entry of each context ranker (its pipeline's ContextExtractor is the suite's method).
-SUITE_NAMES = {"concat": "Context Concat", "mwa": "Context MWA", "ensemble": "Context Ensemble"}
-
-
 def suite_global_method(estimator):
     """The ContextExtractor method of the suite's pipeline for ``estimator``, None when it is no context ranker."""
-    from as2rank.model_selection import ENTRIES
-
-    if estimator not in SUITE_NAMES:
+    if "suite" not in CFG["estimators"][estimator]:
         return None
-    entry = next(e for e in ENTRIES if e.name == SUITE_NAMES[estimator])
+    entry = next(e for e in library.ENTRIES if e.name == CFG["estimators"][estimator]["suite"])
     return entry.make(0).steps[0][1].global_method
 
 
@@ -128,11 +63,7 @@ def previous_label(estimator) -> str:
 
 
 def estimator_class(estimator):
-    import as2rank
-
-    import as2rank.transformer.context.rankers
-
-    return getattr(as2rank.transformer.context.rankers if global_method(estimator) else as2rank, ESTIMATORS[estimator][0])
+    return getattr(library, ESTIMATORS[estimator][0])
 
 
 def extra_params(estimator, seed) -> dict:
@@ -140,11 +71,8 @@ def extra_params(estimator, seed) -> dict:
     if estimator == "cascade":
         return dict(SETTINGS["cascade"])
     if estimator in ("distilled", "cerberus"):
-        from as2rank import Cosinet
-        from as2rank.model_selection import ENTRIES
-
-        lexical_lr = next(e for e in ENTRIES if e.name == "Lexical+LR")  # the suite's Lexical+LR pipeline
-        return {"teachers": [Cosinet(random_state=seed), lexical_lr.make(seed)], **SETTINGS[estimator]}
+        lexical_lr = next(e for e in library.ENTRIES if e.name == "Lexical+LR")  # the suite's Lexical+LR pipeline
+        return {"teachers": [library.Cosinet(random_state=seed), lexical_lr.make(seed)], **SETTINGS[estimator]}
     return {}
 
 
@@ -153,47 +81,18 @@ def with_contexts(estimator, train, val, test):
     split) when ``estimator`` is a context ranker, else as they are."""
     if not global_method(estimator):
         return train, val, test
-    from as2rank.transformer.context.rankers import ContextExtractor
-
-    extractor = ContextExtractor(global_method=global_method(estimator)).fit(train[0])
+    extractor = library.ContextExtractor(global_method=global_method(estimator)).fit(train[0])
     return tuple((extractor.transform(X), y) for X, y in (train, val, test))
 
 
 def load(data):
     """(X_train, y_train, X_test, y_test) with answered questions only, plus the document of each row."""
-    from as2rank.data import keep_answered
-
-    if data == "sample":
-        from as2rank.app.suite import load_benchmark_data
-
-        X, y, X_test, y_test = load_benchmark_data("sample", random_state=PROTOCOL["sample_random_state"])
-    else:
-        import _common
-
-        if not (SHARED_DATA / "wikiqa" / "WikiQA-train.tsv").exists():
-            raise SystemExit(f"WikiQA not found under {SHARED_DATA / 'wikiqa'}: run with --data sample, or set AS2RANK_SHARED_DATA.")
-        splits = _common.wikiqa_splits()
-        (X, y), (X_test, y_test) = splits["full"], splits["test"]
-    # Scores are per question, so dropping unanswered test questions leaves the clean-protocol metrics as they are.
-    return (*keep_answered(X, y), *keep_answered(X_test, y_test))
-
-
-def pick_docs(X, n_questions, rng) -> np.ndarray:
-    """Rows of the first whole documents, in a seeded order, holding at least ``n_questions`` questions."""
-    docs = X.groupby("doc_id", sort=True)["qid"].nunique()
-    docs = docs.iloc[rng.permutation(len(docs))]
-    chosen = docs.index[: int(np.searchsorted(docs.cumsum().to_numpy(), n_questions) + 1)]
-    return X["doc_id"].isin(chosen).to_numpy()
+    return load_answered(data, PROTOCOL["sample_random_state"])
 
 
 def splits(X, y, size, seed):
     """Training subset of ``size`` questions (nested across sizes for one seed), split into train and validation."""
-    n_all = X["qid"].nunique()
-    sub = pick_docs(X, n_all if size == "all" else int(size), np.random.default_rng(seed))
-    Xs, ys = X[sub], y[sub]
-    n = Xs["qid"].nunique()
-    val = pick_docs(Xs, max(PROTOCOL["val_min"], round(PROTOCOL["val_fraction"] * n)), np.random.default_rng([seed, 1]))
-    return (Xs[~val], ys[~val]), (Xs[val], ys[val])
+    return training_subset(X, y, size, seed, PROTOCOL["val_fraction"], PROTOCOL["val_min"])
 
 
 def scores(model, X, y, with_ap=False) -> dict:
@@ -209,8 +108,7 @@ def scores(model, X, y, with_ap=False) -> dict:
     return out
 
 
-#: Parameters that ``partial_fit`` ignores: a learning curve's key leaves them out.
-STREAM_IGNORED = ("epochs", "early_stopping", "validation_fraction", "patience", "eval_every")
+STREAM_IGNORED = tuple(CFG["stream_ignored"])
 
 
 def key(data, size, seed, name, est, epochs=None) -> str:
@@ -251,8 +149,7 @@ def curve(est, train, val, test, epochs) -> dict:
 
 
 def reference(estimator, name, seed):
-    from as2rank import Cosinet, OverlapRankRanker
-
+    Cosinet, OverlapRankRanker = library.Cosinet, library.OverlapRankRanker
     before = ESTIMATORS[estimator][2]
     return {"WO+RR": lambda: OverlapRankRanker(), "Cosinet": lambda: Cosinet(random_state=seed),
             "Cosinet ES": lambda: Cosinet(**COSINET_ES, random_state=seed),
@@ -290,6 +187,7 @@ def run(args, res, save):
                     k = key(data, size, seed, name, est, epochs)
                     if res[kind].get(k, {}).get("library") == library:
                         continue
+                    computing(f"the {kind} entry {name} of {data}, size {size}, seed {seed}")
                     log(f"{data}, {size} ({info['n_train_questions']} questions, {info['n_train_rows']} rows), seed {seed}: {name}"
                         + (f", {epochs}-epoch schedule" if epochs else ""))
                     start = time.perf_counter()
@@ -450,8 +348,6 @@ def describe(res, estimator) -> dict:
     defaults today (its row: "default_row"), and per data set the table of test MAP per cell (mean over seeds),
     each cell's p-value against the best cell of its column, and the summary of each column; "verdict" counts
     the columns where the library default is the best cell or not told apart from it."""
-    from as2rank.datasets import load_sample
-
     name, stem, before = ESTIMATORS[estimator]
     cosinet = estimator == "cosinet"
     default = estimator_class(estimator)()
@@ -487,7 +383,7 @@ def describe(res, estimator) -> dict:
     return {
         **res,
         "estimator": estimator, "class": name, "stem": stem, "alpha": ALPHA, "protocol": PROTOCOL,
-        "sample_articles": int(load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
+        "sample_articles": int(library.load_sample()[0]["title"].nunique()), "settings": SETTINGS.get(estimator, {}),
         "suite_global_method": suite_global_method(estimator),
         "before": before, "cosinet_es": COSINET_ES, "variants": VARIANTS, "encoders": ENCODERS,
         "cosinet_ref_params": cosinet_ref_params(res),
@@ -514,11 +410,7 @@ def describe(res, estimator) -> dict:
 
 
 def plot(res, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = sorted({(c["data"], c["size"]) for c in res["curves"].values()}, key=lambda d: (d[0], float("inf") if d[1] == "all" else int(d[1])))
     if not panels:
         return
@@ -551,35 +443,16 @@ def plot(res, path):
 def render(res, estimator):
     """The figure, the analysis saved beside the measurements, and the page."""
     stem = ESTIMATORS[estimator][1]
-    DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / tagged(f"{stem}.png"))
-    publish(describe(res, estimator), stem, template="defaults")
+    plot(res, figure_path("defaults", f"{stem}.png"))
+    EXP.publish(describe(res, estimator), stem)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", nargs="+", choices=tuple(TITLES), default=list(TITLES))
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), help="training questions per subset, or 'all'")
-    parser.add_argument("--lrs", nargs="+", type=lambda v: None if v == "paper" else float(v), default=[2e-5, 5e-5, 1e-4, 2e-4],
-                        help="peak learning rates; 'paper': Cosinet's learning_rate=None")
-    parser.add_argument("--priors", nargs="+", choices=("off", "on"), default=["off", "on"],
-                        help="train without / with the lexical prior (the estimator's lexical_prior)")
-    parser.add_argument("--estimator", choices=tuple(ESTIMATORS), default="transformer")
-    parser.add_argument("--refs", nargs="*", choices=REFS, default=list(REFS[:3]),
-                        help="reference rows to fit (default: all but 'Cosinet ES')")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--refs-only", action="store_true", help="fit the reference rows only (no learning curves)")
-    parser.add_argument("--epochs", nargs="+", type=int, default=[4], help="epochs of each learning curve (the schedule's length)")
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[8], help="Cosinet's batch sizes (questions per step)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--render", action="store_true", help="only rewrite the analysis, the page and the figure from the results file")
-    args = parser.parse_args(argv)
+    args = EXP.arguments(argv)
+    if set(args.refs) - set(REFS):
+        raise SystemExit(f"--refs: the reference rows are {', '.join(REFS)}")
     path = RESULTS / tagged(f"{ESTIMATORS[args.estimator][1]}.json")
     res = json.loads(path.read_text()) if path.exists() else {"runs": [], "curves": {}, "refs": {}}
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     if not args.render:
         header = run_header("defaults.py", argv)
         args.loaded = {}
@@ -591,7 +464,10 @@ def main(argv=None):
             path.with_suffix(".tmp").write_text(json.dumps(jsonable(res), indent=2) + "\n")
             os.replace(path.with_suffix(".tmp"), path)
 
-        run(args, res, save)
+        try:
+            run(args, res, save)
+        except NotStored as refused:
+            log(str(refused))
     render(json.loads(path.read_text()), args.estimator)
 
 

@@ -1,33 +1,13 @@
-"""Scale-out on one machine: parallel model selection, streamed scoring and streamed training.
+"""Scale-out on one machine: parallel model selection, streamed scoring and streamed training (``scale.toml``).
 
     python benchmarks/scale.py [--quick] [--workdir DIR] [--keep-files]
 
-1. **Parallel grid search** on WikiQA-train (all 2,118 questions; ``--quick``: the first 300), one run each
-   with ``n_jobs=1``, ``n_jobs=2`` (joblib's default backend, loky) and ``joblib.parallel_backend("dask")``
-   on a 2-worker ``dask.distributed.LocalCluster`` (one thread per worker): the lexical pipeline
-   ``LexicalFeatures -> PointwiseRanker(LogisticRegression)`` over ``C`` in {0.1, 1, 10}, and ``Cosinet``
-   (the paper's budget ``COSINET_PAPER_BUDGET``, ``random_state=0``, one torch thread) over ``rnn`` in
-   {None, "birnn"}; ``GroupKFold(3)``, MAP. Wall time of each
-   search, and whether the best parameters and CV scores match ``n_jobs=1``.
-2. **Scoring** with ``as2rank predict`` (a fresh process per run, peak resident memory from its own ``VmHWM``) of
-   synthetic ASNQ-format files of 100k, 1M and 5M rows (``--quick``: 20k, 100k, 300k) generated from the
-   sentences of the bundled SQuAD 2.0 sample into a temporary directory (deleted at the end unless
-   ``--keep-files``; never committed), with WO+RR and with Cosinet (the paper's budget, fitted on the sample);
-   ``--chunksize 100000`` (``--quick``: 10000). On the middle file: one score per row, and the scores of in-memory ``predict``.
-3. **Streamed training**: ``Cosinet(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_filters=64,
-   batch_size=16)`` trained with ``partial_fit`` on the chunks of ``load_asnq(path, chunksize=...)`` (same chunk size) of
-   the smallest and the largest file (one pass), in a fresh process: time and peak resident memory.
-
-Writes ``benchmarks/results/scale.json`` and ``docs/benchmarks/scale.md`` (from ``benchmarks/pages/scale.md.j2``;
-``python benchmarks/render.py scale`` renders it again). The synthetic files: question
-``i`` is the sample question ``i mod 1494`` with `` (#i)`` appended (ASNQ keys questions by text), its own
-paragraph's sentences (label 4 when they hold the answer, else 3) followed by random sentences of other
-paragraphs (label 1 or 2) up to 50 candidates.
+The synthetic files are written into a temporary directory (deleted at the end unless ``--keep-files``; never
+committed).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -42,18 +22,17 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pandas as pd
-from _common import COSINET_PAPER_BUDGET, ROOT, load_average, log, log_checks, publish, run_header, wikiqa_splits
+from harness import ROOT, experiment, log, wikiqa_splits
+from harness.experiment import Experiment, read_paper
+from harness.library import (Cosinet, GroupIndex, LexicalFeatures, OverlapRankRanker, PointwiseRanker, cli_main, count_rows,
+                             get_scorer, load_asnq, load_sample)
 
-CANDIDATES = 50
-SIZES = (100_000, 1_000_000, 5_000_000)
-QUICK_SIZES = (20_000, 100_000, 300_000)
-CHUNKSIZE = 100_000
-QUICK_CHUNKSIZE = 10_000  # the smallest quick file then spans two chunks, as the smallest full one spans one
-RSS_LIMIT = 1.5  # the issue's acceptance: peak RSS within 1.5x of the smallest file's run
-#: The grid searches: question folds, the Dask cluster, and the torch threads of every compared fit.
-CV_FOLDS = 3
-DASK_WORKERS, DASK_THREADS_PER_WORKER = 2, 1
-GRID_TORCH_THREADS = 1
+CONFIG = Experiment(__file__).config
+RECORD = CONFIG["record"]
+CANDIDATES, STREAM_MODEL = RECORD["candidates_per_question"], RECORD["stream_model"]
+CV_FOLDS, GRID_TORCH_THREADS = RECORD["grid_setup"]["cv_folds"], RECORD["grid_setup"]["torch_threads"]
+DASK_WORKERS, DASK_THREADS_PER_WORKER = RECORD["grid_setup"]["dask_workers"], RECORD["grid_setup"]["dask_threads_per_worker"]
+COSINET_PAPER_BUDGET = read_paper("cosinet.json")["budget"]
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -62,9 +41,6 @@ GRID_TORCH_THREADS = 1
 def write_synthetic_asnq(path: Path, n_rows: int, seed: int = 0, block: int = 10_000) -> Path:
     """An ASNQ TSV of ``n_rows`` rows (a multiple of 50) built from the bundled SQuAD sample (see the module
     docstring), written ``block`` questions at a time."""
-    from as2rank.data import GroupIndex
-    from as2rank.datasets import load_sample
-
     X, y = load_sample()
     clean = re.compile(r"[\t\r\n]+")
     questions = X["question"].astype(str).str.replace(clean, " ", regex=True).to_numpy(object)
@@ -124,8 +100,6 @@ def run_measured(command: list, report: Path) -> dict:
 
 def child_cli(report: str, argv: list) -> None:
     """Child mode: run ``as2rank`` with ``argv`` in this process, then write its exit status and usage."""
-    from as2rank.app.cli import main as cli_main
-
     status = cli_main(argv)
     Path(report).write_text(json.dumps({"returncode": status, **own_usage()}))
     sys.exit(status)
@@ -147,9 +121,6 @@ def grid_searches(quick: bool) -> list:
     from sklearn.model_selection import GridSearchCV, GroupKFold
     from sklearn.pipeline import make_pipeline
 
-    from as2rank.lexical.baselines import LexicalFeatures, PointwiseRanker
-    from as2rank.cosinet.estimator import Cosinet
-    from as2rank.metrics import get_scorer
 
     X, y = wikiqa_splits()["full"]
     if quick:
@@ -224,10 +195,6 @@ def threads(estimator, mode: str, worker_threads: int) -> int:
 
 
 def fit_models(folder: Path) -> dict:
-    from as2rank.lexical.baselines import OverlapRankRanker
-    from as2rank.cosinet.estimator import Cosinet
-    from as2rank.datasets import load_sample
-
     X, y = load_sample()
     paths = {"WO+RR": folder / "worr.joblib", "Cosinet": folder / "cosinet.joblib"}
     joblib.dump(OverlapRankRanker().fit(X, y), paths["WO+RR"])
@@ -267,8 +234,6 @@ def check_scores(model_path: Path, input_path: Path, output: Path) -> dict:
     """One score per input row, equal to in-memory predict on the whole file."""
     import pyarrow.dataset as ds
 
-    from as2rank.datasets import load_asnq
-
     table = ds.dataset(output, format="parquet").to_table(columns=["row", "score"]).to_pandas().sort_values("row")
     X, _ = load_asnq(input_path)
     model = joblib.load(model_path)
@@ -291,10 +256,6 @@ STREAM_MODEL = dict(embeddings="glove-6b-50d", rnn=None, loss="pointwise", n_fil
 
 def stream_train_child(path: str, out: str, chunksize: str) -> None:
     """Run in a fresh process: one pass of partial_fit over the chunks of ``path``."""
-    from as2rank.cosinet.estimator import Cosinet
-    from as2rank.datasets import load_asnq
-    from as2rank.app.scale import count_rows
-
     total = count_rows(Path(path))
     model = Cosinet(**STREAM_MODEL)
     start = time.perf_counter()
@@ -335,114 +296,51 @@ def streamed_training(files: dict, folder: Path, chunksize: int) -> list:
 # ------------------------------------------------------------------------------------------ report
 
 
-def acceptance(grid: list, scoring_rows: list, checks: dict, stream: list, sizes) -> list:
-    small, middle, large = sizes
-    out = []
-    for name in sorted({r["model"] for r in grid}):
-        # The run with torch's default thread count is there for its time; it is not expected to match.
-        runs = [r for r in grid if r["model"] == name and "default threads" not in r["mode"]]
-        same = all(r["same_best_params"] for r in runs)
-        diff = max(r["max_abs_score_diff"] for r in runs)
-        out.append(
-            {
-                "check": f"grid search, {name}: n_jobs=2 and Dask give the best parameters and CV scores of n_jobs=1",
-                "pass": bool(same and diff <= 1e-6),
-                "measured": f"same best parameters: {same}; largest CV-score difference {diff:.2e} (tolerance 1e-6)",
-            }
-        )
-    for name in sorted({r["model"] for r in scoring_rows}):
-        by = {r["rows"]: r for r in scoring_rows if r["model"] == name}
-        ratio = by[middle]["peak_rss_mib"] / by[small]["peak_rss_mib"]
-        out.append(
-            {
-                "check": f"as2rank predict, {name}: peak RSS on {middle:,} rows within {RSS_LIMIT}x of {small:,} rows",
-                "pass": bool(ratio <= RSS_LIMIT),
-                "measured": f"{by[middle]['peak_rss_mib']:.0f} / {by[small]['peak_rss_mib']:.0f} MiB = {ratio:.2f}x ({large:,} rows: {by[large]['peak_rss_mib'] / by[small]['peak_rss_mib']:.2f}x)",
-            }
-        )
-        c = checks[name]
-        tolerance = 1e-9 if name == "WO+RR" else 1e-5
-        out.append(
-            {
-                "check": f"as2rank predict, {name}, {middle:,} rows: exactly one score per input row, equal to in-memory predict",
-                "pass": bool(c["one_score_per_row"] and c["max_abs_diff_vs_in_memory"] <= tolerance),
-                "measured": f"{c['output_rows']:,} output rows for {c['input_rows']:,} input rows, row numbers 0..n-1 once each: {c['one_score_per_row']}; largest absolute score difference {c['max_abs_diff_vs_in_memory']:.2e} (tolerance {tolerance:g})",
-            }
-        )
-    ratio = stream[-1]["peak_rss_mib"] / stream[0]["peak_rss_mib"]
-    out.append(
-        {
-            "check": f"streamed training: peak RSS on {large:,} rows within {RSS_LIMIT}x of {small:,} rows",
-            "pass": bool(ratio <= RSS_LIMIT),
-            "measured": f"{stream[-1]['peak_rss_mib']:.0f} / {stream[0]['peak_rss_mib']:.0f} MiB = {ratio:.2f}x",
-        }
-    )
-    return out
+def checks(exp, res) -> list:
+    """The checks of ``scale.toml`` over each grid search (its runs but the one with torch's default threads, there
+    for its time) and each model's scoring runs by size."""
+    grid = {}
+    for name in sorted({r["model"] for r in res["grid"]}):
+        runs = [r for r in res["grid"] if r["model"] == name and "default threads" not in r["mode"]]
+        grid[name] = {"same": all(r["same_best_params"] for r in runs), "diff": max(r["max_abs_score_diff"] for r in runs)}
+    scoring = {name: {r["rows"]: r for r in res["scoring"] if r["model"] == name}
+               for name in sorted({r["model"] for r in res["scoring"]})}
+    return exp.checks(res, grid=grid, scoring=scoring)
 
 
-#: What the issue asks that the tests check rather than this benchmark (the page names it under the checks).
-NOT_BENCHMARKED = [
-    {
-        "check": "kill-and-resume of as2rank predict; streamed training equals in-memory training on the same batches",
-        "measured": "tested, not benchmarked: tests/test_scale.py (test_cli_predict_killed_and_restarted_gives_complete_output, test_streamed_training_equals_in_memory_training_on_the_same_chunks)",
-    }
-]
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small files (20k, 100k, 300k rows) and 300 WikiQA questions")
-    parser.add_argument("--workdir", help="folder for the synthetic files and outputs (default: a temporary one)")
-    parser.add_argument("--keep-files", action="store_true", help="keep the synthetic files and outputs")
-    parser.add_argument("--stream-train", nargs=3, metavar=("FILE", "OUT", "CHUNKSIZE"), help=argparse.SUPPRESS)
-    parser.add_argument("--child-cli", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.stream_train:
-        stream_train_child(*args.stream_train)
-        return
-    if args.child_cli:
-        child_cli(args.child_cli[0], args.child_cli[1:])
-        return
-
-    sizes = QUICK_SIZES if args.quick else SIZES
-    chunksize = QUICK_CHUNKSIZE if args.quick else CHUNKSIZE
+def run(exp, args, res):
+    sizes = CONFIG["quick_sizes"] if args.quick else CONFIG["sizes"]
+    chunksize = CONFIG["quick_chunksize"] if args.quick else CONFIG["chunksize"]
     folder = Path(args.workdir or tempfile.mkdtemp(prefix="as2rank-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
-    results = {
-        **run_header("scale.py", None),
-        "quick": args.quick,
-        "sizes": list(sizes),
-        "chunksize": chunksize,
-        "candidates_per_question": CANDIDATES,
-        "rss_limit": RSS_LIMIT,
-        "grid_setup": {"cv_folds": CV_FOLDS, "dask_workers": DASK_WORKERS,
-                       "dask_threads_per_worker": DASK_THREADS_PER_WORKER, "torch_threads": GRID_TORCH_THREADS},
-        "stream_model": STREAM_MODEL,
-    }
+    res.update(quick=args.quick, sizes=list(sizes), chunksize=chunksize)
     try:
-        results["grid"] = grid_searches(args.quick)
+        res["grid"] = grid_searches(args.quick)
         files = {}
         for n in sizes:
             log(f"[data] writing {n:,} synthetic ASNQ rows")
             files[n] = write_synthetic_asnq(folder / f"asnq-{n}.tsv", n)
         models = fit_models(folder)
-        results["scoring"] = scoring(files, models, folder, chunksize)
+        res["scoring"] = scoring(files, models, folder, chunksize)
         middle = sizes[1]
-        results["checks"] = {
-            name: check_scores(models[name], files[middle], next(s["output"] for s in results["scoring"] if s["model"] == name and s["rows"] == middle))
-            for name in models
-        }
-        results["stream"] = streamed_training(files, folder, chunksize)
+        res["checks"] = {name: check_scores(models[name], files[middle], next(
+            s["output"] for s in res["scoring"] if s["model"] == name and s["rows"] == middle)) for name in models}
+        res["stream"] = streamed_training(files, folder, chunksize)
     finally:
         if not args.keep_files and not args.workdir:
             shutil.rmtree(folder, ignore_errors=True)
-    for s in results["scoring"]:
+    for s in res["scoring"]:
         s.pop("output")
-    results["acceptance"] = acceptance(results["grid"], results["scoring"], results["checks"], results["stream"], sizes)
-    results["not_benchmarked"] = NOT_BENCHMARKED
-    results["load_average_end"] = load_average()
-    publish(results, "scale")
-    log_checks(results["acceptance"])
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:1] == ["--stream-train"]:  # the child processes of the streamed training and of as2rank predict
+        stream_train_child(*argv[1:4])
+    elif argv[:1] == ["--child-cli"]:
+        child_cli(argv[1], argv[2:])
+    else:
+        experiment.main(__file__, run, checks=checks)
 
 
 if __name__ == "__main__":

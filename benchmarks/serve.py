@@ -1,37 +1,14 @@
-"""``as2rank serve`` under load: requests/s and latency percentiles against a CrossEncoder service, on one host.
+"""``as2rank serve`` under load: requests/s and latency percentiles against a CrossEncoder service, on one host
+(``serve.toml``).
 
     python benchmarks/serve.py [--seconds 8] [--rounds 3] [--train-questions 300] [--threads 2] [--quick]
 
-Every server is a real process on 127.0.0.1, and the load comes from ``hey`` (the Debian/Go HTTP load
-generator: ``apt-get install hey``), each cell a fixed duration at a fixed number of concurrent clients, all
-cells of a round interleaved (the servers' order reversed every other round, so drift on a shared machine
-falls on every server alike). The servers:
-
-* **as2rank**: ``as2rank serve`` of ``TransformerRanker()`` (the library's default, MiniLM-L6) fitted on
-  ``--train-questions`` WikiQA-train questions, with dynamic batching (its default) and with
-  ``--no-dynamic-batching`` (one request per model call);
-* **CrossEncoder**: sentence-transformers' ``CrossEncoder`` over the same backbone behind a plain FastAPI route
-  (``benchmarks/peer_serve_crossencoder.py``), what its maintainers advise;
-* **cascade**: ``CascadeTransformer()`` fitted on the same questions, served at α = 0 and at α = 0.3 (α needs no
-  refit), on the 100-candidate requests where its drops show.
-
-Requests (text-embeddings-inference's ``POST /rerank``): a WikiQA-test question with its own candidates (the
-question whose candidate count is the median), and a test question expanded to 100 candidates by BM25 over
-WikiQA's sentences (``as2rank.datasets.expand_candidates``). Concurrency 1, 4, 16 and 64. Each server gets
-``--threads`` torch threads.
-
-Beside the load: the rankings of the served model through ``/rerank`` (httpx) and through the official
-``cohere`` client against ``as2rank.rank`` in-process; ``/answer`` of a calibrated WikiQA model against
-``predict_answer`` on every WikiQA-test question; a schema-driven fuzzer (``schemathesis``) against the OpenAPI
-schema, bounded in examples, with the server's own count of 5xx responses after it; SIGTERM under load (every
-request that got a connection answered, exit status 0); and a killed and restarted server scoring again.
-Infinity (``infinity-emb``) is not run: it needs numpy < 2 and sentence-transformers < 4, which as2rank's
-environment cannot hold.
+Infinity (``infinity-emb``) is not run: it needs numpy < 2 and sentence-transformers < 4, which as2rank's environment
+cannot hold.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -47,25 +24,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import DOCS, ROOT, conclude, fitted, log, run_header, save_figure, subset_questions, tagged, wikiqa_splits
+from harness import ROOT, experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
+from harness.experiment import Experiment
+from harness.library import (CalibratedRanker, CascadeTransformer, OverlapRankRanker, TransformerRanker, as2rank,
+                             expand_candidates, resolve_model)
 
-import as2rank
-from as2rank.answer.ranker import CalibratedRanker
-from as2rank.datasets import expand_candidates
-from as2rank.lexical.baselines import OverlapRankRanker
-from as2rank.neural.models import resolve_model
-from as2rank.transformer.cascade import CascadeTransformer
-from as2rank.transformer.ranker import TransformerRanker
-
-CONCURRENCY = (1, 4, 16, 64)
-#: The server rows of the load tables, and the request kinds each runs.
-SERVERS = {"as2rank": ("question", "100"), "as2rank, one request per call": ("question", "100"),
-           "CrossEncoder (FastAPI)": ("question", "100"), "cascade α = 0": ("100",), "cascade α = 0.3": ("100",)}
-CASCADE_CONCURRENCY = (1, 16)
-#: Seconds a client waits for an answer (hey's default, 20 s, is shorter than a slow server's queue at 64 clients).
-CLIENT_TIMEOUT = 300
-#: Acceptance: as2rank's requests/s over the CrossEncoder service's at concurrency >= this.
-CRITERIA = {"min_concurrency": 16, "min_speedup": 2.0}
+CONFIG = Experiment(__file__).config
+SERVERS, CASCADE_CONCURRENCY, CLIENT_TIMEOUT = CONFIG["servers"], CONFIG["cascade_concurrency"], CONFIG["client_timeout"]
 
 
 # ----------------------------------------------------------------------------------------------- processes
@@ -284,11 +249,7 @@ def bodies_of(splits, folder: Path, quick: bool):
 
 
 def plot(res, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, (kind, title) in zip(axes, (("question", "one WikiQA question"), ("100", "100 candidates"))):
         for name, by_c in res["load"][kind].items():
@@ -301,47 +262,10 @@ def plot(res, path) -> None:
     save_figure(fig, path, legend_axes=axes[1])
 
 
-def acceptance(res) -> list:
-    checks = []
-    for kind in ("question", "100"):
-        table = res["load"][kind]
-        for c in (c for c in map(str, res["concurrency"]) if int(c) >= CRITERIA["min_concurrency"]):
-            a, ce = table["as2rank"][c], table["CrossEncoder (FastAPI)"][c]
-            ratio = a["rps"] / ce["rps"]
-            checks.append((f"{kind} request, concurrency {c}: as2rank ≥ {CRITERIA['min_speedup']}× the CrossEncoder "
-                           "service's requests/s at equal or lower p99", f"{ratio:.2f}×, p99 {a['p99_ms']:.0f} vs "
-                           f"{ce['p99_ms']:.0f} ms", ratio >= CRITERIA["min_speedup"] and a["p99_ms"] <= ce["p99_ms"]))
-    ag, an, fz, st = res["agreement"], res["answer"], res["fuzz"], res["sigterm"]
-    checks += [
-        ("/rerank and the cohere client rank as as2rank.rank", f"{ag['tei']} and {ag['cohere']} of {ag['questions']}",
-         ag["tei"] == ag["cohere"] == ag["questions"]),
-        ("/answer decides as predict_answer (calibrated WikiQA model), at its threshold and at coverage 0.5",
-         "; ".join(f"{a['same']} of {a['questions']}" for a in an), all(a["same"] == a["questions"] for a in an)),
-        ("fuzzer: no server error, worker alive", f"{fz['generated']} cases, {fz['server_5xx']} 5xx",
-         fz["generated"] and not fz["server_5xx"] and fz["healthy_after"]),
-        ("SIGTERM under load: every received request answered, exit 0", f"{st['server_answered']} answered, "
-         f"{st['not_answered']} not, exit {st['exit_status']}", st["not_answered"] == 0 and st["exit_status"] == 0),
-        ("killed and restarted server scores identically", str(res["restart"]["identical"]), res["restart"]["identical"]),
-    ]
-    return [{"check": c, "measured": m, "pass": bool(ok)} for c, m, ok in checks]
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=8.0, help="duration of each load cell")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--train-questions", type=int, default=300)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of every server")
-    parser.add_argument("--fuzz-examples", type=int, default=50)
-    parser.add_argument("--quick", action="store_true", help="an end-to-end check: 16 training questions, 2 s "
-                        "cells, concurrency 1 and 4, one round")
-    args = parser.parse_args(argv)
-    args.concurrency = CONCURRENCY
-    if args.quick:
-        args.train_questions, args.seconds, args.rounds, args.concurrency, args.fuzz_examples = 16, 2, 1, (1, 4), 5
+def run(exp, args, res):
+    args.concurrency = (1, 4) if args.quick else tuple(CONFIG["concurrency"])
     if not shutil.which("hey"):
         raise SystemExit("hey (the HTTP load generator) is not installed: apt-get install hey")
-    start = time.perf_counter()
     splits = wikiqa_splits()
     X_train, y_train = subset_questions(*splits["train"], args.train_questions)
     fits = []
@@ -356,29 +280,23 @@ def main(argv=None):
     as2rank.save(calibrated, dirs["cal"])
     bodies, texts = bodies_of(splits, work, args.quick)
     t = str(args.threads)
-    servers = {
-        "as2rank": Server("as2rank", as2rank_cmd(dirs["tr"], t), work),
-        "as2rank, one request per call": Server("as2rank-single", as2rank_cmd(dirs["tr"], t, "--no-dynamic-batching"),
-                                                work),
-        "CrossEncoder (FastAPI)": Server("crossencoder", [sys.executable, str(ROOT / "benchmarks" /
-                                                                              "peer_serve_crossencoder.py"),
-                                                          "--model", resolve_model("minilm-l6")[0], "--threads", t],
-                                         work),
-        "cascade α = 0": Server("cascade-0", as2rank_cmd(dirs["ct0"], t), work),
-        "cascade α = 0.3": Server("cascade-03", as2rank_cmd(dirs["ct3"], t), work),
-    }
+    peer = [sys.executable, str(ROOT / "benchmarks" / "peer_serve_crossencoder.py"), "--model", resolve_model("minilm-l6")[0],
+            "--threads", t]
+    servers = {"as2rank": Server("as2rank", as2rank_cmd(dirs["tr"], t), work),
+               "as2rank, one request per call": Server("as2rank-single", as2rank_cmd(dirs["tr"], t, "--no-dynamic-batching"), work),
+               "CrossEncoder (FastAPI)": Server("crossencoder", peer, work),
+               "cascade α = 0": Server("cascade-0", as2rank_cmd(dirs["ct0"], t), work),
+               "cascade α = 0.3": Server("cascade-03", as2rank_cmd(dirs["ct3"], t), work)}
     for s in servers.values():
         s.start()
     for s in servers.values():
         s.ready()
     log("servers ready: " + ", ".join(f"{n} :{s.port}" for n, s in servers.items()))
-    res = {**run_header("serve.py", argv), "template": "serve", "fits": fits, "threads": args.threads,
-           "fuzz_examples": args.fuzz_examples,
-           "seconds": args.seconds, "rounds": args.rounds, "concurrency": list(args.concurrency),
-           "n_train_questions": int(X_train["qid"].nunique()), "criteria": CRITERIA,
-           "requests": {k: len(v["texts"]) for k, v in texts.items()},
-           "hey": subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True).stdout,
-           "quick": "16 training questions, 2 s cells, one round" if args.quick else ""}
+    res.update(fits=fits, threads=args.threads, fuzz_examples=args.fuzz_examples, seconds=args.seconds, rounds=args.rounds,
+               concurrency=list(args.concurrency), n_train_questions=int(X_train["qid"].nunique()),
+               requests={k: len(v["texts"]) for k, v in texts.items()},
+               hey=subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True).stdout,
+               quick="16 training questions, 2 s cells, one round" if args.quick else "")
     X_test = splits["test"][0]
     X_test = X_test.assign(position=X_test.groupby("qid", sort=False).cumcount())  # a request's order
     res["agreement"] = agreement(tr, servers["as2rank"].url, subset_questions(X_test, splits["test"][1], 20, seed=1)[0])
@@ -393,14 +311,11 @@ def main(argv=None):
         s.stop()
     cal = Server("calibrated", as2rank_cmd(dirs["cal"], t), work).start().ready()
     X_ans = X_test if not args.quick else subset_questions(X_test, splits["test"][1], 30)[0]
-    res["answer"] = [answer_agreement(cal.url, calibrated, X_ans.reset_index(drop=True), coverage)
-                     for coverage in (None, 0.5)]
+    res["answer"] = [answer_agreement(cal.url, calibrated, X_ans.reset_index(drop=True), coverage) for coverage in (None, 0.5)]
     cal.stop()
     log(f"answer: {res['answer']}")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / tagged("serve.png"))
-    conclude(res, "serve", start, acceptance(res))
+    plot(res, figure_path("serve", "serve.png"))
 
 
 if __name__ == "__main__":
-    main()
+    experiment.main(__file__, run)

@@ -1,63 +1,16 @@
-"""Speed of the transformer estimators against sentence-transformers' ``CrossEncoder`` on WikiQA.
+"""Speed of the transformer estimators against sentence-transformers' ``CrossEncoder`` on WikiQA (``speed.toml``).
 
     python benchmarks/speed.py [--quick] [--threads N] [--epochs N] [--learning-rate LR]
                                [--train-steps N] [--train-rounds N] [--rounds N] [--train-questions N]
                                [--no-peer-bf16] [--render]
     python benchmarks/render.py speed      # the page alone, from benchmarks/results/speed.json
 
-Everything runs in ONE process, so every ratio compares figures taken in the same run on the same machine.
-
-**Models.** The default offline backbone ``"minilm-l6"`` (the packaged all-MiniLM-L6-v2) on both sides:
-
-* the peer: ``sentence_transformers.CrossEncoder`` initialised from the same packaged directory with
-  ``num_labels=1, max_length=128`` (``BertForSequenceClassification``: the checkpoint's pooler + a new linear
-  layer), trained with ``CrossEncoderTrainer`` and its default ``BinaryCrossEntropyLoss``;
-* ``TransformerRanker()`` (mean pooling + a feed-forward head; ``head_lr_multiplier=10``) at ``precision``
-  ``"fp32"``, ``"bf16"`` and ``"auto"`` (the default; where ``"auto"`` resolves to the dtype of another
-  row, that row's fitted model is reused and the table says so), and ``"int8"`` for prediction (the
-  ``"auto"`` model, quantized once);
-* ``CascadeTransformer(alpha=0.3)`` on the ~100-candidate set of ``benchmarks/cascade.py`` (Table 3).
-
-**One budget** (the papers' fine-tuning setting, ``TransformerRanker``'s defaults before ``docs/benchmarks/defaults.md``
-chose 4 epochs at 1e-4): ``--epochs`` (2), batch 32, ``--learning-rate`` (2e-5), linear
-warm-up over 10% of the steps then linear decay, weight decay 0.01, gradient clipping at 1.0,
-``max_length=128``, seed 0 (:func:`budget`: both sides read it), on the answered questions of WikiQA-train minus the dev split
-(``_common.wikiqa_splits()["train"]``). The cascade trains with ``--cascade-learning-rate`` (1e-4, the budget
-``benchmarks/cascade.py`` selected on dev; at 2e-5 its classifiers barely leave their initialisation).
-
-**Training pairs/s.** (a) One full fit per accuracy row: ``TransformerRanker.fit`` wall time (loading the
-weights, tokenising, the loop) and the peer's ``trainer.train()`` wall time (its loop, tokenising each batch
-in its collator; loading its weights and building the ``datasets.Dataset`` are outside). (b) Fixed-step
-rounds: every configuration, the peer with ``bf16=True`` too, trains ``--train-steps`` optimizer steps on
-the same random subset of ``steps × 32`` training pairs (1 epoch), interleaved over ``--train-rounds``
-rounds; median pairs/s. The peer's bf16 configuration is measured only this way (a full second peer fit
-is the most expensive thing here).
-
-**Prediction pairs/s** on all 6,165 WikiQA-test pairs (633 questions; the metrics skip the 390 without a
-correct answer, the clean protocol, so accuracy is over 243 questions / 2,351 pairs), tokenisation
-included, after one warm-up call on 64 pairs (which builds the int8 copy: its time is reported apart),
-``--rounds`` interleaved rounds, median. The peer predicts with its default ``batch_size=32`` (the row
-the issue's criteria name), with the fastest batch size of a sweep, and with bfloat16 weights
-(``model.bfloat16()``, which its efficiency guide documents for GPUs; tried here because this CPU has native
-bfloat16). Its ONNX and OpenVINO backends (documented for CPUs) are not measured: their packages
-(``optimum-onnx``, ``optimum-intel``) pin ``transformers`` < 5 or replace torch (see the Markdown page).
-
-**Accuracy**: MAP, MRR, P@1 on WikiQA-test (clean protocol); paired randomisation tests of per-question
-AP (``as2rank.evaluation.compare``) against the peer and against the fp32 prediction of the same
-weights. **Plumbing checks** on a subset: torch threads, ``batch_tokens`` and the peer's batch size.
-
-``--quick``: 1 epoch on 20 training questions, 30 test questions, 5 expanded test questions, fixed-step
-rounds of 2 steps, one round, reduced sweeps: checks the script end to end (its numbers mean little).
-Writes ``benchmarks/results/speed.json``, ``docs/benchmarks/speed.md`` (from ``benchmarks/pages/speed.md.j2``)
-and ``docs/benchmarks/speed.png`` (``-<tag>`` before the extension with ``AS2RANK_BENCH_TAG``); ``--render``
-recomputes the acceptance checks, re-draws the plot and re-renders the page from the saved results.
+``--render`` recomputes the acceptance checks, draws the plot again and renders the page from the saved results.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import inspect
 import json
 import os
 import shutil
@@ -67,52 +20,19 @@ import warnings
 
 import numpy as np
 import torch
-from _common import DOCS, RESULTS, fitted, jsonable, load_average, log, log_checks, publish, run_header, tagged, wikiqa_splits
-from speed_page import acceptance, plot
+from harness import experiment, figure_path, fitted, jsonable, load_average, log, pyplot, save_figure, wikiqa_splits
+from harness.data import sorted_subset as subset_questions
+from harness.experiment import Experiment
+from harness.library import (AUTO_BATCH_TOKENS, CascadeTransformer, TransformerRanker, autocast_dtype, compare,
+                             cpu_bf16_supported, evaluate, expand_candidates, int8_supported, keep_answered,
+                             onnx_available, per_question, resolve_device, resolve_model)
+from harness.measure import rotated, significance
+from harness.measure import timed as measured
 
-from as2rank.transformer.cascade import CascadeTransformer
-from as2rank.data import keep_answered
-from as2rank.datasets import expand_candidates
-from as2rank.metrics import compare, evaluate, per_question
-from as2rank.metrics import paired_significance
-from as2rank.neural import autocast_dtype, cpu_bf16_supported, int8_supported, resolve_device
-from as2rank.neural.onnx.runtime import onnx_available
-from as2rank.transformer.ranker import TransformerRanker
-from as2rank.transformer.scaffold import AUTO_BATCH_TOKENS
-
-METRICS = ("map", "mrr", "p@1")
-#: ``CrossEncoder.predict``'s default batch size (the peer's reference row) and the sweep of the plumbing checks.
-PEER_BATCH_SIZE = 32
-PEER_BATCH_SIZES = (16, 32, 64, 128, 256)
-BATCH_TOKENS = (256, 512, 1024, 2048, 4096, 8192, 16384)
-#: On a GPU the sweep goes on to larger batches (fewer kernel launches per pair), and the cascade is timed at
-#: ``GPU_WIDE × AUTO_BATCH_TOKENS["other"]`` as well: its drops save arithmetic, not launches.
-GPU_BATCH_TOKENS = (32768, 65536, 131072)
-GPU_WIDE = 4
-#: Pairs of the warm-up call before the timed prediction rounds (WikiQA test; the cascade's set: CASCADE_WARMUP).
-WARMUP_PAIRS = 64
-CASCADE_WARMUP = 200
-#: Candidates per question of the cascade section (``expand_candidates(k=...)``).
-CANDIDATES = 100
-
-
-# ----------------------------------------------------------------------------------------------- helpers
-def budget(args) -> dict:
-    """The training budget of both sides: ``TransformerRanker``'s parameters, which ``peer_fit`` reads too
-    (``warmup``, ``weight_decay`` and ``max_grad_norm`` are the library's defaults, spelled out for the peer)."""
-    # The model the peer trains too: no lexical prior, no segment similarity term, and the whole budget (no
-    # held-out questions), as the peer trains.
-    return {"epochs": args.epochs, "batch_size": 32, "learning_rate": args.learning_rate, "max_length": 128,
-            "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0, "lexical_prior": False,
-            "segment_similarity": False, "early_stopping": False, "random_state": 0}
-
-
-def subset_questions(X, y, n, seed):
-    if n is None or n >= X["qid"].nunique():
-        return X.reset_index(drop=True), y
-    qids = np.random.default_rng(seed).choice(np.sort(X["qid"].unique()), size=n, replace=False)
-    keep = X["qid"].isin(qids).to_numpy()
-    return X[keep].reset_index(drop=True), y[keep]
+SWEEPS = Experiment(__file__).config["sweeps"]
+METRICS = tuple(SWEEPS["metrics"])
+PEER_BATCH_SIZE = SWEEPS["peer_batch_size"]
+WARMUP_PAIRS = SWEEPS["warmup_pairs"]
 
 
 def pairs_of(X) -> list:
@@ -139,8 +59,6 @@ DEVICE = None  # the device both sides use: set in main() from resolve_device("a
 def peer_model():
     """A fresh ``CrossEncoder`` on the packaged all-MiniLM-L6-v2 (classifier seeded), on ``DEVICE``."""
     from sentence_transformers import CrossEncoder
-
-    from as2rank.neural.models import resolve_model
 
     path, local = resolve_model("minilm-l6")
     torch.manual_seed(0)
@@ -201,12 +119,7 @@ class PeerPredict:
 
 # ----------------------------------------------------------------------------------------------- timing
 def timed(fn, X):
-    before = load_average()
-    start = time.perf_counter()
-    out = fn(X)
-    seconds = time.perf_counter() - start
-    return out, {"seconds": seconds, "pairs_per_second": len(X) / seconds, "load_before": before,
-                 "load_after": load_average()}
+    return measured(fn, X)
 
 
 def timing_rounds(predictors: dict, X, rounds: int, warm_X) -> tuple[dict, dict]:
@@ -222,8 +135,7 @@ def timing_rounds(predictors: dict, X, rounds: int, warm_X) -> tuple[dict, dict]
         warm[name] = t["seconds"]
     scores, runs = {}, {name: [] for name in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
+        for name in rotated(names, r):
             s, t = timed(predictors[name], X)
             scores.setdefault(name, s)
             runs[name].append(t)
@@ -309,8 +221,7 @@ def step_rounds(X, y, b, args):
     runs = {k: [] for k in configs}
     names = list(configs)
     for r in range(args.train_rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
+        for name in rotated(names, r):
             seconds, loop = configs[name]()
             runs[name].append({"seconds": seconds, "pairs_per_second": n / seconds, "load_after": load_average(),
                                "loop_pairs_per_second": None if loop is None else n / loop})
@@ -345,7 +256,7 @@ def plumbing(models, X, args):
     sweep = {"auto": tr}
     if DEVICE.type == "cpu" and int8_supported():
         sweep["int8"] = copy.copy(tr).set_params(precision="int8")
-    for bt in ((512, 2048) if args.quick else BATCH_TOKENS + (GPU_BATCH_TOKENS if DEVICE.type == "cuda" else ())):
+    for bt in ((512, 2048) if args.quick else (*SWEEPS["batch_tokens"], *(SWEEPS["gpu_batch_tokens"] if DEVICE.type == "cuda" else ()))):
         row = {"batch_tokens": bt}
         for precision, est in sweep.items():
             est.set_params(batch_tokens=bt)
@@ -356,7 +267,7 @@ def plumbing(models, X, args):
     tr.set_params(batch_tokens=default)
     out["peer_batch_size"] = []
     if "peer" in models:
-        for bs in ((32, 128) if args.quick else PEER_BATCH_SIZES):
+        for bs in ((32, 128) if args.quick else SWEEPS["peer_batch_sizes"]):
             fn = PeerPredict(models["peer"], bs)
             fn(warm)
             pps = timed(fn, X)[1]["pairs_per_second"]
@@ -435,13 +346,13 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
     predictors["CT α=0"] = run(ct0, "CT α=0")
     predictors["CT α=0.3"] = run(ct3, "CT α=0.3")
     if DEVICE.type == "cuda":
-        wide = GPU_WIDE * AUTO_BATCH_TOKENS["other"]
+        wide = SWEEPS["gpu_wide"] * AUTO_BATCH_TOKENS["other"]
         for name, est in (("CT α=0", ct0), ("CT α=0.3", ct3)):
             label = f"{name}, batch_tokens={wide}"
             predictors[label] = run(copy.copy(est).set_params(batch_tokens=wide), label)
     # On a GPU every new chunk shape costs its first call the kernels' selection and memory, and the cascade's
     # shapes vary with its drops: a warm-up on the whole set, so that the rounds time the steady state.
-    warm = X3 if DEVICE.type == "cuda" else X3.iloc[:CASCADE_WARMUP]
+    warm = X3 if DEVICE.type == "cuda" else X3.iloc[:SWEEPS["cascade_warmup"]]
     scores, timing = timing_rounds(predictors, X3, args.cascade_rounds, warm)
     # Tokenisation is the same call for every α: timed alone, it bounds what the drops can save in a whole call.
     encode_seconds = []
@@ -461,83 +372,63 @@ def cascade_table(splits, b, args, models, X3, y3, peer_bs):
         rows.append(row)
         log(f"[cascade] {name}: MAP {row['map']:.4f} P@1 {row['p@1']:.4f}, {row['median_pairs_per_second']:.1f} pairs/s")
     return {"rows": rows, "budget": cb, "fit": fit_log, "n_questions": int(X3["qid"].nunique()), "n_rows": len(X3),
-            "exits": list(ct.exits_), "alpha": ct3.alpha, "candidates": CANDIDATES, "warmup_pairs": len(warm),
+            "exits": list(ct.exits_), "alpha": ct3.alpha, "candidates": SWEEPS["candidates"], "warmup_pairs": len(warm),
             "encode_seconds": float(np.median(encode_seconds))}
 
 
-# ----------------------------------------------------------------------------------------------- main
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="subsets and few steps: checks the script end to end")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--epochs", type=int, default=None, help="training epochs, both sides (default 2; quick 1)")
-    parser.add_argument("--learning-rate", type=float, default=2e-5)
-    parser.add_argument("--cascade-learning-rate", type=float, default=1e-4)
-    parser.add_argument("--train-steps", type=int, default=None,
-                        help="optimizer steps of each fixed-step training round (default 40; quick 2)")
-    parser.add_argument("--train-rounds", type=int, default=None, help="fixed-step rounds (default 2; quick 1)")
-    parser.add_argument("--rounds", type=int, default=None, help="prediction rounds on WikiQA test (default 3; quick 1)")
-    parser.add_argument("--cascade-rounds", type=int, default=1, help="prediction rounds on the ~100-candidate set")
-    parser.add_argument("--train-questions", type=int, default=None,
-                        help="train on this many answered training questions (fixed random subset; default all; "
-                             "quick 20): a shorter full fit for the peer")
-    parser.add_argument("--test-questions", type=int, default=None, help="WikiQA-test questions (default all; quick 30)")
-    parser.add_argument("--cascade-questions", type=int, default=None,
-                        help="expanded test questions of the cascade section (default all 243; quick 5)")
-    parser.add_argument("--plumbing-questions", type=int, default=None,
-                        help="WikiQA-test questions of the thread / batch-size sweeps (default 60; quick 12)")
-    parser.add_argument("--no-peer", action="store_true", help="leave the peer out (as2rank rows only)")
-    parser.add_argument("--no-peer-bf16", action="store_true", help="leave out the peer's bf16 rows")
-    parser.add_argument("--no-cascade", action="store_true", help="leave out the cascade section")
-    parser.add_argument("--render", action="store_true",
-                        help="only recompute the acceptance checks, re-draw the plot and re-render the page from the JSON")
-    args = parser.parse_args(argv)
-    if args.render:
-        res = json.loads((RESULTS / tagged("speed.json")).read_text())
-        res["acceptance"] = acceptance(res)
-        plot(res, DOCS / tagged("speed.png"))
-        publish(res, "speed")
-        return
-    quick = {"epochs": 1, "train_steps": 2, "train_rounds": 1, "rounds": 1, "train_questions": 20,
-             "test_questions": 30, "cascade_questions": 5, "plumbing_questions": 12}
-    full = {"epochs": 2, "train_steps": 40, "train_rounds": 2, "rounds": 3, "train_questions": None,
-            "test_questions": None, "cascade_questions": None, "plumbing_questions": 60}
-    for k, v in (quick if args.quick else full).items():
-        if getattr(args, k) is None:
-            setattr(args, k, v)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+# ----------------------------------------------------------------------------------------------- the page
+def checks(exp, res) -> list:
+    """The acceptance checks of ``speed.toml``, with the peer's fastest rows they name."""
+    steps = res["train_steps"]["rows"]
+    peer_steps = [k for k in steps if k.startswith("peer")]
+    peer_rows = [r for r in res["prediction"] if r["name"].startswith("peer")]
+    return exp.checks(res, peer_best_step=max(peer_steps, key=lambda k: steps[k]["median_pairs_per_second"]) if peer_steps else None,
+                      best_peer=max(peer_rows, key=lambda r: r["median_pairs_per_second"]) if peer_rows else None)
+
+
+def plot(res, path):
+    plt = pyplot()
+    pred = res["prediction"]
+    steps = res["train_steps"]["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(len(pred), len(steps)) + 1.6))
+    for ax, names, vals, label in (
+            (axes[0], [r["name"] for r in pred], [r["median_pairs_per_second"] for r in pred],
+             "prediction pairs/s (WikiQA test, median of rounds)"),
+            (axes[1], list(steps), [steps[n]["median_pairs_per_second"] for n in steps],
+             f"training pairs/s ({res['train_steps']['steps']} steps x 32 pairs, median of rounds)")):
+        colors = ["tab:grey" if n.startswith("peer") else "tab:blue" for n in names]
+        ax.barh(names[::-1], vals[::-1], color=colors[::-1])
+        ax.set_xlabel(label)
+    for ax in axes:
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(axis="y", labelsize=8)
+    fig.suptitle(f"as2rank vs sentence-transformers CrossEncoder: {res['machine']}, {res['torch_threads']} torch threads"
+                 + (" (QUICK run)" if res.get("quick") else ""), fontsize=9)
+    save_figure(fig, path, dpi=110)
+
+
+def run(exp, args, res):
     global DEVICE
     DEVICE = resolve_device("auto")
     import sentence_transformers
     import transformers
 
     transformers.logging.set_verbosity_error()
-    t_start = time.perf_counter()
-    res = {
-        **run_header("speed.py", argv),
-        "device": str(DEVICE),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "cpu_bf16": cpu_bf16_supported(),
-        "int8": int8_supported(),
-        "int8_engine": "ONNX Runtime" if onnx_available() else "torch's dynamic quantization",
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "sentence_transformers": sentence_transformers.__version__,
-        "transformers": transformers.__version__,
+    res.update(
+        device=str(DEVICE), omp_num_threads=os.environ.get("OMP_NUM_THREADS"), cpu_bf16=cpu_bf16_supported(),
+        int8=int8_supported(), int8_engine="ONNX Runtime" if onnx_available() else "torch's dynamic quantization",
+        cpu_capability=torch.backends.cpu.get_cpu_capability(), sentence_transformers=sentence_transformers.__version__,
+        transformers=transformers.__version__,
         # What the page says of the method: the warm-up call, the randomisation test, as2rank's defaults.
-        "warmup_pairs": WARMUP_PAIRS,
-        "n_resamples": inspect.signature(paired_significance).parameters["n_resamples"].default,
-        "head_lr_multiplier": TransformerRanker().head_lr_multiplier,
-        "auto_batch_tokens": AUTO_BATCH_TOKENS,
-        "peer_batch_size": PEER_BATCH_SIZE,
-        "args": vars(args),
-        "quick": (f"{args.epochs} epoch(s) on {args.train_questions} training questions, {args.test_questions} test "
-                  f"questions, {args.cascade_questions} expanded test questions, fixed-step rounds of "
-                  f"{args.train_steps} steps, 1 round each, reduced sweeps") if args.quick else "",
-    }
+        warmup_pairs=WARMUP_PAIRS, n_resamples=significance()["n_resamples"],
+        head_lr_multiplier=TransformerRanker().head_lr_multiplier, auto_batch_tokens=AUTO_BATCH_TOKENS,
+        peer_batch_size=PEER_BATCH_SIZE, args=vars(args),
+        quick=(f"{args.epochs} epoch(s) on {args.train_questions} training questions, {args.test_questions} test "
+               f"questions, {args.cascade_questions} expanded test questions, fixed-step rounds of "
+               f"{args.train_steps} steps, 1 round each, reduced sweeps") if args.quick else "")
     log(f"machine: {res['machine']}; torch {res['torch']}, {res['torch_threads']} threads")
     splits = wikiqa_splits()
-    b = budget(args)
+    b = {"epochs": args.epochs, "learning_rate": args.learning_rate, **exp.config["budget"], "random_state": 0}
     res["budget"] = b
     X_train, y_train = subset_questions(*splits["train"], args.train_questions, seed=0)
     splits["train_used"] = (X_train, y_train)
@@ -545,7 +436,6 @@ def main(argv=None):
     res.update(n_train_rows=len(X_train), n_train_questions=int(X_train["qid"].nunique()), n_test_rows=len(X_test),
                n_test_questions=int(X_test["qid"].nunique()),
                n_test_evaluated=int(keep_answered(X_test, y_test)[0]["qid"].nunique()))
-
     models, res["fits"] = full_fits(X_train, y_train, b, args)
     log("[steps] fixed-step training rounds")
     res["train_steps"] = step_rounds(X_train, y_train, b, args)
@@ -554,20 +444,24 @@ def main(argv=None):
     peer_bs = res["plumbing"].get("peer_best_batch_size", PEER_BATCH_SIZE)
     res["prediction"] = prediction_table(models, X_test, y_test, args, peer_bs)
     if not args.no_cascade:
-        X3, y3 = keep_answered(*splits["test"])
-        X3, y3 = subset_questions(X3, y3, args.cascade_questions, seed=0)
+        X3, y3 = subset_questions(*keep_answered(*splits["test"]), args.cascade_questions, seed=0)
         log(f"[cascade] expanding {X3['qid'].nunique()} test questions to ~100 candidates")
-        X3, y3 = expand_candidates(X3, y3, splits["pool"], k=CANDIDATES)
+        X3, y3 = expand_candidates(X3, y3, splits["pool"], k=SWEEPS["candidates"])
         res["cascade"] = cascade_table(splits, b, args, models, X3.reset_index(drop=True), y3, peer_bs)
-    res["acceptance"] = acceptance(res)
-    log_checks(res["acceptance"])
-    res["load_average_end"] = load_average()
-    res["wall_seconds"] = time.perf_counter() - t_start
-    res = json.loads(json.dumps(jsonable(res), default=str))
-    DOCS.mkdir(parents=True, exist_ok=True)
-    plot(res, DOCS / tagged("speed.png"))
-    page = publish(res, "speed")
-    log(f"wrote {page} ({res['wall_seconds'] / 60:.1f} min)")
+    res.update(json.loads(json.dumps(jsonable(res), default=str)))
+    plot(res, figure_path("speed", "speed.png"))
+
+
+def main(argv=None):
+    exp = Experiment(__file__)
+    args = exp.arguments(argv)
+    if args.render:  # the checks and the figure again, from the saved results
+        res = exp.saved()
+        res["acceptance"] = checks(exp, res)
+        plot(res, figure_path("speed", "speed.png"))
+        exp.publish(res)
+        return
+    experiment.main(__file__, run, argv, checks=checks)
 
 
 if __name__ == "__main__":

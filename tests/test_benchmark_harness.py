@@ -1,5 +1,5 @@
-"""The benchmark harness's store of test scores (``benchmarks/_common.fitted_scores``): a fit scored once is
-read back instead of trained again, and only for the same fit, inference parameters and test data."""
+"""The benchmark harness's stores (``benchmarks/harness/store.py``): a fit scored once is read back instead of
+trained again, and only for the same fit, inference parameters and test data, while the code it ran is unchanged."""
 
 import ast
 import json
@@ -15,11 +15,11 @@ from as2rank import WordOverlapRanker
 @pytest.fixture
 def common(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import _common
+    from harness import store
 
-    monkeypatch.setattr(_common, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(_common, "SCORES", tmp_path / "scores")
-    return _common
+    monkeypatch.setattr(store, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(store, "SCORES", tmp_path / "scores")
+    return store
 
 
 def frame(words):
@@ -100,6 +100,7 @@ def test_defaults_page_pools_a_variant_over_its_columns(common):
     # The defaults benchmark judges a candidate default (a variant row) against the library default over every
     # column that measured both; a test question scored at several training sizes counts once, its AP
     # difference averaged over them.
+    pytest.importorskip("tomllib")  # the experiments' configuration (Python 3.11+)
     import defaults
 
     from as2rank.metrics import paired_significance
@@ -124,14 +125,14 @@ FIT_ONCE = """
 import sys, json
 import numpy as np, pandas as pd
 sys.path.insert(0, {bench!r})
-import _common
+from harness import store
 from pathlib import Path
-_common.CACHE = Path({cache!r})
+store.CACHE = Path({cache!r})
 from as2rank import WordOverlapRanker
 X = pd.DataFrame({{"qid": [0, 0, 1, 1], "question": ["where is the cat"] * 2 + ["who is it"] * 2,
                   "candidate": ["the cat is here", "a dog", "it is me", "nobody"]}})
 log = []
-_common.fitted(WordOverlapRanker(), X, np.array([1, 0, 1, 0]), log)
+store.fitted(WordOverlapRanker(), X, np.array([1, 0, 1, 0]), log)
 print(json.dumps({{"cached": log[-1]["cached"], "code": sorted(log[-1]["code"])}}))
 """
 
@@ -189,10 +190,10 @@ def test_a_stored_fit_is_read_back_only_by_the_code_that_ran_it(tmp_path):
 
 
 def test_teacher_artefacts_are_read_back_only_for_the_same_teacher_data_and_code(common, monkeypatch):
-    # The teacher artefacts (benchmarks/teachers.py) hold a costly teacher's scores; a later run reads them
+    # The teacher artefacts (benchmarks/harness/teachers.py) hold a costly teacher's scores; a later run reads them
     # instead of the model. Another training set, another parameter, or a change of the code that fitted and
     # scored them (as the stored record says) computes them again.
-    import teachers
+    from harness import teachers
 
     monkeypatch.setattr(teachers, "SCORES", common.SCORES)
     X = pd.DataFrame({"qid": [0, 0, 0, 1, 1, 1], "question": ["where is the cat"] * 3 + ["who is it"] * 3,
@@ -223,3 +224,140 @@ def test_teacher_artefacts_are_read_back_only_for_the_same_teacher_data_and_code
     assert (rescored["test"] == 7.0).all() and common.load_stored(path)[0]["code"][entry] != "0" * 64
     again, _ = teachers.teacher_scores(WordOverlapRanker(), data, fits, "teacher")
     assert fits[-1]["cached"] and (again["dev"] == 7.0).all()
+
+
+# The keys of the stores as the harness computed them before it was a package (benchmarks/_common.py), frozen
+# here: a fit cached, or scores stored, by the earlier harness must be found by this one under the same key.
+def reference_cache_key(est, X, y) -> str:
+    import joblib
+
+    inference = set(getattr(est, "_inference_params", ()))
+    params = {k: v for k, v in est.get_params().items() if k not in inference}
+    weights = None
+    if isinstance(params.get("model"), str):
+        from as2rank.neural.fitcache import source_digests
+
+        weights = source_digests(params["model"], params.get("tokenizer"))
+    return joblib.hash((type(est).__name__, params, weights, X, y))
+
+
+def reference_scores_key(est, X, y, X_test, **fit_params) -> str:
+    import joblib
+
+    inference = {k: v for k, v in est.get_params(deep=False).items() if k in getattr(est, "_inference_params", ())}
+    return joblib.hash((reference_cache_key(est, X, y), fit_params, inference, X_test))
+
+
+def small_estimators():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from as2rank import Cosinet, LexicalFeatures, OverlapRankRanker, PointwiseRanker, TransformerRanker
+
+    return [WordOverlapRanker(), OverlapRankRanker(), Cosinet(random_state=3, epochs=3, batch_size=8),
+            make_pipeline(LexicalFeatures(), PointwiseRanker(LogisticRegression(C=1.0, max_iter=1000))),
+            TransformerRanker(random_state=1, n_threads=2), TransformerRanker(epochs=2, learning_rate=1e-4, lexical_prior=False)]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_store_keys_are_those_of_the_earlier_harness(common, index):
+    est = small_estimators()[index]
+    X = frame(["the cat is here", "a dog", "cats sleep"])
+    y = np.array([1, 0, 0])
+    X_test = frame(["where is it", "the cat sat"])
+    assert common.cache_key(est, X, y) == reference_cache_key(est, X, y)
+    assert common.scores_key(est, X, y, X_test) == reference_scores_key(est, X, y, X_test)
+    eval_set = (X_test, np.array([0, 1]))
+    assert common.scores_key(est, X, y, X_test, {"eval_set": eval_set}) == reference_scores_key(est, X, y, X_test, eval_set=eval_set)
+    # Another row, another key.
+    assert common.cache_key(est, X, np.array([0, 1, 0])) != common.cache_key(est, X, y)
+
+
+def test_cached_only_reads_the_stores_and_computes_nothing(common, monkeypatch):
+    X = frame(["the cat is here", "a dog", "cats sleep", "where"])
+    y = np.array([1, 0, 0, 0])
+    X_test = frame(["where is it", "the cat sat", "nothing"])
+    scores, _ = common.fitted_scores(WordOverlapRanker(), X, y, X_test)
+    monkeypatch.setattr(common, "CACHED_ONLY", True)
+    again, model = common.fitted_scores(WordOverlapRanker(), X, y, X_test)
+    assert model is None
+    np.testing.assert_array_equal(again, scores)
+    # A fit in the cache is read; scores that are not stored, and a fit that is not cached, are refused.
+    assert common.fitted(WordOverlapRanker(), X, y) is not None
+    with pytest.raises(common.NotStored, match="scores of WordOverlapRanker"):
+        common.fitted_scores(WordOverlapRanker(), X, y, frame(["other rows"]))
+    with pytest.raises(common.NotStored, match="the fit of WordOverlapRanker"):
+        common.fitted(WordOverlapRanker(), X, np.array([0, 1, 0, 0]))
+
+
+def test_the_library_table_names_what_the_library_has(common):
+    # Every as2rank name the benchmarks use resolves, through the one table that follows the library's moves.
+    from harness import library
+
+    missing = []
+    for name in library.NAMES:
+        try:
+            getattr(library, name)
+        except ImportError:
+            missing.append(name)
+    assert not missing
+    with pytest.raises(AttributeError, match="add it to NAMES"):
+        library.NotAName
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_no_experiment_imports_another_and_the_library_is_read_through_one_table():
+    # An experiment is its configuration and a module of what is unique to it: what two of them share lives in the
+    # harness, and the library's names are read through harness/library.py, the one place that follows its moves.
+    scripts = sorted(BENCHMARKS.glob("*.py")) + sorted((BENCHMARKS / "studies").glob("*.py"))
+    experiments = {p.stem for p in scripts}
+    for path in scripts + sorted((BENCHMARKS / "harness").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] not in experiments, f"{path.name} imports {name}"
+                if path.name != "library.py":
+                    assert name == "as2rank" or not name.startswith("as2rank"), f"{path.name} imports {name}"
+
+
+# Each saved run whose checks the configuration's [[checks]] reproduce, with the names its module gives them.
+SAVED_CHECKS = ["cascade", "cascade-h100", "cascade_base", "cerberus-library", "cerberus-library-h200",
+                "cerberus-library-mpnet-base", "cerberus-library-sample", "cerberus-library-sample-h200", "context",
+                "context-h100", "context-library", "context-squad-seed0", "cpu_inference", "cpu_inference-avx2",
+                "cpu_training-avx2", "scale", "selection-avx2", "serve", "speed", "speed-h100", "speed-h200"]
+
+
+@pytest.mark.parametrize("page", SAVED_CHECKS)
+def test_checks_written_as_data_are_those_the_saved_runs_made(page, monkeypatch):
+    # The generic checker, on each saved run, gives the acceptance checks that the run's script wrote.
+    pytest.importorskip("tomllib")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import importlib
+
+    from harness.experiment import Experiment
+
+    name = page.split("-")[0]
+    module = importlib.import_module(name)
+    exp = Experiment(module.__file__)
+    res = json.loads((BENCHMARKS / "results" / f"{page}.json").read_text())
+    saved = res.pop("acceptance")
+    made = module.checks(exp, res) if hasattr(module, "checks") else exp.checks(res)
+    assert made == saved
+
+
+def test_checks_as_data_loop_guard_name_and_fail(common):
+    from harness.checks import evaluate
+
+    specs = [{"for": "name, r in res.rows.items()", "if": "r.n > 0", "let": {"ratio": "r.a / r.b"},
+              "check": "{{ name }}: a ≥ {{ bound }}× b", "measured": "{{ ratio|f('.2f') }}×", "pass": "ratio >= bound"},
+             {"for": ["x in [1, 2]", "y in ['p', 'q']"], "each": [
+                 {"check": "{{ x }}{{ y }}", "measured": "{{ [x, 3]|fs('.1f') }}", "pass": "x == 2"}]}]
+    res = {"rows": {"one": {"n": 1, "a": 3.0, "b": 2.0}, "none": {"n": 0, "a": 1, "b": 0}, "two": {"n": 2, "a": 1.0, "b": 2.0}}}
+    checks = evaluate(specs, {"res": res}, {"bound": "1 + 0.5"})
+    assert checks[:2] == [{"check": "one: a ≥ 1.5× b", "measured": "1.50×", "pass": True},
+                          {"check": "two: a ≥ 1.5× b", "measured": "0.50×", "pass": False}]
+    assert [(c["check"], c["measured"], c["pass"]) for c in checks[2:]] == [
+        ("1p", "1.0, 3.0", False), ("1q", "1.0, 3.0", False), ("2p", "2.0, 3.0", True), ("2q", "2.0, 3.0", True)]

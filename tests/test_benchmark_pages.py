@@ -28,11 +28,11 @@ def test_check_reports_a_page_that_differs(tmp_path, name):
     # A stale page is caught, a benchmark's or a study's: render one page's results to a copy of the page
     # folders, change it, check.
     code = (
-        "import sys; sys.path.insert(0, 'benchmarks'); import _common, render, pathlib; "
-        f"_common.DOCS = _common.STUDY_DOCS = pathlib.Path({str(tmp_path)!r}); "
-        f"res = render.pages([{name!r}])[{name!r}]; "
-        f"render.page_path({name!r}, res).write_text(_common.render_page(res) + 'edited by hand\\n'); "
-        f"sys.exit(render.main(['--check', {name!r}]))"
+        "import sys; sys.path.insert(0, 'benchmarks'); import pathlib; from harness import pages; "
+        f"pages.DOCS = pages.STUDY_DOCS = pathlib.Path({str(tmp_path)!r}); "
+        f"res = pages.saved_results([{name!r}])[{name!r}]; "
+        f"pages.page_path({name!r}, res).write_text(pages.render_page(res) + 'edited by hand\\n'); "
+        f"sys.exit(pages.render_main(['--check', {name!r}]))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 1 and name in out.stderr, out.stderr
@@ -41,8 +41,8 @@ def test_check_reports_a_page_that_differs(tmp_path, name):
 def test_studies_render_to_their_own_section():
     # A study's results (benchmarks/studies/results/) render to docs/studies/, the others' to docs/benchmarks/.
     code = (
-        "import json, sys; sys.path.insert(0, 'benchmarks'); import render; "
-        "print(json.dumps({n: render.page_path(n, r).parent.name for n, r in render.pages().items()}))"
+        "import json, sys; sys.path.insert(0, 'benchmarks'); from harness import pages; "
+        "print(json.dumps({n: pages.page_path(n, r).parent.name for n, r in pages.saved_results().items()}))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -3,14 +3,14 @@ of ``benchmarks/context.py`` (its splits; SQuAD by default).
 
     python benchmarks/studies/context_budget.py [--data squad|wikiqa] [--rows "No context" Local] [--epochs 2 4 6] [--seed 1] [--threads N] [--render]
 
-One fit per (row, epoch budget) of rows of ``context.make`` (by default ``TransformerRanker(max_length=128)``,
+One fit per (row, epoch budget) of rows of ``harness.contexts.make`` (by default ``TransformerRanker(max_length=128)``,
 "No context", and ``ContextConcat(contexts=("local",))``, "Local"; context rows read the frames of their
 global-context method) with the training budget of
 ``benchmarks/context.py`` (batch 32, learning rate 1e-4, warm-up then linear decay over the whole budget,
 early stopping on the dev split with the best epoch restored). A budget is a schedule, not a checkpoint:
 the 6-epoch fit is not the 2-epoch fit trained on. Reports each fit's per-epoch training loss against the
 base-rate loss (the constant prediction of the share of right answers) and dev MAP, and its test P@1, MAP
-and MRR; plots dev MAP per epoch. This is what sets ``EPOCHS`` of ``benchmarks/context.py``.
+and MRR; plots dev MAP per epoch. This is what sets the epochs of ``benchmarks/context.toml``.
 
 Writes ``benchmarks/studies/results/context_budget.json``, ``docs/studies/context_budget.md`` (from
 ``benchmarks/studies/pages/context_budget.md.j2``) and ``docs/studies/context_budget.png`` (with ``-wikiqa`` before
@@ -25,15 +25,15 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
-import context
 import numpy as np
 import torch
-from _common import STUDY_DOCS, STUDY_RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
-from context import METRICS, NEAR_BASE_RATE, answer_in_context, base_rate_loss, load_data, make, with_context, wrong_picks
+from harness import STUDY_DOCS, STUDY_RESULTS, fitted, log, publish, render_page, run_header, save_figure, tagged
+from harness.contexts import answer_in_context, base_rate_loss, config, load_data, make, rows, with_context, wrong_picks
+from harness.library import evaluate
 
-from as2rank.metrics import evaluate
+METRICS, NEAR_BASE_RATE = config()["defaults"]["metrics"], config()["defaults"]["near_base_rate"]
 
 ROWS = ("No context", "Local")
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray")
@@ -111,7 +111,7 @@ def plot(res, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", choices=tuple(TITLES), default="squad")
-    parser.add_argument("--rows", nargs="+", choices=context.ROWS, default=list(ROWS), help="table rows of benchmarks/context.py (default: No context, Local)")
+    parser.add_argument("--rows", nargs="+", choices=rows(), default=list(ROWS), help="table rows of benchmarks/context.py (default: No context, Local)")
     parser.add_argument("--epochs", type=int, nargs="+", default=[2, 4, 6], help="epoch budgets (default 2 4 6)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

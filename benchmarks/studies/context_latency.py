@@ -5,7 +5,7 @@ page's accuracy runs: ``ContextMWA`` vs ``ContextConcat`` (Han, Soldaini & Mosch
                                                  [--encoders minilm-l6 base] [--profile]
 
 The Concat and MWA rows of ``benchmarks/context.py`` (same estimators, lengths, contexts and latency
-measurement: ``context.latency``, forward passes of ``predict`` alone in batches of 128 test rows, with
+measurement: ``harness.contexts.latency``, forward passes of ``predict`` alone in batches of 128 test rows, with
 dynamic and with fixed padding, median of interleaved rounds), fitted for one epoch on ``--train-questions``
 training questions of each data set: a forward pass costs the same whatever the weights' values, so the
 accuracy runs of the full page (three seeds, every row) are not needed to time them. Use it to re-measure the
@@ -34,16 +34,17 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
 import torch
-from _common import CACHE, conclude, fitted, log, run_header
-from context import (LATENCY_BATCH, MWA_OVER_CONCAT, PAPER, latency, latency_batches, load_data, make, passes_seconds,
-                     subset_questions, with_context)
+from harness import CACHE, conclude, fitted, log, run_header, subset_questions
+from harness.contexts import config, latency, latency_batches, load_data, make, passes_seconds, with_context
+from harness.experiment import read_paper
+from harness.library import autocast, encoder_states, resolve_device, to_device
 
-from as2rank.neural import autocast, resolve_device, to_device
-from as2rank.neural.backbone import encoder_states
+LATENCY_BATCH, MWA_OVER_CONCAT = config()["latency"]["batch"], config()["defaults"]["mwa_over_concat"]
+PAPER = read_paper("context.json")
 
 ROWS = ("Concat", "MWA")
 #: The paper's encoder dimensions (RoBERTa-base), for ``--encoders base``.
@@ -57,7 +58,7 @@ def base_size_encoder() -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from as2rank.neural.models import resolve_model
+    from harness.library import resolve_model
 
     folder = CACHE / "random-bert-base-size"
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm-l6")[0])

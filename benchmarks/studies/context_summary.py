@@ -4,7 +4,7 @@
     python benchmarks/studies/context_summary.py [--data wikiqa|squad] [--seeds 0 1 2] [--epochs N] [--threads N]
 
 The splits, contexts (cosine global context), backbone and training budget of ``benchmarks/context.py``
-(``context.make``: batch 32, learning rate 1e-4, ``EPOCHS`` of the data set; early stopping on the dev split),
+(``harness.contexts.make``: batch 32, learning rate 1e-4, the epochs of the data set; early stopping on the dev split),
 one fit per (row, seed): No context (``TransformerRanker``), MWA with each summary. Reports test P@1, MAP and
 MRR per seed and as mean ± std, the paired per-seed Δ of the two summaries, and a paired randomisation test
 (9,999 sign flips) of per-question AP and P@1 averaged over the seeds. Results are written after every seed,
@@ -22,14 +22,16 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import pandas as pd
 import torch
-from _common import fitted, log, publish, run_header
-from context import ALPHA, EPOCHS, METRICS, N_RESAMPLES, load_data, make, with_context
+from harness import fitted, log, publish, run_header
+from harness.contexts import config, load_data, make, with_context
+from harness.library import compare, evaluate, per_question
+from harness.measure import significance
 
-from as2rank.metrics import compare, evaluate, per_question
+ALPHA, METRICS, EPOCHS = config()["defaults"]["alpha"], config()["defaults"]["metrics"], config()["paper_budget"]["epochs"]
 
 #: The rows: each MWA row's ``summary`` (None: the no-context ``TransformerRanker``).
 ROWS = {"No context": None, "MWA, pair summary": "pair", "MWA, sequence summary": "sequence"}
@@ -78,7 +80,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", choices=("wikiqa", "squad"), default="wikiqa")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: EPOCHS of benchmarks/context.py)")
+    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: those of benchmarks/context.toml)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
     args.epochs = args.epochs or EPOCHS[args.data]
@@ -87,7 +89,7 @@ def main(argv=None):
     start = time.perf_counter()
     n_test = load_data(args.data, quick=False)["test"][0]["qid"].nunique()
     res = {**run_header("studies/context_summary.py", argv), "data": args.data, "epochs": args.epochs, "seeds": args.seeds,
-           "n_test_questions": int(n_test), "rows": ROWS, "alpha": ALPHA, "n_resamples": N_RESAMPLES, "runs": [], "fits": []}
+           "n_test_questions": int(n_test), "rows": ROWS, "alpha": ALPHA, "n_resamples": significance()["n_resamples"], "runs": [], "fits": []}
 
     def write(res):
         res["wall_seconds"] = time.perf_counter() - start

@@ -6,10 +6,10 @@
    cv=GroupKFold(3), scoring=get_scorer("map"))`` fitted on the whole WikiQA-train (2,118 questions): the
    cross-validated MAP of every combination and the wall time of the search.
 2. ``batch_size`` (questions per step) of the default listwise BiRNN, compared on the dev split held out
-   from WikiQA-train (10% of its questions, ``_common.wikiqa_splits()``, as in ``benchmarks/cosinet.py``),
+   from WikiQA-train (10% of its questions, ``harness.data.wikiqa_splits()``, as in ``benchmarks/cosinet.py``),
    never on test.
 
-Every fit trains with the paper's budget (``_common.COSINET_PAPER_BUDGET``; the batch-size comparison varies
+Every fit trains with the paper's budget (``benchmarks/papers/cosinet.json``; the batch-size comparison varies
 its batch size). Writes ``benchmarks/studies/results/cosinet_selection.json`` and
 ``docs/studies/cosinet_selection.md`` (from ``benchmarks/studies/pages/cosinet_selection.md.j2``).
 """
@@ -21,20 +21,21 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import pandas as pd
 import torch
-from _common import COSINET_PAPER_BUDGET, publish, run_header, wikiqa_splits
+from harness import publish, run_header, wikiqa_splits
+from harness.experiment import read_paper
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
-from as2rank.cosinet.estimator import Cosinet
-from as2rank.metrics import evaluate
-from as2rank.metrics import get_scorer
+from harness.library import Cosinet, evaluate, get_scorer
 
 BATCH_SIZES = (4, 8, 16, 32)
 PARAM_GRID = {"rnn": [None, "birnn"], "loss": ["pointwise", "listwise"]}
 CV_FOLDS = 3
+
+COSINET_PAPER_BUDGET = read_paper("cosinet.json")["budget"]
 
 
 def grid_search(X, y):

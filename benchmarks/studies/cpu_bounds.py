@@ -14,7 +14,7 @@ ONNX export) while staying within 0.2 MAP of float32:
   dtype, weights cast once. Everything else the model computes (attention, normalisation, activations, casts) is
   left out, so no path that tokenises as as2rank does and keeps these products on torch's kernels in that dtype
   can beat it. The peer's ONNX int8 runs on the same pairs in each round, in its own virtual
-  environment (``cpu_inference.py``'s subprocess), and ``precision="int8"`` runs beside them.
+  environment (the CPU page's round, ``harness/cpu.py``), and ``precision="int8"`` runs beside them.
 - **Int8 fidelity.** The int8 copy's arithmetic (:mod:`as2rank.neural.onnx.runtime`) emulated in float32, and
   variants of it, on all of WikiQA-test and the SQuAD sample: the shipped static int8 (inputs on a grid
   fixed at fit, SmoothQuant smoothing), inputs rounded per token instead, weights rounded by GPTQ (Frantar et
@@ -36,12 +36,14 @@ import time
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from _common import ROOT, conclude, fitted, log, run_header, wikiqa_splits
-from cpu_inference import REFERENCE, fit_subset, run_row
-from cpu_levers import scored
+from harness import ROOT, conclude, fitted, log, run_header, wikiqa_splits
+from harness import first_questions as fit_subset
+from harness.cpu import reference, run_row, scored
+
+REFERENCE = reference()
 
 #: Training questions of the WikiQA fit (those of ``cpu_inference.py``).
 FIT_QUESTIONS = 300
@@ -153,7 +155,7 @@ def _seconds(run) -> float:
 
 def _batches(encoded, tokens: int) -> list:
     """The default's batches (row indices) of ``encoded``."""
-    from as2rank.neural.batching import token_budget_batches
+    from harness.library import token_budget_batches
 
     return token_budget_batches(np.ones(len(encoded["lengths"]), dtype=np.int64), encoded["lengths"], tokens)
 
@@ -163,7 +165,7 @@ def second_moments(module, encoded, rows) -> dict:
     """``{linear layer name: X^T X}`` of each linear layer's input (float64) over the real tokens of ``rows``."""
     import torch
 
-    from as2rank.neural.predict import batch_tensors
+    from harness.library import batch_tensors
 
     moments, real = {}, {}
 
@@ -235,7 +237,7 @@ def emulated(module, ranges: dict, moments: dict, weights: str, inputs: str, alp
     at ``alpha``."""
     import torch
 
-    from as2rank.neural.onnx import runtime as onnx_runtime
+    from harness.library import onnx_runtime
 
     default = onnx_runtime.SMOOTHING
     onnx_runtime.SMOOTHING = alpha
@@ -269,10 +271,7 @@ def fidelity(fit_questions: int) -> dict:
     split): each row's mean absolute change of a logit from fp32, its MAP and the paired test against fp32."""
     import torch
 
-    from as2rank.metrics import compare, per_question
-    from as2rank.neural.onnx.calibration import calibration_rows
-    from as2rank.app.suite import load_benchmark_data
-    from as2rank.transformer.ranker import TransformerRanker
+    from harness.library import calibration_rows, compare, load_benchmark_data, per_question, TransformerRanker
 
     cpu = torch.device("cpu")
     splits = wikiqa_splits()
@@ -337,8 +336,7 @@ def checks(res: dict) -> list:
 def main(argv=None):
     import torch
 
-    from as2rank.neural.onnx.runtime import onnx_available
-    from as2rank.transformer.ranker import TransformerRanker
+    from harness.library import onnx_available, TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")

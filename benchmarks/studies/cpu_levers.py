@@ -38,11 +38,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from _common import RESULTS, conclude, fitted, log, run_header, tagged, wikiqa_splits
-from cpu_inference import _version, fit_subset
+from harness import RESULTS, conclude, fitted, log, run_header, tagged, wikiqa_splits
+from harness import first_questions as fit_subset
+from harness import version as _version
+from harness.cpu import scored
 
 #: Training questions of the fit (those of ``cpu_inference.py``).
 FIT_QUESTIONS = 300
@@ -67,7 +69,7 @@ class _OpenVino:
     def __init__(self, module, example: dict, threads: int):
         import openvino as ov
 
-        from as2rank.neural.onnx.export import export_graph, padded, quiet
+        from harness.library import export_graph, padded, quiet
 
         with tempfile.TemporaryDirectory(prefix="as2rank-openvino-") as tmp, quiet():
             path = Path(tmp) / "model.onnx"
@@ -91,7 +93,7 @@ def rows(est, encoded, threads: int, openvino: bool) -> dict:
     compiles on its first pass (None here, measured there)."""
     import torch
 
-    from as2rank.neural.predict import batch_tensors
+    from harness.library import batch_tensors
 
     cpu = torch.device("cpu")
     est.set_params(precision="auto")
@@ -113,16 +115,6 @@ def rows(est, encoded, threads: int, openvino: bool) -> dict:
     est.set_params(precision="fp32")
     out[REFERENCE] = (est.predictor(cpu).module, torch.float32, tokens, 0.0)
     return out
-
-
-def scored(row, encoded) -> np.ndarray:
-    """The row's logits for every encoded row."""
-    import torch
-
-    from as2rank.neural.predict import no_progress, predict_logits
-
-    module, dtype, tokens, _ = row
-    return predict_logits(module, encoded, torch.device("cpu"), batch_tokens=tokens, dtype=dtype, progress=no_progress)
 
 
 def implied(res: dict) -> dict | None:
@@ -155,9 +147,7 @@ def main(argv=None):
     import torch
     import torch._inductor.config
 
-    from as2rank.metrics import compare, per_question
-    from as2rank.neural.onnx.runtime import onnx_available
-    from as2rank.transformer.ranker import TransformerRanker
+    from harness.library import compare, onnx_available, per_question, TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs timed (default 2000, as cpu_inference.py)")

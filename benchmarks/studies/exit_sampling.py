@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
-from _common import conclude, fitted, log, run_header
+from harness import conclude, fitted, log, run_header
 
 #: The training budget of the comparison (the cascade's defaults when it was made).
 BUDGET = {"epochs": 2, "learning_rate": 2e-5, "lexical_prior": False, "segment_similarity": False, "early_stopping": False}
@@ -29,9 +29,7 @@ SAMPLINGS = ("uniform", "all")
 
 
 def main(argv=None):
-    from as2rank import CascadeTransformer
-    from as2rank.metrics import mean_average_precision, paired_significance
-    from as2rank.app.suite import load_benchmark_data
+    from harness.library import CascadeTransformer, load_benchmark_data, mean_average_precision, paired_significance
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

@@ -41,11 +41,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from _common import conclude, fitted, log, run_header, session_calls, wikiqa_splits
-from cpu_inference import fit_subset
+from harness import conclude, fitted, log, run_header, session_calls, wikiqa_splits
+from harness import first_questions as fit_subset
 
 #: Variants: name -> (rewrite of the attention blocks or None, whether it computes the shipped model (up to the
 #: order of float sums, which can flip an int8 rounding), ONNX Runtime fusions to disable or None for the library's).
@@ -159,7 +159,7 @@ def captured(est, X):
 def variant_module(int8_module, model, disabled):
     """``model`` (an ``onnx.ModelProto``) in an ``OnnxModule`` with the options of ``int8_module``; ``disabled``:
     the fusions to turn off (None: the library's)."""
-    from as2rank.neural.onnx import runtime as onnx_runtime
+    from harness.library import onnx_runtime
 
     library = onnx_runtime.DISABLED_FUSIONS
     onnx_runtime.DISABLED_FUSIONS = library if disabled is None else tuple(disabled)
@@ -176,7 +176,7 @@ def product_rates(int8_module, batches) -> dict:
     module's threads and disabled fusions)."""
     import onnxruntime as ort
 
-    from as2rank.neural.onnx.runtime import DISABLED_FUSIONS
+    from harness.library import DISABLED_FUSIONS
 
     with tempfile.TemporaryDirectory(prefix="as2rank-int8-profile-") as tmp:
         options = ort.SessionOptions()
@@ -231,7 +231,7 @@ def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = KERNEL_ROWS
 def main(argv=None):
     import onnx
 
-    from as2rank.transformer.ranker import TransformerRanker
+    from harness.library import TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs (default 2000, as cpu_inference.py)")

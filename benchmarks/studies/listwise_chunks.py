@@ -26,10 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from _common import SHARED_DATA, conclude, log, run_header, subset_questions, wikiqa_splits
+from harness import SHARED_DATA, conclude, log, run_header, subset_questions, wikiqa_splits
 
 #: The fit: the library's listwise ranker, one epoch, the whole budget trained.
 PARAMS = {"loss": "listwise", "epochs": 1, "early_stopping": False, "random_state": 0}
@@ -40,8 +40,7 @@ WARMUP_QUESTIONS = 20
 
 
 def load(data, n_questions):
-    from as2rank.app.suite import load_benchmark_data
-    from as2rank.data import keep_answered
+    from harness.library import keep_answered, load_benchmark_data
 
     if data == "wikiqa":
         parts = wikiqa_splits()
@@ -55,10 +54,7 @@ def load(data, n_questions):
 
 def one_fit(X, y, X_test, y_test, chunk_rows, threads):
     """Fit with ``CHUNK_ROWS = chunk_rows``: (seconds, tokens run, real tokens, test MAP)."""
-    import as2rank.neural.predict as predict
-    import as2rank.neural.batching as train
-    from as2rank import TransformerRanker
-    from as2rank.metrics import mean_average_precision
+    from harness.library import batching as train, mean_average_precision, predict_module as predict, TransformerRanker
 
     counts = {"run": 0, "real": 0}
     original = predict.batch_tensors
@@ -85,7 +81,7 @@ def one_fit(X, y, X_test, y_test, chunk_rows, threads):
 
 
 def main(argv=None):
-    import as2rank.neural.batching as train
+    from harness.library import batching as train
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", nargs="+", choices=("sample", "wikiqa"), default=["sample", "wikiqa"])

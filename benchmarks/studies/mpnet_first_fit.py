@@ -24,16 +24,16 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
-from _common import SHARED_DATA, load_average, publish, run_header
+from harness import SHARED_DATA, load_average, publish, run_header
 
 
 def training_questions(X, y, n: int):
     """The rows of the first ``n`` answered questions of a ``default_rng(0)`` permutation of the answered ids."""
     import numpy as np
 
-    from as2rank.data import keep_answered
+    from harness.library import keep_answered
 
     X, y = keep_answered(X, y)
     chosen = np.random.default_rng(0).permutation(X["qid"].unique())[:n]
@@ -56,9 +56,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     res = {**run_header("studies/mpnet_first_fit.py", argv), "rows": []}
-    from as2rank import TransformerRanker
-    from as2rank.data import keep_answered
-    from as2rank.datasets import load_wikiqa
+    from harness.library import keep_answered, load_wikiqa, TransformerRanker
 
     X, y = training_questions(*load_wikiqa(folder / "WikiQA-train.tsv"), args.questions)
     X_test, y_test = keep_answered(*load_wikiqa(folder / "WikiQA-test.tsv"))

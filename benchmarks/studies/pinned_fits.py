@@ -5,7 +5,7 @@ an earlier commit and by the checkout's, their predictions compared.
 
 A benchmark page whose fits need more CPU hours than one session trains them over several sessions with the
 library pinned at one commit (``git checkout <commit> -- as2rank`` in a worktree), since a stored fit is only
-read back by the code that trained it (``_common.library_digest``). Such a page speaks for today's library only
+read back by the code that trained it (``harness.store.library_digest``). Such a page speaks for today's library only
 if today's code trains the same models from the same data and parameters. This study fits every estimator of the
 page (``ESTIMATORS``: each row's class with the parameters the page passes) under both libraries, on tiny random
 encoders built from one config (BERT-shaped, or MPNet-shaped for the rows of ``model="mpnet-base"``) and a
@@ -29,10 +29,10 @@ import time
 from itertools import product
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from _common import conclude, library_digest, log, run_header
+from harness import conclude, library_digest, log, run_header
 
 REPO = Path(__file__).resolve().parents[2]
 #: The rows of each page, as (row, class, parameters): the classes and parameters its fits pass (besides the
@@ -110,8 +110,7 @@ def child(page: str, out: str) -> None:
     """Fit the page's rows with the ``as2rank`` on ``sys.path`` and save their predictions (and the digest)."""
     import torch
 
-    import as2rank
-    from as2rank.transformer.context import rankers
+    from harness.library import as2rank, context_rankers as rankers
 
     torch.set_num_threads(1)
     X, y = synthetic()

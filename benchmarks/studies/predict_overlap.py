@@ -38,11 +38,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from _common import conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
-from cpu_inference import WARMUP_PAIRS, fit_subset
+from harness import conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
+from harness import first_questions as fit_subset
+from harness.predict_round import WARMUP_PAIRS
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -59,8 +60,7 @@ PAGE_ROWS = {"TransformerRanker precision='auto'": ("TransformerRanker", "auto",
 @contextlib.contextmanager
 def setting(name: str):
     """The library set to predict as the setting ``name`` does, for the duration."""
-    from as2rank.neural import predict
-    from as2rank.neural.tokens import TOKEN_CACHE
+    from harness.library import predict_module as predict, TOKEN_CACHE
 
     default = predict.default_prefetch
     if name == "prefetch":
@@ -76,7 +76,7 @@ def setting(name: str):
 def page_row(row: str, code: Path, work: Path, threads: int | None, scores: Path) -> dict:
     """One fresh-process round of the CPU page's row ``row`` with the library at ``code`` (a repository root)."""
     model, precision, alpha = PAGE_ROWS[row]
-    cmd = [sys.executable, str(HERE / "cpu_inference.py"), "--as2rank-round", precision,
+    cmd = [sys.executable, str(HERE / "harness" / "predict_round.py"), precision,
            "--model-dir", str(work / model), "--pairs-file", str(work / "pairs.json"), "--scores", str(scores)]
     cmd += ([] if alpha is None else ["--alpha", str(alpha)]) + (["--threads", str(threads)] if threads else [])
     out = timed_subprocess(row, cmd, threads, env={"PYTHONPATH": str(code)})
@@ -87,7 +87,7 @@ def page_row(row: str, code: Path, work: Path, threads: int | None, scores: Path
 
 def against_before(models: dict, X, before: Path, rounds: int, threads: int | None) -> dict:
     """The CPU page's rows with the library at ``before`` and with this one, interleaved over ``rounds``."""
-    import as2rank
+    from harness.library import as2rank
 
     codes = {"before": before.resolve(), "current": Path(as2rank.__file__).resolve().parents[1]}
     def git(*args) -> str:
@@ -119,8 +119,7 @@ def against_before(models: dict, X, before: Path, rounds: int, threads: int | No
 def main(argv=None):
     import torch
 
-    from as2rank.transformer.cascade import CascadeTransformer
-    from as2rank.transformer.ranker import TransformerRanker
+    from harness.library import CascadeTransformer, TransformerRanker
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs per call (default 2000, as cpu_inference.py)")

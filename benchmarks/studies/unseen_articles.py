@@ -18,13 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and the scripts studies reuse
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import pandas as pd
-from _common import log, publish, run_header
+from harness import log, publish, run_header
 
-from as2rank.app.suite import run_suite
-from as2rank.model_selection import ENTRIES, SuiteEntry
+from harness.library import ENTRIES, run_suite, SuiteEntry
 
 ROWS = ("WO+RR", "WO", "Lexical+LR", "Cosinet+BiRNN", "Transformer", "Cascade a=0")
 #: The row every other is compared with (``*`` on the page), and the significance level of both comparisons.
@@ -33,7 +32,7 @@ ALPHA = 0.05
 
 
 def transformer_without_prior(seed):
-    from as2rank import TransformerRanker
+    from harness.library import TransformerRanker
 
     return TransformerRanker(lexical_prior=False, random_state=seed)
 
@@ -57,7 +56,7 @@ def main(argv=None):
         import torch
 
         torch.set_num_threads(args.threads)
-    from as2rank.datasets import load_sample
+    from harness.library import load_sample
 
     header = run_header("studies/unseen_articles.py", argv)
     X, y = load_sample()

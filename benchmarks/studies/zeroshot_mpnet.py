@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
-from _common import SHARED_DATA, load_average, publish, run_header
+from harness import SHARED_DATA, load_average, publish, run_header
 
 
 def main(argv=None):
@@ -32,11 +32,8 @@ def main(argv=None):
         raise SystemExit(f"{path} not found (set AS2RANK_SHARED_DATA)")
     import torch
 
-    from as2rank import ZeroShotRanker
-    from as2rank.data import keep_answered
-    from as2rank.datasets import load_wikiqa
-    from as2rank.metrics import compare, evaluate, per_question
-    from as2rank.neural.models import resolve_model
+    from harness.library import (compare, evaluate, keep_answered, load_wikiqa, per_question, resolve_model,
+                                 ZeroShotRanker)
 
     torch.set_num_threads(args.threads)
     res = {**run_header("studies/zeroshot_mpnet.py", argv), "rows": []}

@@ -1,0 +1,58 @@
+"""What the experiments measure alike: metrics over seeds, per-question scores averaged over seeds for the paired
+tests, the test's settings, and timings (one call, or interleaved rounds whose order rotates so that a swing of
+the machine's load does not always fall on the same row)."""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import numpy as np
+
+from harness.machine import load_average
+from harness.store import computing
+
+
+def significance() -> dict:
+    """The test behind every p of a page (``compare``'s paired randomisation test) with its defaults."""
+    from harness.library import compare, paired_significance
+
+    return {"n_resamples": inspect.signature(paired_significance).parameters["n_resamples"].default,
+            "alpha": inspect.signature(compare).parameters["alpha"].default}
+
+
+def mean_std(runs: list, metrics) -> dict:
+    """``{m: mean, m_std: standard deviation}`` over ``runs`` (dicts holding each metric of ``metrics``)."""
+    out = {}
+    for m in metrics:
+        out[m] = float(np.mean([r[m] for r in runs]))
+        out[f"{m}_std"] = float(np.std([r[m] for r in runs]))
+    return out
+
+
+def seeds_per_question(y, score_lists, X, metric="map", **kwargs):
+    """Each question's ``metric`` averaged over the seeds' scores ``score_lists`` (what the paired tests compare)."""
+    import pandas as pd
+
+    from harness.library import per_question
+
+    return pd.concat([per_question(y, s, X, metric, **kwargs) for s in score_lists], axis=1).mean(axis=1)
+
+
+def timed(fn, X, per_question: bool = False):
+    """``fn(X)``, and its wall seconds, pairs per second and the load average before and after (with
+    ``per_question``, the milliseconds per question too). Refused by a ``--cached-only`` run."""
+    computing("a timing")
+    before = load_average()
+    start = time.perf_counter()
+    out = fn(X)
+    seconds = time.perf_counter() - start
+    timing = {"seconds": seconds}
+    if per_question:
+        timing["ms_per_question"] = 1000 * seconds / X["qid"].nunique()
+    return out, {**timing, "pairs_per_second": len(X) / seconds, "load_before": before, "load_after": load_average()}
+
+
+def rotated(names: list, r: int) -> list:
+    """The order of round ``r``: ``names`` rotated by ``r``."""
+    return names[r % len(names):] + names[: r % len(names)]
