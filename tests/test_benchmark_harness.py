@@ -100,7 +100,7 @@ def test_defaults_page_pools_a_variant_over_its_columns(common):
     # The defaults benchmark judges a candidate default (a variant row) against the library default over every
     # column that measured both; a test question scored at several training sizes counts once, its AP
     # difference averaged over them.
-    pytest.importorskip("tomllib")  # the experiments' configuration (Python 3.11+)
+    _toml()  # the experiments' configuration
     import defaults
 
     from as2rank.metrics import paired_significance
@@ -333,7 +333,7 @@ SAVED_CHECKS = ["cascade", "cascade-h100", "cascade_base", "cerberus-library", "
 @pytest.mark.parametrize("page", SAVED_CHECKS)
 def test_checks_written_as_data_are_those_the_saved_runs_made(page, monkeypatch):
     # The generic checker, on each saved run, gives the acceptance checks that the run's script wrote.
-    pytest.importorskip("tomllib")
+    _toml()
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import importlib
 
@@ -361,3 +361,11 @@ def test_checks_as_data_loop_guard_name_and_fail(common):
                           {"check": "two: a ≥ 1.5× b", "measured": "0.50×", "pass": False}]
     assert [(c["check"], c["measured"], c["pass"]) for c in checks[2:]] == [
         ("1p", "1.0, 3.0", False), ("1q", "1.0, 3.0", False), ("2p", "2.0, 3.0", True), ("2q", "2.0, 3.0", True)]
+
+
+def _toml():
+    """Skip where neither ``tomllib`` (Python 3.11+) nor ``tomli`` (the bench extra before 3.11) is installed."""
+    try:
+        import tomllib  # noqa: F401
+    except ModuleNotFoundError:
+        pytest.importorskip("tomli")

@@ -57,8 +57,11 @@ def nulls(value):
 
 
 def load_config(path: Path) -> dict:
-    """The TOML file ``path`` (``tomllib``, Python 3.11+), ``"null"`` read as None."""
-    import tomllib
+    """The TOML file ``path`` (``tomllib``, or ``tomli`` before Python 3.11), ``"null"`` read as None."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the bench extra installs tomli
+        import tomli as tomllib
 
     return nulls(tomllib.loads(path.read_text(encoding="utf-8")))
 
