@@ -482,6 +482,27 @@ def test_ensemble_trains_its_members_then_only_the_top_layers(data, tokenizer):
         assert any(not torch.equal(joint[k], member[k]) for k in joint if k.startswith("encoder.layer.3."))
 
 
+
+def test_an_ensemble_trains_alike_whether_its_members_come_from_the_fit_cache(data, tokenizer):
+    """Rebuilding a cached member's module draws initial weights that the stored ones replace; those draws are
+    kept out of the process's torch generator, so the ensemble's own training that follows sees the same
+    random stream as after fresh members (it did not: results followed the tests run before)."""
+    from as2rank.neural.fitcache import FIT_CACHE
+
+    X, y = data
+    FIT_CACHE.clear()
+    fresh = small(ContextEnsemble, tokenizer).fit(X, y)  # members trained inside
+    FIT_CACHE.clear()
+    members = [small(ContextConcat, tokenizer, contexts=(c,), segment_similarity=True).fit(X, y)
+               for c in ("local", "global")]  # the same member fits, now in the cache
+    cached = small(ContextEnsemble, tokenizer).fit(X, y)
+    assert FIT_CACHE.hits == 2 and not cached.fit_cache_hit_  # both members reused; the ensemble trained
+    np.testing.assert_array_equal(cached.predict(X), fresh.predict(X))
+    before = torch.random.get_rng_state()
+    small(ContextConcat, tokenizer, contexts=("local",), segment_similarity=True).fit(X, y)  # a hit
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
 def test_save_and_load_pretrained(data, tokenizer, tmp_path):
     X, y = data
     for cls in (ContextMWA, ContextEnsemble):

@@ -450,7 +450,14 @@ class NeuralEstimator(ParameterMixin):
             delattr(self, name)  # learnt by an earlier fit, absent from the restored one (e.g. a lexical prior)
         for name, value in state["attrs"].items():
             setattr(self, name, value)
-        module = self.rebuild_module(state["config"], state["attrs"])
+        import torch
+
+        # Building the module initialises weights that the stored ones replace: in a random stream of its own, so
+        # that a fit served from the cache leaves the process's torch generator as a trained fit does (a trained
+        # fit draws in its seeded session). What trains after it (an ensemble around cached members) is then the
+        # same, cached or not.
+        with torch.random.fork_rng(devices=[]):
+            module = self.rebuild_module(state["config"], state["attrs"])
         module.load_state_dict(state["state_dict"])
         setattr(self, self.module_attribute, module.eval())
 
