@@ -152,14 +152,14 @@ def test_verbose_hit_says_so(tmp_path, tokenizer, data, capsys):
 def test_directory_changed_during_fit_is_not_stored(tmp_path, tokenizer, data, monkeypatch):
     X, y = data
     path = save_encoder(tmp_path / "enc", tokenizer, seed=0)
-    load = TransformerRanker._init_module
+    load = TransformerRanker.make_module
 
     def load_then_overwrite(self, *args):
         module = load(self, *args)
         save_encoder(tmp_path / "enc", tokenizer, seed=1)
         return module
 
-    monkeypatch.setattr(TransformerRanker, "_init_module", load_then_overwrite)
+    monkeypatch.setattr(TransformerRanker, "make_module", load_then_overwrite)
     ranker(path).fit(X, y)
     assert len(FIT_CACHE) == 0
 

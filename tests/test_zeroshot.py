@@ -240,7 +240,7 @@ def test_transformer_ranker_fine_tunes_the_head_and_saves_a_cross_encoder(checkp
     start = transformers.AutoModelForSequenceClassification.from_pretrained(path)
     trained = ranker.model_.encoder.classifier.weight.detach()
     assert not torch.allclose(trained, start.classifier.weight)  # the head was trained, not replaced or frozen
-    assert ranker.model_.head is None and ranker._head_modules == ()  # a pretrained head learns at the base rate
+    assert ranker.model_.head is None and ranker.head_modules == ()  # a pretrained head learns at the base rate
     assert not np.allclose(ranker.predict(X), own_scores(path, X), atol=1e-3)
     # The saved encoder is a cross-encoder checkpoint again, with the fine-tuned head: its own scores are the
     # ranker's, and the estimator loads back equal.

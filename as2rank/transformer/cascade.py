@@ -153,7 +153,7 @@ reuse_fit, random_state, verbose, callbacks
     #: re-packs the survivors into chunks).
     _auto_batch_tokens = {**AUTO_BATCH_TOKENS, "cpu-onnx": 1024}
     _inference_params = ("alpha", "exit_layer", "batch_tokens", "verbose", "reuse_fit", "n_threads")
-    _head_modules = ("classifiers",)
+    head_modules = ("classifiers",)
     _saved_attrs = ("n_layers_", "exits_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
@@ -182,7 +182,7 @@ reuse_fit, random_state, verbose, callbacks
         if self.exits is not None and np.ndim(self.alpha) == 1:
             check_drop_ratios(self.alpha, len(self.exits) - 1, "alpha")
 
-    def _prepare_encoder(self, encoder):
+    def prepare_encoder(self, encoder):
         from ..neural.backbone import layer_list
 
         depth = len(layer_list(encoder))
@@ -191,7 +191,7 @@ reuse_fit, random_state, verbose, callbacks
             raise ValueError(f"exits={self.exits!r} but the encoder has only {depth} layers.")
         return encoder, {"exits_": exits, "n_layers_": exits[-1]}
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from .network import CascadeEncoder
 
         return CascadeEncoder(encoder, fitted["exits_"], similarity=self.segment_similarity)

@@ -21,7 +21,7 @@ scores become calibrated logits (optionally cross-fitted with ``teacher_cv``) ar
 :mod:`as2rank.ensemble.calibration` (:func:`~as2rank.ensemble.calibration.platt_scaling`); the paper's
 "ensemble of BASE models" is :class:`~as2rank.ensemble.linear.LinearEnsemble`.
 
-**Training targets.** The ``_row_targets`` hook computes the teachers' calibrated logits once per ``fit``,
+**Training targets.** The ``row_targets`` hook computes the teachers' calibrated logits once per ``fit``,
 before training, so every training batch carries its rows' ``teacher_logits`` beside their labels; KD_RR
 picks the teacher of a batch from the batch's number (its ``step``).
 """
@@ -64,7 +64,7 @@ class _Student(_TransformerEstimator):
         super()._check_rules()
         check_teachers(self.teachers)
 
-    def _row_targets(self, X, y, index):
+    def row_targets(self, X, y, index):
         """The teachers' calibrated logits of the training rows (teachers fitted on them first, or
         cross-fitted with ``teacher_cv``).
 
@@ -195,7 +195,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose, callbacks
     >>> student.predict(X_test)  # doctest: +SKIP
     """
 
-    _head_modules = ("classifiers",)
+    head_modules = ("classifiers",)
     _saved_attrs = ("n_layers_", "body_layers_", "head_layers_", "n_heads_", "pooling_")
     _parameter_constraints = {
         **_TransformerEstimator._parameter_constraints,
@@ -236,7 +236,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose, callbacks
             )
         return weights
 
-    def _prepare_encoder(self, encoder):
+    def prepare_encoder(self, encoder):
         from ..neural.backbone import layer_list, native_pooling
 
         depth = len(layer_list(encoder))
@@ -251,7 +251,7 @@ device, precision, n_threads, reuse_fit, random_state, verbose, callbacks
         return encoder, {"body_layers_": body, "head_layers_": head, "n_heads_": len(self.teachers),
                          "n_layers_": body + head, "pooling_": pooling}
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from .distillation import CerberusEncoder
 
         return CerberusEncoder(encoder, fitted["body_layers_"], fitted["head_layers_"], fitted["n_heads_"],
@@ -372,13 +372,13 @@ batch_tokens, device, precision, n_threads, reuse_fit, random_state, verbose, ca
         self._keep_params(locals())
 
     # ----------------------------------------------------------------- training hooks
-    def _prepare_encoder(self, encoder):
-        from ..neural.backbone import prepare_encoder
+    def prepare_encoder(self, encoder):
+        from ..neural.backbone import prepare_encoder as cut_encoder
 
-        encoder, n_layers, pooling = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+        encoder, n_layers, pooling = cut_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder, {"n_layers_": n_layers, "pooling_": pooling}
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from .network import CrossEncoder
 
         return CrossEncoder(encoder, fitted["pooling_"], similarity=self.segment_similarity)

@@ -245,24 +245,24 @@ class TransformerRanker(_TransformerEstimator):
         self._keep_params(locals())
 
     @property
-    def _head_modules(self):
+    def head_modules(self):
         # A checkpoint's own head is trained already: it learns at the encoder's rate.
         return () if self.pooling_ == "classifier" else ("head",)
 
-    def _prepare_encoder(self, encoder):
+    def prepare_encoder(self, encoder):
         from ..neural.backbone import is_sequence_classifier
-        from ..neural.backbone import prepare_encoder
+        from ..neural.backbone import prepare_encoder as cut_encoder
 
         if not is_sequence_classifier(encoder):
-            encoder, n_layers, pooling = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+            encoder, n_layers, pooling = cut_encoder(encoder, self.model, self.num_layers, self.pooling)
             return encoder, {"n_layers_": n_layers, "pooling_": pooling}
         # A cross-encoder checkpoint: its encoder is cut in place; "auto" keeps its head, "cls"/"mean" drop it.
-        base, n_layers, pooling = prepare_encoder(encoder.base_model, self.model, self.num_layers, self.pooling)
+        base, n_layers, pooling = cut_encoder(encoder.base_model, self.model, self.num_layers, self.pooling)
         if self.pooling == "auto":
             return encoder, {"n_layers_": n_layers, "pooling_": "classifier"}
         return base, {"n_layers_": n_layers, "pooling_": pooling}
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from ..neural.backbone import is_sequence_classifier
         from .network import CrossEncoder
 

@@ -203,7 +203,7 @@ def read_transformer(cls, path, params: dict, meta=None):
     # The estimator's own state protocol (unpickling restores through it too) sets what was read: the fitted
     # attributes first, which the module is built from, then the module.
     est.__setstate__({**est.__getstate__(), **learnt, "tokenizer_": tokenizer})
-    module = est._build_module(encoder, vars(est))
+    module = est.build_module(encoder, vars(est))
     try:
         missing, unexpected = module.load_state_dict(heads, strict=False)
     except RuntimeError as exc:  # a tensor of the wrong shape

@@ -37,14 +37,14 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
 
     A transformer estimator is this scaffold, a few declared hooks and the components it holds:
 
-    * family hooks it must define: :meth:`_prepare_encoder` (cut the loaded encoder; return it with the fitted
-      attributes that depend on it) and :meth:`_build_module` (wrap it in the heads those attributes describe);
+    * family hooks it must define: :meth:`prepare_encoder` (cut the loaded encoder; return it with the fitted
+      attributes that depend on it) and :meth:`build_module` (wrap it in the heads those attributes describe);
     * the training shell's hooks it may override (:class:`~as2rank.neural.shell.NeuralEstimator`), defined here
       for a transformer module: ``get_loss``, ``forward_outputs``, ``get_batches``, ``compute_loss``, ``evaluate``
       and the others the shell lists;
-    * family hooks it may define: :meth:`_encode_rows` (how rows become token arrays; default: question/candidate
-      pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`_row_targets` (per-row training targets),
-      :meth:`_init_module` (a module trained in stages), :meth:`_set_trainable`;
+    * family hooks it may define: :meth:`encode_rows` (how rows become token arrays; default: question/candidate
+      pairs), :meth:`_check_rules` (cross-parameter rules), :meth:`row_targets` (per-row training targets),
+      :meth:`make_module` (a module trained in stages), :meth:`set_trainable`;
     * data: ``_parameter_constraints`` (every parameter's accepted values), ``_saved_attrs`` (the fitted
       attributes written with the weights) and ``_input_columns`` (the text columns it reads) of
       :class:`~as2rank.transformer.saving.PretrainedIO`, and the class attributes below.
@@ -60,7 +60,7 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
     #: (``n_threads`` changes speed; results differ at most in the last bits of float sums.)
     _inference_params = ("batch_tokens", "verbose", "reuse_fit", "n_threads")
     #: Submodules initialised at random (score heads): they learn at ``head_lr_multiplier × learning_rate``.
-    _head_modules = ("head",)
+    head_modules = ("head",)
     #: Parameters that :meth:`save_pretrained` does not write to ``as2rank.json`` (the encoder is saved beside
     #: it; fit-time inputs such as distillation teachers and callbacks are not part of the model).
     _unsaved_params = ("model", "tokenizer", *TRAINING_ONLY_PARAMS)
@@ -73,12 +73,12 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
 
     # ----------------------------------------------------------------- family hooks
     @abstractmethod
-    def _prepare_encoder(self, encoder) -> tuple:
+    def prepare_encoder(self, encoder) -> tuple:
         """Cut the loaded encoder to the depth used: the encoder to build on, and the fitted attributes that
         depend on it (``{"n_layers_": ..., ...}``), which ``fit`` sets."""
 
     @abstractmethod
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         """The torch module that trains and predicts: ``encoder`` wrapped in the score head(s) that ``fitted``
         (the fitted attributes, a mapping) describes. Also rebuilds a fitted module from its config (unpickling,
         loading, a reused fit; ``fitted`` is then the estimator's own) before its weights are loaded."""
@@ -92,15 +92,15 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         if self.similarity_prior and not self.lexical_prior:
             raise ValueError("similarity_prior=True adds a feature to the lexical prior: it needs lexical_prior=True.")
 
-    def _row_targets(self, X, y, index) -> dict:
+    def row_targets(self, X, y, index) -> dict:
         """Per-row arrays (first axis = rows of ``X``) that training batches carry beside ``labels``
         (e.g. teacher logits for distillation); sliced to each batch's rows. Called once per ``fit`` or
         ``partial_fit`` call, on its validated data."""
         return {}
 
-    def _init_module(self, X, y, groups, eval_set) -> tuple:
+    def make_module(self, X, y, groups, eval_set) -> tuple:
         """The module a fresh ``fit`` trains, the backbone loaded, cut and wrapped in the heads, and the fitted
-        attributes that go with it (``tokenizer_`` and those of :meth:`_prepare_encoder`).
+        attributes that go with it (``tokenizer_`` and those of :meth:`prepare_encoder`).
 
         Runs inside ``fit``'s seeded block; a class may train parts first (the context ensemble trains
         its two encoders before their joint fine-tuning).
@@ -108,16 +108,16 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         from ..neural.backbone import load_backbone
 
         encoder, tokenizer = load_backbone(self.model, self.tokenizer)
-        encoder, fitted = self._prepare_encoder(encoder)
+        encoder, fitted = self.prepare_encoder(encoder)
         fitted = {"tokenizer_": tokenizer, **fitted}
-        return self._build_module(encoder, fitted), fitted
+        return self.build_module(encoder, fitted), fitted
 
-    def _set_trainable(self, module) -> None:
+    def set_trainable(self, module) -> None:
         """Choose the parameters the training loop updates (default: all, word embeddings per
         ``freeze_embeddings``)."""
         module.encoder.get_input_embeddings().weight.requires_grad_(not self.freeze_embeddings)
 
-    def _encode_rows(self, module, X, tokenizer) -> dict:
+    def encode_rows(self, module, X, tokenizer) -> dict:
         """The rows of ``X`` as token arrays for ``module`` (default: question/candidate pairs)."""
         from ..neural.backbone import uses_token_types
         from ..neural.tokens import encode_pairs
@@ -146,9 +146,9 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
                 )
 
     def prepare_training_data(self, X, y, index, *, fresh, streamed) -> tuple:
-        """The per-row training targets of :meth:`_row_targets` (distillation teachers' logits are training data
+        """The per-row training targets of :meth:`row_targets` (distillation teachers' logits are training data
         too: computed once per call, keyed and trained on); no fitted attribute."""
-        return self._row_targets(X, y, index), {}
+        return self.row_targets(X, y, index), {}
 
     def rows_per_step(self) -> int:
         """``batch_size``: a streamed schedule has as many steps as ``fit`` over the same rows, so a single
@@ -179,17 +179,17 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         return self._compute_dtype(device, training=True)
 
     def initialize_module(self, X, y, groups, eval_set, prepared) -> tuple:
-        """:meth:`_init_module`, then the prior fitted on the training rows: the module, and the fitted attributes
+        """:meth:`make_module`, then the prior fitted on the training rows: the module, and the fitted attributes
         of both."""
-        module, fitted = self._init_module(X, y, groups, eval_set)
+        module, fitted = self.make_module(X, y, groups, eval_set)
         return module, {**fitted, **self._fit_prior(module, X, y, fitted["tokenizer_"])}
 
     def training_inputs(self, module, X, prepared, device) -> tuple:
-        """The module's trainable parameters chosen (:meth:`_set_trainable`) and its int8 copy forgotten (new weights
+        """The module's trainable parameters chosen (:meth:`set_trainable`) and its int8 copy forgotten (new weights
         need their own); the rows encoded with the prior's logits, and the per-row targets: ``(encoded, targets)``."""
         from ..neural.onnx.copies import INT8_COPIES
 
-        self._set_trainable(module)
+        self.set_trainable(module)
         INT8_COPIES.forget(module)
         return self._encode_for(module, X, vars(self)), prepared
 
@@ -212,7 +212,7 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         per row, such as exits, returns them as columns). Rows do not see each other here, so a batch's rows
         may run in parts (:func:`~as2rank.neural.batching.length_chunks`) whose outputs are joined.
 
-        ``batch`` holds the batch's token tensors, ``labels``, the per-row ``_row_targets`` and two entries
+        ``batch`` holds the batch's token tensors, ``labels``, the per-row ``row_targets`` and two entries
         for losses that vary between batches: ``step``, the batch's number within this ``fit`` or
         ``partial_fit`` call (0, 1, ... over its epochs), and ``draw``, a uniform number in [0, 1) from the
         fit's seeded generator (the same in every process of a distributed fit)."""
@@ -256,7 +256,7 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         return dict(epochs=self.epochs, learning_rate=self.learning_rate, optimizer="adamw",
                     weight_decay=self.weight_decay, schedule="linear", warmup=self.warmup,
                     max_grad_norm=self.max_grad_norm, desc=type(self).__name__,
-                    lr_multipliers={name: self.head_lr_multiplier for name in self._head_modules})
+                    lr_multipliers={name: self.head_lr_multiplier for name in self.head_modules})
 
     def training_results(self, module, inputs, rows, device, *, streamed) -> dict:
         """The int8 copy's activation ranges from the weights just trained (``activation_ranges_``; a
@@ -274,10 +274,10 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         return module.encoder.config
 
     def rebuild_module(self, config, fitted):
-        """:meth:`_build_module` around an encoder made from ``config`` (its weights loaded afterwards)."""
+        """:meth:`build_module` around an encoder made from ``config`` (its weights loaded afterwards)."""
         from transformers import AutoModel
 
-        return self._build_module(AutoModel.from_config(config), fitted)
+        return self.build_module(AutoModel.from_config(config), fitted)
 
     # ----------------------------------------------------------------- shared machinery
     def _fit_prior(self, module, X, y, tokenizer) -> dict:
@@ -343,7 +343,7 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
             source = fitted.get("similarity_source_")
             extra = None if source is None else self._similarity(X, source)
             logits = lexical_prior_logits(fitted["lexical_features_"], fitted["lexical_coef_"], X, extra)
-        encoded = self._encode_rows(module, X, fitted["tokenizer_"])
+        encoded = self.encode_rows(module, X, fitted["tokenizer_"])
         if module.similarity is not None and "question_mask" not in encoded:
             from ..neural.tokens import question_mask
 

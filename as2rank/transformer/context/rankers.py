@@ -132,13 +132,13 @@ class _ContextRanker(_TransformerEstimator):
             encoded["host_segment_counts"] = np.stack([(encoded["segments"] == s).sum(axis=1) for s in range(len(SEGMENTS))], axis=1)
         return encoded
 
-    def _encode_rows(self, module, X, tokenizer):
+    def encode_rows(self, module, X, tokenizer):
         return self._encode_contexts(module.encoder, tokenizer, X, self._contexts())
 
-    def _prepare_encoder(self, encoder):
-        from ...neural.backbone import prepare_encoder
+    def prepare_encoder(self, encoder):
+        from ...neural.backbone import prepare_encoder as cut_encoder
 
-        encoder, n_layers, pooling = prepare_encoder(encoder, self.model, self.num_layers, self.pooling)
+        encoder, n_layers, pooling = cut_encoder(encoder, self.model, self.num_layers, self.pooling)
         return encoder, {"n_layers_": n_layers, "pooling_": pooling}
 
 
@@ -230,12 +230,12 @@ reuse_fit, random_state, verbose, callbacks
     ):
         self._keep_params(locals())
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from ..network import CrossEncoder
 
         return CrossEncoder(encoder, fitted["pooling_"], similarity=self.segment_similarity)
 
-    def _encode_rows(self, module, X, tokenizer):
+    def encode_rows(self, module, X, tokenizer):
         return self._encode_contexts(module.encoder, tokenizer, X, self._contexts(),
                                      segment_masks=module.similarity is not None)
 
@@ -332,7 +332,7 @@ reuse_fit, random_state, verbose, callbacks
     """
 
     _needs_segments = True
-    _head_modules = ("head", "attention")
+    head_modules = ("head", "attention")
     _parameter_constraints = {
         **_ContextRanker._parameter_constraints,
         "contexts": [SequenceOf(Options(CONTEXTS))],
@@ -359,13 +359,13 @@ reuse_fit, random_state, verbose, callbacks
                 "question and candidate tokens): pass summary='sequence' to read the first token."
             )
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from .network import MultiwayContextEncoder
 
         return MultiwayContextEncoder(encoder, fitted["pooling_"], self._contexts(), int(self.attention_dim),
                                       self.summary, similarity=self.segment_similarity)
 
-    def _encode_rows(self, module, X, tokenizer):
+    def encode_rows(self, module, X, tokenizer):
         return self._encode_contexts(module.encoder, tokenizer, X, self._contexts(),
                                      segment_masks=module.similarity is not None)
 
@@ -469,7 +469,7 @@ reuse_fit, random_state, verbose, callbacks
     def _contexts(self):
         return CONTEXTS
 
-    def _init_module(self, X, y, groups, eval_set):
+    def make_module(self, X, y, groups, eval_set):
         from .network import ContextEnsembleModule
 
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "unfreeze_layers"}
@@ -485,14 +485,14 @@ reuse_fit, random_state, verbose, callbacks
                                        similarity=self.segment_similarity)
         return module, fitted
 
-    def _build_module(self, encoder, fitted):
+    def build_module(self, encoder, fitted):
         from .network import ContextEnsembleModule
 
         # Same architecture for the global encoder; its weights come from the state being restored.
         return ContextEnsembleModule(encoder, copy.deepcopy(encoder), fitted["pooling_"],
                                      similarity=self.segment_similarity)
 
-    def _set_trainable(self, module):
+    def set_trainable(self, module):
         from ...neural.backbone import layer_list
 
         for encoder in (module.encoder, module.global_encoder):
@@ -503,7 +503,7 @@ reuse_fit, random_state, verbose, callbacks
             for layer in layers[len(layers) - int(self.unfreeze_layers) :]:
                 layer.requires_grad_(True)
 
-    def _encode_rows(self, module, X, tokenizer):
+    def encode_rows(self, module, X, tokenizer):
         local = self._encode_contexts(module.encoder, tokenizer, X, ("local",),
                                       segment_masks=module.similarity is not None)
         glob = self._encode_contexts(module.encoder, tokenizer, X, ("global",))
