@@ -110,7 +110,10 @@ def test_torch_free_with_torch_blocked():
 
         best, table = tune_alpha(FixedExits().fit(), X, y, grid=(0.0, 0.5))
         assert len(best) == 2 and len(table) == 4
-        loaded = [m for m in sys.modules if m.split(".")[0] == "torch" or m.startswith("as2rank.neural")]
+        # The training shell that the estimator classes are built on imports without torch; nothing else of the
+        # neural machinery loads.
+        light = {"as2rank.neural", "as2rank.neural.shell", "as2rank.neural.callbacks", "as2rank.neural.early_stopping"}
+        loaded = [m for m in sys.modules if m.split(".")[0] == "torch" or (m.startswith("as2rank.neural") and m not in light)]
         print(loaded, sorted({m for m in tried if m.split(".")[0] == "as2rank"}))
         """
     )
