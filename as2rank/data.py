@@ -31,9 +31,7 @@ __all__ = [
     "holdout_questions",
     "ragged_arange",
     "make_frame",
-    "nonstring_rows",
-    "plain_scalar",
-    "describe_rows",
+    "nonstring_rows", "plain_scalar", "describe_rows",
 ]
 
 #: Columns every grouped-candidate frame must have.
@@ -96,40 +94,17 @@ def _key_type(value) -> str:
 _QID_COLUMN = "Column 'qid'"
 
 #: numpy dtype kind -> the kind name ``pandas.api.types.infer_dtype`` gives the same values.
-_NUMPY_KINDS = {
-    "i": "integer",
-    "u": "integer",
-    "f": "floating",
-    "c": "complex",
-    "U": "string",
-    "S": "bytes",
-    "M": "datetime64",
-    "m": "timedelta64",
-    "b": "boolean",
-}
+_NUMPY_KINDS = {"i": "integer", "u": "integer", "f": "floating", "c": "complex", "U": "string", "S": "bytes",
+                "M": "datetime64", "m": "timedelta64", "b": "boolean"}
 
 
 def check_keys(keys, name: str, what: str = "question id"):
-    """:func:`check_group_keys` for any per-row id, also returning the kind of the keys.
+    """:func:`check_group_keys` for any per-row id, and the ids' kind: ``(values, kind)``.
 
-    The metrics check candidate ids (``docno``) by the same rule as question ids; the kind tells them how to
-    compare the ids (an integer id is compared as its decimal text, as in a run file).
-
-    Parameters
-    ----------
-    keys : array-like of shape (n_rows,)
-        The ids.
-    name : str
-        What the ids are called in messages (``"groups"``, ``"Column 'qid'"``, ``"docno"``).
-    what : str, default="question id"
-        What one id is, for messages (``"candidate id"`` for the ``docno`` of a metric).
-
-    Returns
-    -------
-    values : ndarray or pandas extension array
-        The ids, never coerced across kinds (plain integers or floats as numpy arrays).
-    kind : str
-        ``pandas.api.types.infer_dtype``'s name of their kind (``"string"``, ``"integer"``, ``"empty"``, ...).
+    The metrics check candidate ids (``docno``) by the same rule as question ids. ``name`` names the ids in messages
+    (``"groups"``, ``"Column 'qid'"``), ``what`` one id (``"candidate id"``). ``values`` are the ids, never coerced
+    across kinds; ``kind`` is ``pandas.api.types.infer_dtype``'s name (``"string"``, ``"integer"``, ``"empty"``, ...),
+    which tells a metric how to compare them (an integer id as its decimal text, as in a run file).
     """
     subject = name  # e.g. "groups" or "Column 'qid'"
     labels = keys.index if isinstance(keys, pd.Series) else None

@@ -123,3 +123,11 @@ def test_no_import_circle():
         if m not in index:
             visit(m)
     assert not circles, f"import circles: {circles}"
+
+
+def test_modules_hold_at_most_600_lines():
+    """A module longer than 600 lines holds more than one concern: split it by what its parts serve."""
+    roots = (PACKAGE, PACKAGE.parent / "benchmarks")
+    long = {str(p.relative_to(PACKAGE.parent)): n for root in roots for p in sorted(root.rglob("*.py"))
+            if "cache" not in p.relative_to(root).parts and (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long
