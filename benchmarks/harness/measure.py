@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from harness.machine import load_average
+from harness.machine import load_average, log
 from harness.store import computing
 
 
@@ -56,3 +56,25 @@ def timed(fn, X, per_question: bool = False):
 def rotated(names: list, r: int) -> list:
     """The order of round ``r``: ``names`` rotated by ``r``."""
     return names[r % len(names):] + names[: r % len(names)]
+
+
+def interleaved(calls: dict, rounds: int, label: str = "round", per: float = 1.0, unit: str = "s",
+                rotate: bool = True) -> dict:
+    """``{name: [value per round]}``: each zero-argument callable of ``calls`` timed once a round for ``rounds``
+    rounds, its wall seconds divided by ``per`` and shown in the log with ``unit`` (``per=len(rows)/1e6`` with
+    ``unit="µs"``: microseconds a row). With ``rotate`` the order turns each round (:func:`rotated`), so that a
+    swing of the machine's load does not always fall on the same call. Refused by a ``--cached-only`` run."""
+    computing("a timing")
+    names, times = list(calls), {name: [] for name in calls}
+    for r in range(rounds):
+        for name in rotated(names, r) if rotate else names:
+            start = time.perf_counter()
+            calls[name]()
+            times[name].append((time.perf_counter() - start) / per)
+        log(f"[{label} {r + 1}/{rounds}] " + ", ".join(f"{n}: {t[-1]:.3g} {unit}" for n, t in times.items()))
+    return times
+
+
+def medians(times: dict) -> dict:
+    """``{name: median}`` of :func:`interleaved`'s values."""
+    return {name: float(np.median(values)) for name, values in times.items()}
