@@ -9,14 +9,9 @@ cannot hold.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,83 +22,11 @@ import numpy as np
 from harness import ROOT, experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
 from harness.experiment import Experiment
 from harness.library import (CalibratedRanker, CascadeTransformer, OverlapRankRanker, TransformerRanker, as2rank,
-                             expand_candidates, resolve_model)
+                             resolve_model)
+from harness.serving import Server, as2rank_cmd, bodies_of, hey
 
 CONFIG = Experiment(__file__).config
 SERVERS, CASCADE_CONCURRENCY, CLIENT_TIMEOUT = CONFIG["servers"], CONFIG["cascade_concurrency"], CONFIG["client_timeout"]
-
-
-# ----------------------------------------------------------------------------------------------- processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A server process on 127.0.0.1 with its log; ``ready()`` waits for ``/health``."""
-
-    def __init__(self, name: str, cmd: list, logdir: Path):
-        self.name, self.cmd, self.port = name, cmd, free_port()
-        self.log = logdir / f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}.log"
-        self.proc = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> "Server":
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([*self.cmd, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        return self
-
-    def ready(self, timeout=600) -> "Server":
-        import httpx
-
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"{self.name} exited ({self.proc.returncode}); see {self.log}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise SystemExit(f"{self.name} not ready after {timeout} s; see {self.log}")
-
-    def stop(self, sig=signal.SIGTERM, timeout=120) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-
-def as2rank_cmd(model_dir, threads, *extra) -> list:
-    return [sys.executable, "-m", "as2rank", "serve", str(model_dir), "--threads", str(threads), *extra]
-
-
-# ----------------------------------------------------------------------------------------------- load
-def hey(url: str, body: Path, concurrency: int, seconds: float) -> dict:
-    """One cell: ``hey`` for ``seconds`` at ``concurrency`` clients; requests/s of 200 answers and their latency
-    percentiles (ms), from hey's per-request CSV. hey waits for the requests in flight at the end (up to
-    :data:`CLIENT_TIMEOUT`), so that no server is still working for the last cell when the next one starts, and the
-    span over which requests/s is counted runs to the last answer."""
-    cmd = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-t", str(CLIENT_TIMEOUT), "-m", "POST", "-T",
-           "application/json", "-D", str(body), "-o", "csv", url + "/rerank"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + CLIENT_TIMEOUT + 60, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    ok = np.array([float(r["response-time"]) for r in rows if r["status-code"] == "200"])
-    ends = [float(r["offset"]) + float(r["response-time"]) for r in rows]
-    span = max(ends) if ends else seconds
-    pct = np.percentile(ok, [50, 95, 99]) * 1000 if len(ok) else [float("nan")] * 3
-    return {"requests": len(ok), "errors": len(rows) - len(ok), "seconds": span, "rps": len(ok) / span,
-            "p50_ms": pct[0], "p95_ms": pct[1], "p99_ms": pct[2]}
 
 
 def cells(args):
@@ -121,11 +44,11 @@ def run_load(servers, bodies, args) -> dict:
     table = {}
     for name, server in servers.items():  # one short cell each to warm the servers' caches and threads
         for kind in SERVERS[name]:
-            hey(server.url, bodies[kind], 4, 2)
+            hey(server.url, bodies[kind], 4, 2, CLIENT_TIMEOUT)
     for r in range(args.rounds):
         order = cells(args)
         for kind, c, name in order if r % 2 == 0 else order[::-1]:
-            cell = hey(servers[name].url, bodies[kind], c, args.seconds)
+            cell = hey(servers[name].url, bodies[kind], c, args.seconds, CLIENT_TIMEOUT)
             table.setdefault(kind, {}).setdefault(name, {}).setdefault(str(c), []).append(cell)
             errors = f", {cell['errors']} errors" if cell["errors"] else ""
             log(f"[round {r}] {kind} c={c} {name}: {cell['rps']:.1f} req/s, p99 {cell['p99_ms']:.0f} ms{errors}")
@@ -233,21 +156,6 @@ def restart_identical(server: Server, texts_body: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- the run
-def bodies_of(splits, folder: Path, quick: bool):
-    X_test, y_test = splits["test"]
-    sizes = X_test.groupby("qid", sort=False).size()
-    median_q = (sizes - sizes.median()).abs().idxmin()
-    one = X_test[X_test["qid"] == median_q]
-    X_one, y_one = subset_questions(X_test, y_test, 1, seed=3)
-    X_100, _ = expand_candidates(X_one, y_one, splits["pool"], k=100)
-    bodies, texts = {}, {}
-    for kind, frame in (("question", one), ("100", X_100)):
-        texts[kind] = {"query": frame["question"].iloc[0], "texts": frame["candidate"].tolist()}
-        bodies[kind] = folder / f"{kind}.json"
-        bodies[kind].write_text(json.dumps(texts[kind]))
-    return bodies, texts
-
-
 def plot(res, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -278,7 +186,7 @@ def run(exp, args, res):
     as2rank.save(ct.set_params(alpha=0.0), dirs["ct0"])
     as2rank.save(ct.set_params(alpha=0.3), dirs["ct3"])
     as2rank.save(calibrated, dirs["cal"])
-    bodies, texts = bodies_of(splits, work, args.quick)
+    bodies, texts = bodies_of(splits, work)
     t = str(args.threads)
     peer = [sys.executable, str(ROOT / "benchmarks" / "peer_serve_crossencoder.py"), "--model", resolve_model("minilm-l6")[0],
             "--threads", t]

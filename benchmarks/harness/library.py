@@ -37,6 +37,7 @@ NAMES = {
     "LexicalFeatures": "as2rank.lexical.baselines:",
     "PointwiseRanker": "as2rank.lexical.baselines:",
     "CalibratedRanker": "as2rank.answer.ranker:",
+    "create_app": "as2rank.serve.app:",
     "apply_calibration": "as2rank.ensemble.calibration:",
     "SequentialRanker": "as2rank.pruning.sequential:",
     "EXIT_GAP": "as2rank.pruning.rules:",

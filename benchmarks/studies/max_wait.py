@@ -1,0 +1,107 @@
+"""How long ``as2rank serve`` should let a request wait for others (``--max-wait-ms``), measured under load
+(``max_wait.toml``).
+
+    python benchmarks/studies/max_wait.py [--seconds 4] [--rounds 3] [--train-questions 300] [--threads 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
+
+import numpy as np
+from harness import ROOT, experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
+from harness.library import TransformerRanker, as2rank, create_app, resolve_model
+from harness.measure import rotated
+from harness.serving import Server, as2rank_cmd, bodies_of, hey
+
+PEER = "CrossEncoder (FastAPI)"
+
+
+def label(ms) -> str:
+    return f"{ms:g}"
+
+
+def plot(res, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, kind in zip(axes, res["kinds"]):
+        by_c = res["load"][kind]
+        cs = sorted(by_c, key=int)
+        for name in by_c[cs[0]]:
+            ax.plot([int(c) for c in cs], [by_c[c][name]["rps"] for c in cs], "o-",
+                    label=name if name == PEER else f"--max-wait-ms {name}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel("requests/s (median of rounds)")
+        ax.set_title(f"POST /rerank, {res['requests'][kind]} candidates per request", fontsize=9)
+    save_figure(fig, path, legend_axes=axes[1])
+
+
+def run(exp, args, res):
+    cfg = exp.config
+    if not shutil.which("hey"):
+        raise SystemExit("hey (the HTTP load generator) is not installed: apt-get install hey")
+    concurrency = [1, 4] if args.quick else cfg["concurrency"]
+    splits = wikiqa_splits()
+    X_train, y_train = subset_questions(*splits["train"], args.train_questions)
+    fits = []
+    tr = fitted(TransformerRanker(), X_train, y_train, fits)
+    work = Path(tempfile.mkdtemp(prefix="as2rank-max-wait-"))
+    as2rank.save(tr, work / "tr")
+    bodies, texts = bodies_of(splits, work)
+    t = str(args.threads)
+    servers = {label(ms): Server(f"wait-{ms}", as2rank_cmd(work / "tr", t, "--max-wait-ms", str(ms)), work)
+               for ms in cfg["wait_ms"]}
+    servers[PEER] = Server("crossencoder", [sys.executable, str(ROOT / "benchmarks" / "peer_serve_crossencoder.py"),
+                                            "--model", resolve_model("minilm-l6")[0], "--threads", t], work)
+    for s in servers.values():
+        s.start()
+    for s in servers.values():
+        s.ready()
+    res.update(fits=fits, threads=args.threads, seconds=args.seconds, rounds=args.rounds, concurrency=concurrency,
+               wait_ms=cfg["wait_ms"], kinds=cfg["kinds"], n_train_questions=int(X_train["qid"].nunique()),
+               requests={k: len(v["texts"]) for k, v in texts.items()},
+               library_default_ms=inspect.signature(create_app).parameters["max_wait_ms"].default,
+               quick="16 training questions, 1 s cells, concurrency 1 and 4, one round" if args.quick else "")
+    for name, server in servers.items():  # one short cell each: the servers' first calls
+        for kind in cfg["kinds"]:
+            hey(server.url, bodies[kind], 4, 1, cfg["client_timeout"])
+    cells, names = {}, list(servers)
+    res["servers"] = names
+    for r in range(args.rounds):
+        for kind in cfg["kinds"]:
+            for c in concurrency:
+                for name in rotated(names, r + c):
+                    cell = hey(servers[name].url, bodies[kind], c, args.seconds, cfg["client_timeout"])
+                    cells.setdefault(kind, {}).setdefault(str(c), {}).setdefault(name, []).append(cell)
+                log(f"[round {r + 1}/{args.rounds}] {kind} c={c}: " + ", ".join(
+                    f"{n} {cells[kind][str(c)][n][-1]['rps']:.1f}" for n in names) + " req/s")
+    for s in servers.values():
+        s.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    res["load"] = {kind: {c: {name: {**{k: float(np.median([x[k] for x in runs])) for k in ("rps", "p50_ms", "p99_ms")},
+                                     "errors": int(sum(x["errors"] for x in runs)),
+                                     "rounds_rps": [round(x["rps"], 2) for x in runs]}
+                              for name, runs in by_name.items()} for c, by_name in by_c.items()}
+                   for kind, by_c in cells.items()}
+    ours = [label(ms) for ms in cfg["wait_ms"]]
+    ratios = {name: [] for name in ours}
+    for by_c in res["load"].values():
+        for row in by_c.values():
+            best = max(row[name]["rps"] for name in ours)
+            for name in ours:
+                ratios[name].append(row[name]["rps"] / best)
+    res["score"] = {name: float(np.exp(np.mean(np.log(v)))) for name, v in ratios.items()}
+    best = max(res["score"], key=res["score"].get)
+    res["best_ms"] = next(ms for ms in cfg["wait_ms"] if label(ms) == best)
+    plot(res, figure_path(exp.template, "max_wait.png"))
+
+
+if __name__ == "__main__":
+    experiment.main(__file__, run)
