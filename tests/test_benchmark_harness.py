@@ -330,11 +330,20 @@ SAVED_CHECKS = ["cascade", "cascade-h100", "cascade_base", "cerberus-library", "
                 "cpu_training-avx2", "scale", "selection-avx2", "serve", "speed", "speed-h100", "speed-h200"]
 
 
-@pytest.mark.parametrize("page", SAVED_CHECKS)
+#: The saved runs of the studies whose acceptance checks are written as data (``[[checks]]``).
+SAVED_STUDY_CHECKS = sorted(
+    path.stem for path in (BENCHMARKS / "studies" / "results").glob("*.json")
+    if (config := BENCHMARKS / "studies" / f"{path.stem.split('-')[0]}.toml").exists()
+    and "[[checks]]" in config.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("page", SAVED_CHECKS + [f"studies/{page}" for page in SAVED_STUDY_CHECKS])
 def test_checks_written_as_data_are_those_the_saved_runs_made(page, monkeypatch):
     # The generic checker, on each saved run, gives the acceptance checks that the run's script wrote.
     _toml()
+    folder, _, page = page.rpartition("/")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(BENCHMARKS / folder))
     import importlib
 
     from harness.experiment import Experiment
@@ -342,7 +351,7 @@ def test_checks_written_as_data_are_those_the_saved_runs_made(page, monkeypatch)
     name = page.split("-")[0]
     module = importlib.import_module(name)
     exp = Experiment(module.__file__)
-    res = json.loads((BENCHMARKS / "results" / f"{page}.json").read_text())
+    res = json.loads((BENCHMARKS / folder / "results" / f"{page}.json").read_text())
     saved = res.pop("acceptance")
     made = module.checks(exp, res) if hasattr(module, "checks") else exp.checks(res)
     assert made == saved
