@@ -1,40 +1,11 @@
-"""Operator choices of the int8 graph on ONNX Runtime: the graph ``precision="int8"`` runs, against the same
-graph with its self-attention blocks written other ways and with ONNX Runtime's SkipLayerNormalization fusion
-on, timed on the same batches in one process.
+"""Operator choices of the int8 graph on ONNX Runtime, timed on the same batches in one process
+(``int8_operators.toml``).
 
-    python benchmarks/studies/int8_operators.py [--pairs N] [--rounds N] [--threads N]
-
-The model is the one of ``benchmarks/cpu_inference.py`` (``TransformerRanker(random_state=0)`` fitted on the
-first 300 training questions, shared through the fit cache); its int8 graph is exported by one
-``predict(precision="int8")`` on the first ``--pairs`` WikiQA-test pairs, and that call's session inputs (the
-batches ``predict`` feeds ONNX Runtime, after tokenisation and the lexical prior) are what every variant runs.
-Each variant is a rewrite of the exported graph, run by a session that as2rank's ``OnnxModule`` builds (its
-threads and options):
-
-- **shipped**: the graph as exported: each self-attention block one ``com.microsoft.QAttention`` node, and
-  ONNX Runtime's ``SkipLayerNormFusion`` off (:data:`as2rank.neural.onnx.runtime.DISABLED_FUSIONS`);
-- **SkipLayerNormalization fusion on**: the same graph with that fusion left on;
-- **MultiHeadAttention**: the query, key and value projections as one ``MatMulIntegerToFloat``, split, then
-  ``com.microsoft.MultiHeadAttention`` (which adds their biases);
-- **standard operators**: the same product, then the attention in ONNX's own operators (reshape, transpose,
-  two batched ``MatMul``, the additive mask, ``Softmax``);
-- **ONNX Attention (opset 23)**: the same product, split, then ONNX's own ``Attention`` operator (the graph's
-  operator set raised to 23), with the padding as a boolean mask;
-- **no attention (a bound)**: the same product and its query third as the block's output, no attention at all:
-  wrong scores, timed only to bound what any faster attention could gain.
-
-Beside them, the int8 products' rate: multiply-adds per second of the shipped graph's ``MatMulIntegerToFloat``
-nodes over the same batches (ONNX Runtime's profiler: each node's input and output shapes and its kernel time),
-against the same kernel alone on one product of each shape at ``KERNEL_ROWS`` rows (random codes, best of
-``KERNEL_REPEATS`` runs).
-
-Writes ``benchmarks/studies/results/int8_operators.json`` and ``docs/studies/int8_operators.md`` (``-<tag>`` with
-``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py int8_operators`` renders the page again.
+    python benchmarks/studies/int8_operators.py [--pairs 2000] [--rounds 7] [--threads N]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -44,26 +15,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from harness import conclude, fitted, log, run_header, session_calls, wikiqa_splits
-from harness import first_questions as fit_subset
+from harness import experiment, first_questions, fitted, session_calls, wikiqa_splits
+from harness.experiment import Experiment
+from harness.measure import interleaved, medians
 
-#: Variants: name -> (rewrite of the attention blocks or None, whether it computes the shipped model (up to the
-#: order of float sums, which can flip an int8 rounding), ONNX Runtime fusions to disable or None for the library's).
-VARIANTS = {
-    "shipped": (None, True, None),
-    "SkipLayerNormalization fusion on": (None, True, ()),
-    "MultiHeadAttention": ("multi_head", True, None),
-    "standard operators": ("standard", True, None),
-    "ONNX Attention (opset 23)": ("onnx", True, None),
-    "no attention (a bound)": ("none", False, None),
-}
-#: A variant that computes the shipped graph's scores and runs this much faster fails the check.
-MARGIN = 1.05
-#: Training questions of the fit (those of ``cpu_inference.py``).
-FIT_QUESTIONS = 300
-#: Rows of the lone-kernel products (about a batch of the int8 copy's token budget) and the runs kept the best of.
-KERNEL_ROWS = 512
-KERNEL_REPEATS = 5
+EXP = Experiment(__file__)
+RECORD, VARIANTS = EXP.config["record"], EXP.config["variants"]
 
 
 def rewrite(model, how: str):
@@ -96,14 +53,15 @@ def rewrite(model, how: str):
                       helper.make_node("MultiHeadAttention", [f"{p}_q", f"{p}_k", f"{p}_v", bias, keep], [out],
                                        num_heads=heads, domain="com.microsoft")]
         elif how == "onnx":
-            if keep not in masks:  # (rows, 1, tokens, tokens), True where attended: ONNX Runtime wants every query's row
+            if keep not in masks:  # (rows, 1, tokens, tokens), True where attended: ONNX Runtime wants each query's row
                 m = masks[keep] = f"{keep}_boolean"
                 shape = [helper.make_node("Shape", [keep], [f"{m}_rows_tokens"])] + [
                     helper.make_node("Slice", [f"{m}_rows_tokens", const(f"{m}_{a}", np.int64([a])),
-                                               const(f"{m}_{a}_end", np.int64([a + 1]))], [f"{m}_dim{a}"]) for a in (0, 1)]
+                                               const(f"{m}_{a}_end", np.int64([a + 1]))], [f"{m}_dim{a}"])
+                    for a in (0, 1)]
                 nodes += [*shape,
-                          helper.make_node("Concat", [f"{m}_dim0", const(f"{m}_heads", np.int64([1])), f"{m}_dim1", f"{m}_dim1"],
-                                           [f"{m}_shape"], axis=0),
+                          helper.make_node("Concat", [f"{m}_dim0", const(f"{m}_heads", np.int64([1])), f"{m}_dim1",
+                                                      f"{m}_dim1"], [f"{m}_shape"], axis=0),
                           helper.make_node("Cast", [keep], [f"{m}_b"], to=TensorProto.BOOL),
                           helper.make_node("Unsqueeze", [f"{m}_b", const(f"{m}_axes", np.int64([1, 2]))], [f"{m}_u"]),
                           helper.make_node("Expand", [f"{m}_u", f"{m}_shape"], [m])]
@@ -190,18 +148,21 @@ def product_rates(int8_module, batches) -> dict:
     shapes = {}
     for event in events:
         args = event.get("args", {})
-        if event.get("cat") != "Node" or args.get("op_name") != "MatMulIntegerToFloat" or not event["name"].endswith("_kernel_time"):
+        if (event.get("cat") != "Node" or args.get("op_name") != "MatMulIntegerToFloat"
+                or not event["name"].endswith("_kernel_time")):
             continue
         a, out = (next(iter(args[key][0].values())) for key in ("input_type_shape", "output_type_shape"))
-        rec = shapes.setdefault(f"{a[-1]}×{out[-1]}", {"seconds": 0.0, "multiply_adds": 0, "inputs": a[-1], "outputs": out[-1]})
+        rec = shapes.setdefault(f"{a[-1]}×{out[-1]}",
+                                {"seconds": 0.0, "multiply_adds": 0, "inputs": a[-1], "outputs": out[-1]})
         rec["seconds"] += event["dur"] / 1e6
         rec["multiply_adds"] += int(np.prod(a)) * out[-1]
     return shapes
 
 
-def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = KERNEL_ROWS) -> float:
+def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = RECORD["kernel_rows"]) -> float:
     """Multiply-adds per second of ONNX Runtime's ``MatMulIntegerToFloat`` alone on a (rows × inputs) uint8 by
-    (inputs × outputs) int8 product of random codes: the best of ``KERNEL_REPEATS`` runs of about 2G each."""
+    (inputs × outputs) int8 product of random codes: the best of ``kernel_repeats`` runs (of the configuration) of
+    about 2G each."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -210,17 +171,20 @@ def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = KERNEL_ROWS
               numpy_helper.from_array(np.ones(outputs, np.float32), "w_scale"),
               numpy_helper.from_array(np.array(0.01, np.float32), "scale"),
               numpy_helper.from_array(np.array(128, np.uint8), "zero")]
-    node = helper.make_node("MatMulIntegerToFloat", ["x", "w", "scale", "w_scale", "zero"], ["y"], domain="com.microsoft")
-    graph = helper.make_graph([node], "product", [helper.make_tensor_value_info("x", TensorProto.UINT8, [None, inputs])],
+    node = helper.make_node("MatMulIntegerToFloat", ["x", "w", "scale", "w_scale", "zero"], ["y"],
+                            domain="com.microsoft")
+    graph = helper.make_graph([node], "product",
+                              [helper.make_tensor_value_info("x", TensorProto.UINT8, [None, inputs])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, outputs])], consts)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feed = {"x": rng.integers(0, 256, (rows, inputs)).astype(np.uint8)}
     session.run(None, feed)
     calls, best = max(3, int(2e9 / (rows * inputs * outputs))), float("inf")
-    for _ in range(KERNEL_REPEATS):
+    for _ in range(RECORD["kernel_repeats"]):
         start = time.perf_counter()
         for _ in range(calls):
             session.run(None, feed)
@@ -228,58 +192,45 @@ def kernel_rate(inputs: int, outputs: int, threads: int, rows: int = KERNEL_ROWS
     return rows * inputs * outputs / best
 
 
-def main(argv=None):
+def run(exp, args, res):
     import onnx
 
     from harness.library import TransformerRanker
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs (default 2000, as cpu_inference.py)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
-    parser.add_argument("--threads", type=int, default=None, help="threads of torch and ONNX Runtime (default: torch's)")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    res = {**run_header("studies/int8_operators.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
-           "margin": MARGIN}
     splits = wikiqa_splits()
-    est = fitted(TransformerRanker(random_state=0), *fit_subset(*splits["train"], FIT_QUESTIONS))
+    est = fitted(TransformerRanker(random_state=0), *first_questions(*splits["train"], RECORD["fit_questions"]))
     est.set_params(precision="int8", n_threads=args.threads)
     X = splits["test"][0].head(args.pairs)
     int8_module, batches, predict_seconds, session_seconds = captured(est, X)
-    res.update(pairs=len(X), batches=len(batches), padded_tokens=int(sum(b["input_ids"].numel() for b in batches)),
-               threads=int8_module.threads, predict_seconds=predict_seconds, session_seconds=session_seconds)
+    res.update(rounds=args.rounds, pairs=len(X), batches=len(batches), threads=int8_module.threads,
+               padded_tokens=int(sum(b["input_ids"].numel() for b in batches)), predict_seconds=predict_seconds,
+               session_seconds=session_seconds)
     shipped = onnx.load_from_string(int8_module.graph)
-    modules = {name: variant_module(int8_module, shipped if how is None else rewrite(shipped, how), disabled)
-               for name, (how, _, disabled) in VARIANTS.items()}
+    modules = {name: variant_module(int8_module, shipped if v["rewrite"] is None else rewrite(shipped, v["rewrite"]),
+                                    v["disabled"]) for name, v in VARIANTS.items()}
     scores = {name: np.concatenate([m(b).numpy() for b in batches]) for name, m in modules.items()}
-    names, runs = list(VARIANTS), {name: [] for name in VARIANTS}
-    for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            t = time.perf_counter()
+
+    def session_runs(module):
+        def call():
             for batch in batches:
-                modules[name](batch)
-            runs[name].append(time.perf_counter() - t)
-        log(f"[round {r + 1}/{args.rounds}] " + ", ".join(f"{n}: {runs[n][-1]:.3f} s" for n in names))
-    base = np.asarray(runs["shipped"])
+                module(batch)
+        return call
+
+    runs = interleaved({name: session_runs(m) for name, m in modules.items()}, args.rounds)
+    base, median = np.asarray(runs["shipped"]), medians(runs)
     res["variants"] = {
-        name: {"seconds": runs[name], "median_seconds": float(np.median(runs[name])),
-               "speed_vs_shipped": float(np.median(base / np.asarray(runs[name]))), "same_model": same,
+        name: {"seconds": runs[name], "median_seconds": median[name],
+               "speed_vs_shipped": float(np.median(base / np.asarray(runs[name]))), "same_model": v["same_model"],
                "largest_change": float(np.abs(scores[name] - scores["shipped"]).max())}
-        for name, (_, same, _) in VARIANTS.items()
+        for name, v in VARIANTS.items()
     }
     res["products"] = product_rates(int8_module, batches)
     for rec in res["products"].values():
         rec["kernel_alone"] = kernel_rate(rec["inputs"], rec["outputs"], int8_module.threads)
-    res["kernel_rows"], res["kernel_repeats"] = KERNEL_ROWS, KERNEL_REPEATS
     bound = res["variants"]["no attention (a bound)"]["speed_vs_shipped"]
     # predict with its session runs that much faster, the rest of predict unchanged.
     res["predict_bound"] = predict_seconds / (predict_seconds - session_seconds + session_seconds / bound)
-    exact = {n: v["speed_vs_shipped"] for n, v in res["variants"].items() if v["same_model"] and n != "shipped"}
-    fastest = max(exact, key=exact.get)
-    checks = [{"check": f"no other way of writing the same model runs more than {MARGIN:.2f}× as fast as the shipped one",
-               "measured": f"fastest: {fastest}, {exact[fastest]:.2f}×", "pass": bool(exact[fastest] <= MARGIN)}]
-    conclude(res, "int8_operators", start, checks)
 
 
 if __name__ == "__main__":
-    main()
+    experiment.main(__file__, run)

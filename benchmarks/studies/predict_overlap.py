@@ -1,35 +1,11 @@
-"""The predict loop's overlap of host and device work, and the token cache, on this machine's CPU: whole
-``predict`` calls on WikiQA-test pairs with the batches laid out in turn (the CPU default), laid out ahead in a
-background thread (the GPU default), and with the token cache emptied before every call (every call tokenises,
-as before the cache).
+"""The predict loop's overlap of host and device work, and the token cache, on this machine's CPU
+(``predict_overlap.toml``, which says how to make the checkout of ``--before``).
 
-    python benchmarks/studies/predict_overlap.py [--pairs N] [--rounds N] [--threads N] [--before path/to/checkout]
-
-Models: ``TransformerRanker(random_state=0)`` and ``CascadeTransformer(alpha=0.3, random_state=0)`` fitted on the
-first 300 WikiQA training questions (``benchmarks/cpu_inference.py``'s training rows; cached fits). Each round
-runs every setting of every model once, in a rotating order; a setting's speed is the median over rounds of the
-default's time over its own in the same round. The scores of every setting are compared bit for bit with the
-default's.
-
-With ``--before``, a checkout of this code with the overlap and the token cache taken out (a saved model of
-today's code does not load in the code of their time, which lacked later parameters)::
-
-    git worktree add --detach path/to/before HEAD
-    git -C path/to/before revert --no-commit 061d720 2823544      # stops on a conflict in predict.py:
-    git -C path/to/before checkout 9a5ef1a -- as2rank/neural/predict.py
-
-the CPU page's rows (``benchmarks/cpu_inference.py``: a fresh process loads the model
-saved by ``save_pretrained``, predicts 64 pairs to warm up, then times one ``predict`` of all the pairs) run in
-each round with that code and with this one, in turn; a row's speed is the median over rounds of the earlier
-code's time over this code's in the same round, and the scores of the two are compared bit for bit.
-
-Writes ``benchmarks/studies/results/predict_overlap.json`` and ``docs/studies/predict_overlap.md`` (``-<tag>``
-with ``AS2RANK_BENCH_TAG``); ``python benchmarks/render.py predict_overlap`` renders the page again.
+    python benchmarks/studies/predict_overlap.py [--pairs 2000] [--rounds 7] [--threads N] [--before path/to/checkout]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import subprocess
@@ -41,20 +17,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from harness import conclude, fitted, log, run_header, timed_subprocess, wikiqa_splits
-from harness import first_questions as fit_subset
+from harness import experiment, first_questions, fitted, log, timed_subprocess, wikiqa_splits
+from harness.experiment import Experiment
+from harness.measure import rotated
+from harness.paths import BENCHMARKS
 from harness.predict_round import WARMUP_PAIRS
+from harness.store import computing
 
-HERE = Path(__file__).resolve().parents[1]
-
-FIT_QUESTIONS = 300
-#: Batches laid out ahead in the "prefetch" setting (the GPU default, :data:`as2rank.neural.predict.PREFETCH`).
-DEFAULT, SETTINGS = "in turn", ("in turn", "prefetch", "tokens uncached")
-#: The CPU page's rows timed against the earlier code: name -> (model, precision, cascade alpha or None).
-PAGE_ROWS = {"TransformerRanker precision='auto'": ("TransformerRanker", "auto", None),
-             "TransformerRanker precision='int8'": ("TransformerRanker", "int8", None),
-             "TransformerRanker precision='fp32'": ("TransformerRanker", "fp32", None),
-             "CascadeTransformer α=0.3, precision='auto'": ("CascadeTransformer α=0.3", "auto", 0.3)}
+EXP = Experiment(__file__)
+#: The settings, the first the CPU default; the CPU page's rows: name -> (model, precision, cascade alpha or None).
+SETTINGS, PAGE_ROWS = EXP.config["settings"], EXP.config["page_rows"]
+DEFAULT = SETTINGS[0]
 
 
 @contextlib.contextmanager
@@ -76,7 +49,7 @@ def setting(name: str):
 def page_row(row: str, code: Path, work: Path, threads: int | None, scores: Path) -> dict:
     """One fresh-process round of the CPU page's row ``row`` with the library at ``code`` (a repository root)."""
     model, precision, alpha = PAGE_ROWS[row]
-    cmd = [sys.executable, str(HERE / "harness" / "predict_round.py"), precision,
+    cmd = [sys.executable, str(BENCHMARKS / "harness" / "predict_round.py"), precision,
            "--model-dir", str(work / model), "--pairs-file", str(work / "pairs.json"), "--scores", str(scores)]
     cmd += ([] if alpha is None else ["--alpha", str(alpha)]) + (["--threads", str(threads)] if threads else [])
     out = timed_subprocess(row, cmd, threads, env={"PYTHONPATH": str(code)})
@@ -102,85 +75,67 @@ def against_before(models: dict, X, before: Path, rounds: int, threads: int | No
         for name, model in models.items():
             model.save_pretrained(work / name, **({"int8": True} if name == "TransformerRanker" else {}))
         for r in range(rounds):
-            for row in list(PAGE_ROWS)[r % len(PAGE_ROWS):] + list(PAGE_ROWS)[: r % len(PAGE_ROWS)]:
+            for row in rotated(list(PAGE_ROWS), r):
                 for code in (("before", "current") if r % 2 == 0 else ("current", "before")):
                     out = page_row(row, codes[code], work, threads, work / f"scores-{code}.json")
                     runs[row][code].append(out["seconds"])
-                same[row] = same.get(row, True) and (work / "scores-before.json").read_text() == (work / "scores-current.json").read_text()
+                scores = [(work / f"scores-{code}.json").read_text() for code in ("before", "current")]
+                same[row] = same.get(row, True) and scores[0] == scores[1]
             log(f"[before/current {r + 1}/{rounds}] " + "; ".join(
                 f"{row}: {runs[row]['before'][-1]:.2f} s / {runs[row]['current'][-1]:.2f} s" for row in PAGE_ROWS))
     return {"commit": commit, "changed": changed, "rounds": rounds, "warmup_pairs": WARMUP_PAIRS,
-            "rows": {row: {"seconds": runs[row], "pairs_per_s": {c: len(X) / float(np.median(runs[row][c])) for c in codes},
-                           "speed_vs_before": float(np.median(np.asarray(runs[row]["before"]) / np.asarray(runs[row]["current"]))),
+            "rows": {row: {"seconds": runs[row],
+                           "pairs_per_s": {c: len(X) / float(np.median(runs[row][c])) for c in codes},
+                           "speed_vs_before": float(np.median(np.asarray(runs[row]["before"])
+                                                              / np.asarray(runs[row]["current"]))),
                            "same_scores": same[row]}
                      for row in PAGE_ROWS}}
 
 
-def main(argv=None):
-    import torch
-
-    from harness.library import CascadeTransformer, TransformerRanker
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", type=int, default=2000, help="WikiQA-test pairs per call (default 2000, as cpu_inference.py)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--before", type=Path, default=None,
-                        help="a checkout of the library before the overlap: time the CPU page's rows against it")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    res = {**run_header("studies/predict_overlap.py", argv), "rounds": args.rounds, "fit_questions": FIT_QUESTIONS,
-           "threads": torch.get_num_threads()}
-    if args.before is not None:  # the pages name no folder of the machine they ran on
-        res["command"] = res["command"].replace(str(args.before), "path/to/before")
-    splits = wikiqa_splits()
-    train = fit_subset(*splits["train"], FIT_QUESTIONS)
-    models = {"TransformerRanker": fitted(TransformerRanker(random_state=0), *train),
-              "CascadeTransformer α=0.3": fitted(CascadeTransformer(alpha=0.3, random_state=0), *train)}
-    X = splits["test"][0].head(args.pairs)
-    if args.before is not None:  # first: the fresh processes need no warm model in this one
-        res["before"] = against_before(models, X, args.before, args.rounds, args.threads)
-    scores = {m: {s: None for s in SETTINGS} for m in models}
+def overlap(models: dict, X, rounds: int) -> dict:
+    """Per model and setting: its seconds per round, pairs/s, speed over the default's (same round, median) and
+    whether its scores are the default's, bit for bit. After one untimed call of each model (its module and the
+    token cache warm), each round runs every setting of every model once, the settings' order rotating."""
+    computing("a timing")
+    scores = {m: {} for m in models}
     runs = {m: {s: [] for s in SETTINGS} for m in models}
     for model in models.values():
-        model.predict(X)  # a first, untimed call of each model (its module and the token cache warm)
-    for r in range(args.rounds):
+        model.predict(X)
+    for r in range(rounds):
         for name, model in models.items():
-            for s in SETTINGS[r % len(SETTINGS):] + SETTINGS[: r % len(SETTINGS)]:
+            for s in rotated(SETTINGS, r):
                 with setting(s):
                     t = time.perf_counter()
                     out = model.predict(X)
                     runs[name][s].append(time.perf_counter() - t)
                 scores[name][s] = out
-        log(f"[round {r + 1}/{args.rounds}] " + "; ".join(f"{m}: " + ", ".join(f"{s} {runs[m][s][-1]:.2f} s" for s in SETTINGS) for m in models))
+        log(f"[round {r + 1}/{rounds}] " + "; ".join(
+            f"{m}: " + ", ".join(f"{s} {runs[m][s][-1]:.2f} s" for s in SETTINGS) for m in models))
+    return {m: {s: {"seconds": runs[m][s], "pairs_per_s": len(X) / float(np.median(runs[m][s])),
+                    "speed_vs_default": float(np.median(np.asarray(runs[m][DEFAULT]) / np.asarray(runs[m][s]))),
+                    "same_bits": bool(np.array_equal(scores[m][s], scores[m][DEFAULT], equal_nan=True))}
+                for s in SETTINGS}
+            for m in models}
+
+
+def run(exp, args, res):
+    import torch
+
+    from harness.library import CascadeTransformer, TransformerRanker
+
+    res.update(rounds=args.rounds, threads=torch.get_num_threads())
+    if args.before is not None:  # the pages name no folder of the machine they ran on
+        res["command"] = res["command"].replace(str(args.before), "path/to/before")
+    splits = wikiqa_splits()
+    train = first_questions(*splits["train"], res["fit_questions"])
+    models = {"TransformerRanker": fitted(TransformerRanker(random_state=0), *train),
+              "CascadeTransformer α=0.3": fitted(CascadeTransformer(alpha=0.3, random_state=0), *train)}
+    X = splits["test"][0].head(args.pairs)
+    if args.before is not None:  # first: the fresh processes need no warm model in this one
+        res["before"] = against_before(models, X, args.before, args.rounds, args.threads)
     res["pairs"] = len(X)
-    res["models"] = {
-        m: {s: {"seconds": runs[m][s], "pairs_per_s": len(X) / float(np.median(runs[m][s])),
-                "speed_vs_default": float(np.median(np.asarray(runs[m][DEFAULT]) / np.asarray(runs[m][s]))),
-                "same_bits": bool(np.array_equal(scores[m][s], scores[m][DEFAULT], equal_nan=True))}
-            for s in SETTINGS}
-        for m in models
-    }
-    checks = []
-    if args.before is not None:
-        rows = res["before"]["rows"]
-        checks.append({"check": "The CPU page's rows: the same scores as the earlier code, and not slower than it "
-                                "(speed vs the earlier code ≥ 0.98)",
-                       "measured": ", ".join(f"{row}: {r['speed_vs_before']:.3f}×, {'same' if r['same_scores'] else 'different'} scores"
-                                             for row, r in rows.items()),
-                       "pass": all(r["same_scores"] and r["speed_vs_before"] >= 0.98 for r in rows.values())})
-    for m, rows in res["models"].items():
-        checks.append({"check": f"{m}: the same scores, bit for bit, in every setting",
-                       "measured": ", ".join(f"{s}: {'same' if r['same_bits'] else 'different'}" for s, r in rows.items()),
-                       "pass": all(r["same_bits"] for r in rows.values())})
-        checks.append({"check": f"{m}: the CPU default (in turn, tokens cached) is not slower than prefetch or "
-                                "than tokenising every call (speed vs the default ≤ 1.02)",
-                       "measured": ", ".join(f"{s}: {r['speed_vs_default']:.3f}×" for s, r in rows.items() if s != DEFAULT),
-                       "pass": all(r["speed_vs_default"] <= 1.02 for s, r in rows.items() if s != DEFAULT)})
-    conclude(res, "predict_overlap", start, checks)
+    res["models"] = overlap(models, X, args.rounds)
 
 
 if __name__ == "__main__":
-    main()
+    experiment.main(__file__, run)
