@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 
 import numpy as np
 from harness import ROOT, experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
-from harness.library import TransformerRanker, as2rank, create_app, resolve_model
-from harness.measure import rotated
+from harness.library import TransformerRanker, as2rank, compare, create_app, resolve_model
+from harness.measure import rotated, significance
 from harness.serving import Server, as2rank_cmd, bodies_of, hey
 
 PEER = "CrossEncoder (FastAPI)"
@@ -25,6 +25,27 @@ PEER = "CrossEncoder (FastAPI)"
 
 def label(ms) -> str:
     return f"{ms:g}"
+
+
+def analyse(load: dict, ours: list, default: str) -> dict:
+    """``score``: each wait's geometric mean, over the (request, clients) cells, of its median requests/s over the
+    best wait's; ``best_ms``; ``vs_default``: each wait against the default over every cell's rounds (paired by
+    round, the cells of a round being interleaved): its geometric-mean ratio of requests/s, the rounds it was
+    ahead in, and the p-value of a paired randomisation test of the log requests/s."""
+    ratios = {name: [] for name in ours}
+    for row in (row for by_c in load.values() for row in by_c.values()):
+        best = max(row[name]["rps"] for name in ours)
+        for name in ours:
+            ratios[name].append(row[name]["rps"] / best)
+    score = {name: float(np.exp(np.mean(np.log(v)))) for name, v in ratios.items()}
+    rounds = {name: np.log(np.maximum([r for by_c in load.values() for row in by_c.values()
+                                       for r in row[name]["rounds_rps"]], 1e-9)) for name in ours}
+    tests = compare(rounds, default)
+    vs_default = {name: {"ratio": float(np.exp(np.mean(rounds[name] - rounds[default]))),
+                         "ahead": int(np.sum(rounds[name] > rounds[default])), "units": len(rounds[default]),
+                         "p": tests[name]["p"]} for name in ours if name != default}
+    return {"score": score, "best_ms": float(max(score, key=score.get)), "vs_default": vs_default,
+            "alpha": significance()["alpha"]}
 
 
 def plot(res, path) -> None:
@@ -90,16 +111,7 @@ def run(exp, args, res):
                                      "rounds_rps": [round(x["rps"], 2) for x in runs]}
                               for name, runs in by_name.items()} for c, by_name in by_c.items()}
                    for kind, by_c in cells.items()}
-    ours = [label(ms) for ms in cfg["wait_ms"]]
-    ratios = {name: [] for name in ours}
-    for by_c in res["load"].values():
-        for row in by_c.values():
-            best = max(row[name]["rps"] for name in ours)
-            for name in ours:
-                ratios[name].append(row[name]["rps"] / best)
-    res["score"] = {name: float(np.exp(np.mean(np.log(v)))) for name, v in ratios.items()}
-    best = max(res["score"], key=res["score"].get)
-    res["best_ms"] = next(ms for ms in cfg["wait_ms"] if label(ms) == best)
+    res.update(analyse(res["load"], [label(ms) for ms in cfg["wait_ms"]], label(res["library_default_ms"])))
     plot(res, figure_path(exp.template, "max_wait.png"))
 
 
