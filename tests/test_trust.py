@@ -236,6 +236,7 @@ def test_a_similarity_prior_reads_its_encoder_from_the_directory(tokenizer, tmp_
     directory loads and scores the same once the checkpoint is gone; pointed elsewhere it is refused."""
     X, y = synthetic(n_questions=6)
     checkpoint = tmp_path / "checkpoint"
+    torch.manual_seed(0)  # the checkpoint's random weights: the same scores in every run (score digests)
     transformers.AutoModel.from_config(tiny_config("bert", 2)).save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)
     model = TransformerRanker(model=str(checkpoint), similarity_prior=True, max_length=16, epochs=1, batch_size=8,
