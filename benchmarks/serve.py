@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from harness import ROOT, experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
+from harness import ROOT, experiment, figure_path, fitted, log, subset_questions, wikiqa_splits
 from harness.experiment import Experiment
 from harness.library import (CalibratedRanker, CascadeTransformer, OverlapRankRanker, TransformerRanker, as2rank,
                              resolve_model)
-from harness.serving import Server, as2rank_cmd, bodies_of, hey
+from harness.serving import Server, as2rank_cmd, bodies_of, hey, plot_load
 
 CONFIG = Experiment(__file__).config
 SERVERS, CASCADE_CONCURRENCY, CLIENT_TIMEOUT = CONFIG["servers"], CONFIG["cascade_concurrency"], CONFIG["client_timeout"]
@@ -157,17 +157,8 @@ def restart_identical(server: Server, texts_body: dict) -> dict:
 
 # ----------------------------------------------------------------------------------------------- the run
 def plot(res, path) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (kind, title) in zip(axes, (("question", "one WikiQA question"), ("100", "100 candidates"))):
-        for name, by_c in res["load"][kind].items():
-            cs = sorted(by_c, key=int)
-            ax.plot([int(c) for c in cs], [by_c[c]["rps"] for c in cs], "o-", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent clients")
-        ax.set_ylabel("requests/s (median of rounds)")
-        ax.set_title(f"POST /rerank, {title} per request", fontsize=9)
-    save_figure(fig, path, legend_axes=axes[1])
+    plot_load([(title, {name: {c: v["rps"] for c, v in by_c.items()} for name, by_c in res["load"][kind].items()})
+               for kind, title in (("question", "one WikiQA question"), ("100", "100 candidates"))], path)
 
 
 def run(exp, args, res):

@@ -108,3 +108,21 @@ def bodies_of(splits, folder: Path):
         bodies[kind] = folder / f"{kind}.json"
         bodies[kind].write_text(json.dumps(texts[kind]))
     return bodies, texts
+
+
+def plot_load(panels: list, path) -> None:
+    """Requests/s against concurrent clients, one panel per request kind: ``panels`` is a list of ``(title,
+    {label: {clients: rps}})`` (clients as strings, as results keep them)."""
+    from harness.pages import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for ax, (title, lines) in zip(axes, panels):
+        for label, by_c in lines.items():
+            cs = sorted(by_c, key=int)
+            ax.plot([int(c) for c in cs], [by_c[c] for c in cs], "o-", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel("requests/s (median of rounds)")
+        ax.set_title(f"POST /rerank, {title} per request", fontsize=9)
+    save_figure(fig, path, legend_axes=axes[-1])

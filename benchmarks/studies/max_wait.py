@@ -15,10 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 import numpy as np
-from harness import ROOT, experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
+from harness import ROOT, experiment, figure_path, fitted, log, subset_questions, wikiqa_splits
 from harness.library import TransformerRanker, as2rank, compare, create_app, resolve_model
 from harness.measure import rotated, significance
-from harness.serving import Server, as2rank_cmd, bodies_of, hey
+from harness.serving import Server, as2rank_cmd, bodies_of, hey, plot_load
 
 PEER = "CrossEncoder (FastAPI)"
 
@@ -49,19 +49,9 @@ def analyse(load: dict, ours: list, default: str) -> dict:
 
 
 def plot(res, path) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, kind in zip(axes, res["kinds"]):
-        by_c = res["load"][kind]
-        cs = sorted(by_c, key=int)
-        for name in by_c[cs[0]]:
-            ax.plot([int(c) for c in cs], [by_c[c][name]["rps"] for c in cs], "o-",
-                    label=name if name == PEER else f"--max-wait-ms {name}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent clients")
-        ax.set_ylabel("requests/s (median of rounds)")
-        ax.set_title(f"POST /rerank, {res['requests'][kind]} candidates per request", fontsize=9)
-    save_figure(fig, path, legend_axes=axes[1])
+    plot_load([(f"{res['requests'][kind]} candidates", {
+        name if name == PEER else f"--max-wait-ms {name}": {c: row[name]["rps"] for c, row in res["load"][kind].items()}
+        for name in res["servers"]}) for kind in res["kinds"]], path)
 
 
 def run(exp, args, res):
