@@ -10,25 +10,22 @@ import time
 
 import numpy as np
 import pandas as pd
-from harness import experiment, figure_path, fitted, log, pyplot, save_figure, subset_questions, wikiqa_splits
-from harness.data import expanded
+from harness import (experiment, expanded, figure_path, fitted, library, log, pyplot, save_figure, subset_questions,
+                     wikiqa_splits)
 from harness.library import (EXIT_GAP, CascadeTransformer, GroupIndex, SequentialRanker, TransformerRanker,
                              autocast_dtype, compare, evaluate, keep_answered, per_question, resolve_device,
                              simulate_cascade, tune_alpha)
-from harness.measure import mean_std, seeds_per_question, significance, timed
+from harness.measure import interleaved, mean_std, seeds_per_question, significance, timed
 
 
 def fit_all(cfg, splits, budget, seeds, fit_log):
-    """TR of each depth (seed 0), and over ``seeds`` the 6-layer TR with each pooling and the cascade with each
-    exit-sampling scheme."""
+    """The final models of Table 2 (``models.final``) over ``seeds``, and TR of each depth (seed 0)."""
     X_train, y_train = splits["train"]
     depths, models = cfg["models"]["depths"], {}
     for seed in seeds:
-        b = {**budget, "random_state": seed}
-        models[("TR", seed)] = fitted(TransformerRanker(num_layers=max(depths), **b), X_train, y_train, fit_log)
-        models[("TR cls", seed)] = fitted(TransformerRanker(num_layers=max(depths), pooling="cls", **b), X_train, y_train, fit_log)
-        for sampling in cfg["models"]["samplings"]:
-            models[(f"CT {sampling}", seed)] = fitted(CascadeTransformer(exit_sampling=sampling, **b), X_train, y_train, fit_log)
+        for m in cfg["models"]["final"]:
+            est = getattr(library, m["estimator"])(**{**budget, **m["params"], "random_state": seed})
+            models[(m["kind"], seed)] = fitted(est, X_train, y_train, fit_log)
     trs = {n: fitted(TransformerRanker(num_layers=n, **budget), X_train, y_train, fit_log) for n in depths[:-1]}
     trs[max(depths)] = models[("TR", budget["random_state"])]
     return models, trs
@@ -48,48 +45,38 @@ def final_scores(model, X):
 
 
 def table2(cfg, models, trs, seeds, X_test, y_test, X_dev, y_dev):
-    """WikiQA test, answered questions: (a) over ``seeds``, the 6-layer TR with each pooling and the cascade
-    with each exit sampling (every exit at α=0), with their dev MAP; (b) seed 0, TR of each depth beside the
-    cascades' exits of the same depth."""
-    depths, samplings = cfg["models"]["depths"], cfg["models"]["samplings"]
-    X, y = keep_answered(X_test, y_test)
-    X = X.reset_index(drop=True)
-    Xd, yd = keep_answered(X_dev, y_dev)
-    Xd = Xd.reset_index(drop=True)
-    logits, dev_logits = {}, {}
-    for key, model in models.items():
-        logits[key], dev_logits[key] = final_scores(model, X), final_scores(model, Xd)
+    """WikiQA test, answered questions: (a) over ``seeds``, the final models (every exit of a cascade, at α=0),
+    with their dev MAP; (b) seed 0, TR of each depth beside the cascades' exits of the same depth."""
+    depths, samplings, seed0 = cfg["models"]["depths"], cfg["models"]["samplings"], seeds[0]
+    (X, y), (Xd, yd) = keep_answered(X_test, y_test), keep_answered(X_dev, y_dev)
+    X, Xd = X.reset_index(drop=True), Xd.reset_index(drop=True)
+    logits = {key: final_scores(model, X) for key, model in models.items()}
+    dev_logits = {key: final_scores(model, Xd) for key, model in models.items()}
     final, per_q = [], {}
-    for kind, label in cfg["models"]["final_rows"]:
+    for m in cfg["models"]["final"]:
+        kind = m["kind"]
         runs = [evaluate(y, logits[(kind, s)][:, -1], X) for s in seeds]
         dev = [dev_map(yd, dev_logits[(kind, s)][:, -1], Xd) for s in seeds]
         per_q[kind] = seeds_per_question(y, [logits[(kind, s)][:, -1] for s in seeds], X)
-        row = {"kind": kind, "label": label, "dev_map": dev, "runs": runs, **mean_std(runs, ("map", "mrr", "p@1"))}
+        row = {"kind": kind, "label": m["label"], "dev_map": dev, "runs": runs, **mean_std(runs, ("map", "mrr", "p@1"))}
         if kind.startswith("CT"):
             row["exit_map"] = [float(np.mean([evaluate(y, logits[(kind, s)][:, e], X)["map"] for s in seeds]))
                                for e in range(len(depths))]
             row["exit_dev_map"] = [float(np.mean([dev_map(yd, dev_logits[(kind, s)][:, e], Xd) for s in seeds]))
                                    for e in range(len(depths))]
         final.append(row)
-        log(f"[table 2] {label}: MAP {row['map']:.4f} ± {row['map_std']:.4f}, dev MAP {np.mean(dev):.4f}")
+        log(f"[table 2] {m['label']}: MAP {row['map']:.4f} ± {row['map_std']:.4f}, dev MAP {np.mean(dev):.4f}")
     tests = compare(per_q, "TR")
     for row in final:
         if row["kind"] != "TR":
             row["p_map_vs_tr"] = tests[row["kind"]]["p"]
-    by_depth, seed0 = [], seeds[0]
+    by_depth = []
     for e, n in enumerate(depths):
-        tr_scores = trs[n].predict(X)
-        row = {"layers": n, "TR": evaluate(y, tr_scores, X)}
-        per_depth = {"TR": per_question(y, tr_scores, X)}
-        for sampling in samplings:
-            ct_scores = logits[(f"CT {sampling}", seed0)][:, e]
-            row[f"CT {sampling}"] = evaluate(y, ct_scores, X)
-            per_depth[f"CT {sampling}"] = per_question(y, ct_scores, X)
-        tests = compare(per_depth, "TR")
-        for sampling in samplings:
-            row[f"p CT {sampling}"] = tests[f"CT {sampling}"]["p"]
-        by_depth.append(row)
-        log(f"[table 2] {n} layers: TR MAP {row['TR']['map']:.4f}, " + ", ".join(f"{s} {row[s]['map']:.4f}" for s in per_depth if s != "TR"))
+        scores = {"TR": trs[n].predict(X), **{f"CT {s}": logits[(f"CT {s}", seed0)][:, e] for s in samplings}}
+        tests = compare({k: per_question(y, v, X) for k, v in scores.items()}, "TR")
+        by_depth.append({"layers": n, **{k: evaluate(y, v, X) for k, v in scores.items()},
+                         **{f"p {k}": tests[k]["p"] for k in scores if k != "TR"}})
+        log(f"[table 2] {n} layers: " + ", ".join(f"{k} MAP {by_depth[-1][k]['map']:.4f}" for k in scores))
     # exit_layer= scores with one partial classifier: the same logits as predict_exits' column.
     ct = models[("CT uniform", seed0)]
     ct.set_params(exit_layer=ct.exits_[0])
@@ -129,17 +116,18 @@ def table3(cfg, ct, trs, X, y, tuned_alpha):
                "timing": timing, **(extra or {})}
         rows.append(row)
         per_q[label] = {m: per_question(y, scores, X, m) for m in ("map", "p@1")}
-        t = "" if timing is None else f", {timing['ms_per_question']:.0f} ms/question, {timing['pairs_per_second']:.1f} pairs/s"
+        t = timing and f", {timing['ms_per_question']:.0f} ms/question, {timing['pairs_per_second']:.1f} pairs/s"
         log(f"[table 3] {label}: MAP {row['map']:.4f} nDCG@10 {row['ndcg@10']:.4f} P@1 {row['p@1']:.4f} "
-            f"MRR {row['mrr']:.4f} cost {cost:.3f}{t}")
+            f"MRR {row['mrr']:.4f} cost {cost:.3f}{t or ''}")
 
     for n, tr in trs.items():
         scores, timing = timed(tr.predict, X, per_question=True)
         add(f"TR {n} layers", "TR", n, scores, n / max(depths), timing)
     for alpha in alphas:
-        sr = SequentialRanker([TransformerRanker(num_layers=n, lexical_prior=False, segment_similarity=False) for n in depths], keep=1 - alpha)
         # The steps are the monolithic TRs above: SequentialRanker.fit would fit clones of them on the
         # same data with the same parameters, i.e. these exact models.
+        sr = SequentialRanker([TransformerRanker(num_layers=n, lexical_prior=False, segment_similarity=False)
+                               for n in depths], keep=1 - alpha)
         sr.steps_ = [trs[n] for n in depths]
         (scores, cost), timing = timed(lambda X: sr.predict(X, return_cost=True), X, per_question=True)
         add(f"SR α={alpha}", "SR", alpha, scores, cost["relative_cost"], timing, {"survivors": cost["survivors"]})
@@ -178,16 +166,15 @@ def throughput_rounds(alpha, ct, X, y, rounds, n_questions):
     """Interleaved timings of the cascade at α=0 and at the checked ``alpha`` on a subset (the machine is shared
     and noisy)."""
     Xs, _ = subset_questions(X, y, n_questions, seed=1)
-    out = []
-    for r in range(rounds):
-        rec = {}
-        for a in (0.0, alpha):
-            ct.set_params(alpha=a)
-            _, rec[a] = timed(ct.predict, Xs, per_question=True)
-        out.append({"alpha_0": rec[0.0], f"alpha_{alpha}": rec[alpha], "speedup": rec[0.0]["seconds"] / rec[alpha]["seconds"]})
-        log(f"[throughput] round {r}: α=0 {rec[0.0]['seconds']:.1f}s, α={alpha} {rec[alpha]['seconds']:.1f}s, "
-            f"speed-up {out[-1]['speedup']:.2f}")
+    runs = {0.0: [], alpha: []}
+
+    def at(a):  # a timed predict at α=a
+        return lambda: runs[a].append(timed(ct.set_params(alpha=a).predict, Xs, per_question=True)[1])
+
+    interleaved({f"α={a}": at(a) for a in runs}, rounds, "throughput", rotate=False)
     ct.set_params(alpha=0.0)
+    out = [{"alpha_0": t0, f"alpha_{alpha}": t, "speedup": t0["seconds"] / t["seconds"]}
+           for t0, t in zip(runs[0.0], runs[alpha])]
     return {"n_questions": n_questions, "n_rows": len(Xs), "rounds": out,
             "median_speedup": float(np.median([r["speedup"] for r in out]))}
 
@@ -215,7 +202,8 @@ def figure2(cfg, ct, X_dev, y_dev):
     log(f"[figure 2] {len(table)} combinations in {seconds:.0f}s; best under cost {budget}: {best}")
     return {"best_alpha": list(best), "best": row_of(best)[["relative_cost", "p@1"]].to_dict(),
             "uniform": {str(a): r[["relative_cost", "p@1"]].to_dict() for a, r in uniform.items()},
-            "front": [{"alpha": list(r["alpha"]), "relative_cost": r["relative_cost"], "p@1": r["p@1"]} for _, r in front.iterrows()],
+            "front": [{"alpha": list(r["alpha"]), "relative_cost": r["relative_cost"], "p@1": r["p@1"]}
+                      for _, r in front.iterrows()],
             "n_combinations": len(table), "grid": list(grid), "max_relative_cost": budget, "seconds": seconds,
             "n_questions": int(X_dev["qid"].nunique()), "n_rows": len(X_dev), "_table": table}
 
@@ -231,7 +219,8 @@ def plot_figure2(cfg, fig2, path):
     for a, marker in zip((0.0, *cfg["table3"]["alphas"]), ("s", "^", "D", "o")):
         if str(a) in fig2["uniform"]:
             r = fig2["uniform"][str(a)]
-            ax.scatter(r["relative_cost"], 100 * r["p@1"], marker=marker, s=60, color="black", zorder=3, label=f"α={a} (all exits)")
+            ax.scatter(r["relative_cost"], 100 * r["p@1"], marker=marker, s=60, color="black", zorder=3,
+                       label=f"α={a} (all exits)")
     b = fig2["best"]
     ax.scatter(b["relative_cost"], 100 * b["p@1"], marker="*", s=160, color="gold", edgecolor="black", zorder=4,
                label=f"best, cost ≤ {budget}: {tuple(fig2['best_alpha'])}")
@@ -245,11 +234,13 @@ def plot_figure2(cfg, fig2, path):
 
 def run(exp, args, res):
     cfg, t3 = exp.config, exp.config["table3"]
-    res.update(precision=str(autocast_dtype(TransformerRanker().precision, resolve_device("auto"))).replace("torch.", ""),
-               quick="", paper=exp.paper, significance=significance(), candidates_per_question=t3["candidates"])
+    precision = autocast_dtype(TransformerRanker().precision, resolve_device("auto"))
+    res.update(precision=str(precision).replace("torch.", ""), quick="", paper=exp.paper,
+               significance=significance(), candidates_per_question=t3["candidates"])
     splits = wikiqa_splits()
     X_train, y_train = splits["train"]
-    res.update(n_train_questions=int(X_train["qid"].nunique()), n_train_rows=len(X_train), pool_size=len(splits["pool"]))
+    res.update(n_train_questions=int(X_train["qid"].nunique()), n_train_rows=len(X_train),
+               pool_size=len(splits["pool"]))
     fit_log = []
     res["budget"] = {"model": args.model, "epochs": args.epochs, "learning_rate": args.learning_rate, **cfg["budget"],
                      "random_state": 0}
@@ -273,16 +264,17 @@ def run(exp, args, res):
     plot_figure2(cfg, fig2, figure_path(exp.template, "cascade_alpha.png"))
     res["figure2"] = {k: v for k, v in fig2.items() if not k.startswith("_")}
     X3, y3 = expanded(*splits["test"], splits["pool"], k=t3["candidates"])
-    n_timing, rounds = t3["timing"]["questions"], t3["timing"]["rounds"]
+    timing = (t3["quick"] if args.quick else t3)["timing"]
     if args.quick:
-        X3, y3 = subset_questions(X3, y3, 100, seed=0)
-        n_timing, rounds = t3["timing"]["quick_questions"], t3["timing"]["quick_rounds"]
-        res["quick"] = (f"Table 3 on 100 of the 243 answered test questions (a fixed random subset, seed 0), "
-                        f"interleaved timing rounds: {rounds} on {n_timing} of them; Table 2 and Figure 2 in full")
+        n_all = X3["qid"].nunique()
+        X3, y3 = subset_questions(X3, y3, t3["quick"]["questions"], seed=0)
+        res["quick"] = (f"Table 3 on {t3['quick']['questions']} of the {n_all} answered test questions (a fixed "
+                        f"random subset, seed 0), interleaved timing rounds: {timing['rounds']} on "
+                        f"{timing['questions']} of them; Table 2 and Figure 2 in full")
     rows, sim_diffs = table3(cfg, ct, trs, X3, y3, tuple(fig2["best_alpha"]))
     res["table3"] = {"rows": rows, "simulate_agreement": sim_diffs, "n_questions": int(X3["qid"].nunique()),
                      "n_rows": len(X3)}
-    res["throughput"] = throughput_rounds(res["criteria"]["alpha"], ct, X3, y3, rounds, n_timing)
+    res["throughput"] = throughput_rounds(res["criteria"]["alpha"], ct, X3, y3, timing["rounds"], timing["questions"])
 
 
 def checks(exp, res):
