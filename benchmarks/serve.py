@@ -23,7 +23,7 @@ from harness import ROOT, experiment, figure_path, fitted, log, subset_questions
 from harness.experiment import Experiment
 from harness.library import (CalibratedRanker, CascadeTransformer, OverlapRankRanker, TransformerRanker, as2rank,
                              resolve_model)
-from harness.serving import Server, as2rank_cmd, bodies_of, hey, plot_load
+from harness.serving import Server, as2rank_cmd, bodies_of, cell_summary, hey, plot_load, running
 
 CONFIG = Experiment(__file__).config
 SERVERS, CASCADE_CONCURRENCY, CLIENT_TIMEOUT = CONFIG["servers"], CONFIG["cascade_concurrency"], CONFIG["client_timeout"]
@@ -56,10 +56,7 @@ def run_load(servers, bodies, args) -> dict:
     for kind, by_server in table.items():
         for name, by_c in by_server.items():
             for c, rounds in by_c.items():
-                summary.setdefault(kind, {}).setdefault(name, {})[c] = {
-                    **{k: float(np.median([x[k] for x in rounds])) for k in ("rps", "p50_ms", "p95_ms", "p99_ms")},
-                    "requests": int(sum(x["requests"] for x in rounds)), "errors": int(sum(x["errors"] for x in rounds)),
-                    "rounds_rps": [round(x["rps"], 2) for x in rounds]}
+                summary.setdefault(kind, {}).setdefault(name, {})[c] = cell_summary(rounds)
     return summary
 
 
@@ -186,32 +183,27 @@ def run(exp, args, res):
                "CrossEncoder (FastAPI)": Server("crossencoder", peer, work),
                "cascade α = 0": Server("cascade-0", as2rank_cmd(dirs["ct0"], t), work),
                "cascade α = 0.3": Server("cascade-03", as2rank_cmd(dirs["ct3"], t), work)}
-    for s in servers.values():
-        s.start()
-    for s in servers.values():
-        s.ready()
-    log("servers ready: " + ", ".join(f"{n} :{s.port}" for n, s in servers.items()))
-    res.update(fits=fits, threads=args.threads, fuzz_examples=args.fuzz_examples, seconds=args.seconds, rounds=args.rounds,
-               concurrency=list(args.concurrency), n_train_questions=int(X_train["qid"].nunique()),
-               requests={k: len(v["texts"]) for k, v in texts.items()},
-               hey=subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True).stdout,
-               quick="16 training questions, 2 s cells, one round" if args.quick else "")
-    X_test = splits["test"][0]
-    X_test = X_test.assign(position=X_test.groupby("qid", sort=False).cumcount())  # a request's order
-    res["agreement"] = agreement(tr, servers["as2rank"].url, subset_questions(X_test, splits["test"][1], 20, seed=1)[0])
-    log(f"agreement: {res['agreement']}")
-    res["load"] = run_load(servers, bodies, args)
-    res["fuzz"] = fuzz(servers["as2rank"].url, args.fuzz_examples, work)
-    log(f"fuzz: {res['fuzz']}")
-    res["restart"] = restart_identical(servers["as2rank"], texts["100"])
-    res["sigterm"] = sigterm_under_load(servers["as2rank"], bodies["question"])
-    log(f"sigterm: {res['sigterm']}")
-    for s in servers.values():
-        s.stop()
-    cal = Server("calibrated", as2rank_cmd(dirs["cal"], t), work).start().ready()
+    with running(servers):
+        log("servers ready: " + ", ".join(f"{n} :{s.port}" for n, s in servers.items()))
+        res.update(fits=fits, threads=args.threads, fuzz_examples=args.fuzz_examples, seconds=args.seconds, rounds=args.rounds,
+                   concurrency=list(args.concurrency), n_train_questions=int(X_train["qid"].nunique()),
+                   requests={k: len(v["texts"]) for k, v in texts.items()},
+                   hey=subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "hey"], capture_output=True, text=True).stdout,
+                   quick="16 training questions, 2 s cells, one round" if args.quick else "")
+        X_test = splits["test"][0]
+        X_test = X_test.assign(position=X_test.groupby("qid", sort=False).cumcount())  # a request's order
+        res["agreement"] = agreement(tr, servers["as2rank"].url, subset_questions(X_test, splits["test"][1], 20, seed=1)[0])
+        log(f"agreement: {res['agreement']}")
+        res["load"] = run_load(servers, bodies, args)
+        res["fuzz"] = fuzz(servers["as2rank"].url, args.fuzz_examples, work)
+        log(f"fuzz: {res['fuzz']}")
+        res["restart"] = restart_identical(servers["as2rank"], texts["100"])
+        res["sigterm"] = sigterm_under_load(servers["as2rank"], bodies["question"])
+        log(f"sigterm: {res['sigterm']}")
     X_ans = X_test if not args.quick else subset_questions(X_test, splits["test"][1], 30)[0]
-    res["answer"] = [answer_agreement(cal.url, calibrated, X_ans.reset_index(drop=True), coverage) for coverage in (None, 0.5)]
-    cal.stop()
+    with running({"calibrated": Server("calibrated", as2rank_cmd(dirs["cal"], t), work)}) as cal:
+        res["answer"] = [answer_agreement(cal["calibrated"].url, calibrated, X_ans.reset_index(drop=True), coverage)
+                         for coverage in (None, 0.5)]
     log(f"answer: {res['answer']}")
     plot(res, figure_path("serve", "serve.png"))
 

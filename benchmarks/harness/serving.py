@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +58,11 @@ class Server:
             time.sleep(0.5)
         raise SystemExit(f"{self.name} not ready after {timeout} s; see {self.log}")
 
-    def stop(self, sig=signal.SIGTERM, timeout=120) -> int:
-        if self.proc and self.proc.poll() is None:
+    def stop(self, sig=signal.SIGTERM, timeout=120) -> int | None:
+        """Signal the process (if it runs) and wait for it; its exit status (None if it never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
@@ -66,6 +70,29 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+@contextmanager
+def running(servers: dict):
+    """Start every server of ``servers`` (``{name: Server}``), wait until each answers ``/health``, and stop them
+    all on the way out, an error included: they run in sessions of their own, so nothing else would stop them."""
+    try:
+        for server in servers.values():
+            server.start()
+        for server in servers.values():
+            server.ready()
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def cell_summary(rounds: list) -> dict:
+    """One load cell's rounds (:func:`hey`'s records) as one row: the median requests/s and latency percentiles,
+    the requests and errors summed, and each round's requests/s."""
+    return {**{k: float(np.median([x[k] for x in rounds])) for k in ("rps", "p50_ms", "p95_ms", "p99_ms")},
+            "requests": int(sum(x["requests"] for x in rounds)), "errors": int(sum(x["errors"] for x in rounds)),
+            "rounds_rps": [round(x["rps"], 2) for x in rounds]}
 
 
 def as2rank_cmd(model_dir, threads, *extra) -> list:

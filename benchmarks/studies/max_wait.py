@@ -18,7 +18,7 @@ import numpy as np
 from harness import ROOT, experiment, figure_path, fitted, log, subset_questions, wikiqa_splits
 from harness.library import TransformerRanker, as2rank, compare, create_app, resolve_model
 from harness.measure import rotated, significance
-from harness.serving import Server, as2rank_cmd, bodies_of, hey, plot_load
+from harness.serving import Server, as2rank_cmd, bodies_of, cell_summary, hey, plot_load, running
 
 PEER = "CrossEncoder (FastAPI)"
 
@@ -71,15 +71,20 @@ def run(exp, args, res):
                for ms in cfg["wait_ms"]}
     servers[PEER] = Server("crossencoder", [sys.executable, str(ROOT / "benchmarks" / "peer_serve_crossencoder.py"),
                                             "--model", resolve_model("minilm-l6")[0], "--threads", t], work)
-    for s in servers.values():
-        s.start()
-    for s in servers.values():
-        s.ready()
     res.update(fits=fits, threads=args.threads, seconds=args.seconds, rounds=args.rounds, concurrency=concurrency,
                wait_ms=cfg["wait_ms"], kinds=cfg["kinds"], n_train_questions=int(X_train["qid"].nunique()),
                requests={k: len(v["texts"]) for k, v in texts.items()},
                library_default_ms=inspect.signature(create_app).parameters["max_wait_ms"].default,
                quick="16 training questions, 1 s cells, concurrency 1 and 4, one round" if args.quick else "")
+    with running(servers):
+        load(res, servers, bodies, concurrency, args, cfg)
+    shutil.rmtree(work, ignore_errors=True)
+    res.update(analyse(res["load"], [label(ms) for ms in cfg["wait_ms"]], label(res["library_default_ms"])))
+    plot(res, figure_path(exp.template, "max_wait.png"))
+
+
+def load(res, servers, bodies, concurrency, args, cfg) -> None:
+    """The load cells, every round interleaved, into ``res["load"]``: each cell's rounds as one row."""
     for name, server in servers.items():  # one short cell each: the servers' first calls
         for kind in cfg["kinds"]:
             hey(server.url, bodies[kind], 4, 1, cfg["client_timeout"])
@@ -93,16 +98,8 @@ def run(exp, args, res):
                     cells.setdefault(kind, {}).setdefault(str(c), {}).setdefault(name, []).append(cell)
                 log(f"[round {r + 1}/{args.rounds}] {kind} c={c}: " + ", ".join(
                     f"{n} {cells[kind][str(c)][n][-1]['rps']:.1f}" for n in names) + " req/s")
-    for s in servers.values():
-        s.stop()
-    shutil.rmtree(work, ignore_errors=True)
-    res["load"] = {kind: {c: {name: {**{k: float(np.median([x[k] for x in runs])) for k in ("rps", "p50_ms", "p99_ms")},
-                                     "errors": int(sum(x["errors"] for x in runs)),
-                                     "rounds_rps": [round(x["rps"], 2) for x in runs]}
-                              for name, runs in by_name.items()} for c, by_name in by_c.items()}
+    res["load"] = {kind: {c: {name: cell_summary(runs) for name, runs in by_name.items()} for c, by_name in by_c.items()}
                    for kind, by_c in cells.items()}
-    res.update(analyse(res["load"], [label(ms) for ms in cfg["wait_ms"]], label(res["library_default_ms"])))
-    plot(res, figure_path(exp.template, "max_wait.png"))
 
 
 if __name__ == "__main__":
