@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ["tokenize", "split_sentences", "bag_of_words"]
+__all__ = ["tokenize", "split_sentences", "bag_of_words", "vocabulary_indices"]
 
 
 @lru_cache(maxsize=1)
@@ -71,13 +71,13 @@ def bag_of_words(token_lists, vocabulary: dict | None = None):
     vocabulary : dict
     """
     lengths = np.fromiter((len(t) for t in token_lists), dtype=np.intp, count=len(token_lists))
-    flat = pd.Series([tok for toks in token_lists for tok in toks], dtype=object)
+    flat = [tok for toks in token_lists for tok in toks]
     rows = np.repeat(np.arange(len(token_lists)), lengths)
     if vocabulary is None:
-        cols, uniques = pd.factorize(flat, sort=False)
+        cols, uniques = pd.factorize(pd.Series(flat, dtype=object), sort=False)
         vocabulary = {tok: i for i, tok in enumerate(uniques)}
     else:
-        cols = flat.map(vocabulary).to_numpy(dtype=np.float64, na_value=-1.0).astype(np.intp)
+        cols = vocabulary_indices(flat, vocabulary)
         known = cols >= 0
         rows, cols = rows[known], cols[known]
     counts = sp.csr_matrix(
@@ -85,3 +85,12 @@ def bag_of_words(token_lists, vocabulary: dict | None = None):
     )
     counts.sum_duplicates()
     return counts, vocabulary
+
+
+def vocabulary_indices(tokens, vocabulary: dict) -> np.ndarray:
+    """The column of each token in ``vocabulary`` (token -> column), -1 for a token it lacks.
+
+    One dict lookup per token, so the cost follows ``len(tokens)`` and not the size of ``vocabulary``
+    (``Series.map`` with a dict indexes the whole dict first: a small request would pay for a large one).
+    """
+    return np.fromiter((vocabulary.get(t, -1) for t in tokens), dtype=np.intp, count=len(tokens))

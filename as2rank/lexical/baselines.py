@@ -25,7 +25,7 @@ from ..base import RankerMixin
 from ..data import FORMAT_COLUMNS, check_ranking_data, check_X, require_columns, retrieval_positions
 from ..params import Boolean, HasMethods, InstanceOf, ParameterMixin, validated
 from ..persistence import PersistenceMixin
-from ..text import bag_of_words, tokenize
+from ..text import bag_of_words, tokenize, vocabulary_indices
 
 __all__ = [
     "WordOverlapRanker",
@@ -317,8 +317,7 @@ class LexicalFeatures(ParameterMixin, PersistenceMixin, TransformerMixin, BaseEs
 
     def _idf_for(self, vocabulary: dict) -> np.ndarray:
         """IDF of every token of ``vocabulary`` (unseen tokens get the largest IDF)."""
-        tokens = pd.Series(list(vocabulary), dtype=object)
-        fitted = tokens.map(self.vocabulary_).to_numpy(dtype=np.float64, na_value=-1.0).astype(np.intp)
+        fitted = vocabulary_indices(list(vocabulary), self.vocabulary_)
         return np.where(fitted >= 0, self.idf_[np.maximum(fitted, 0)], self.unseen_idf_)
 
     def get_feature_names_out(self, input_features=None):
