@@ -53,6 +53,13 @@ def timed(fn, X, per_question: bool = False):
     return out, {**timing, "pairs_per_second": len(X) / seconds, "load_before": before, "load_after": load_average()}
 
 
+def clocked(call):
+    """``call()``, its wall seconds and its CPU seconds (of this process)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    out = call()
+    return out, time.perf_counter() - start, time.process_time() - cpu
+
+
 def rotated(names: list, r: int) -> list:
     """The order of round ``r``: ``names`` rotated by ``r``."""
     return names[r % len(names):] + names[: r % len(names)]

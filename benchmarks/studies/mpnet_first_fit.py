@@ -7,7 +7,6 @@ fit costs on the CPU, and a first MAP (``mpnet_first_fit.toml``).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
@@ -15,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 import numpy as np
 from harness import experiment, load_average, wikiqa_splits
 from harness.library import TransformerRanker, keep_answered
+from harness.measure import clocked
 from harness.store import computing
 
 
@@ -24,13 +24,6 @@ def training_questions(X, y, n: int):
     chosen = np.random.default_rng(0).permutation(X["qid"].unique())[:n]
     keep = X["qid"].isin(chosen).to_numpy()
     return X[keep].reset_index(drop=True), np.asarray(y)[keep]
-
-
-def clocked(call):
-    """``call()``, its wall seconds and its CPU seconds."""
-    start, cpu = time.perf_counter(), time.process_time()
-    out = call()
-    return out, time.perf_counter() - start, time.process_time() - cpu
 
 
 def int8_scores(est, X_test, y_test) -> dict:

@@ -6,21 +6,14 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
 
 from harness import experiment, wikiqa_splits
 from harness.library import ZeroShotRanker, compare, evaluate, keep_answered, per_question, resolve_model
+from harness.measure import clocked
 from harness.store import computing
-
-
-def clocked(call):
-    """``call()``, its wall seconds and its CPU seconds."""
-    start, cpu = time.perf_counter(), time.process_time()
-    out = call()
-    return out, time.perf_counter() - start, time.process_time() - cpu
 
 
 def run(exp, args, res):
