@@ -38,7 +38,7 @@ exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 # No network: intersphinx is not enabled, so references to numpy/pandas/sklearn objects stay plain text.
 # -n (nitpicky) would report each of them, and each private base class that ``show-inheritance`` names
 # (``_TransformerEstimator``, ``_RuleRanker``, ...: not part of the documented API); nothing else is ignored.
-_EXTERNAL = r"(abc|numpy|pandas|scipy|sklearn|joblib|dask|torch|transformers|gensim|accelerate)(\..+)?"
+_EXTERNAL = r"(abc|numpy|pandas|scipy|sklearn|joblib|dask|torch|transformers|gensim|accelerate|concurrent|pydantic|argparse)(\..+)?"
 nitpick_ignore_regex = [
     (r"py:.*", _EXTERNAL),
     (r"py:class", r"as2rank(\.\w+)*\._\w+"),

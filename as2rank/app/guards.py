@@ -64,6 +64,7 @@ class OneLineParser(argparse.ArgumentParser):
     error, instead of the usage text and a second line; ``--help`` is unchanged."""
 
     def error(self, message):
+        """Raise :class:`UsageError` with ``message`` and where to read the usage."""
         raise UsageError(f"{message}; see {self.prog} --help")
 
 

@@ -12,9 +12,10 @@ from ..data import ragged_arange
 __all__ = ["CHUNK_DEVICES", "CHUNK_ROWS", "length_bucket_batches", "length_chunks", "question_bucket_batches",
            "token_budget_batches"]
 
-#: Rows per part of a listwise batch's forward pass (``length_chunks``), and the devices that run it in parts: a
-#: CPU's time grows with the tokens it runs; a GPU's, on batches this small, with the kernels it launches.
+#: Rows per part of a listwise batch's forward pass (``length_chunks``).
 CHUNK_ROWS = 8
+#: The devices that run a listwise batch's forward pass in parts of :data:`CHUNK_ROWS` rows: a CPU's time grows
+#: with the tokens it runs; a GPU's, on batches this small, with the kernels it launches.
 CHUNK_DEVICES = ("cpu",)
 
 

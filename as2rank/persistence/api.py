@@ -71,7 +71,7 @@ def save(estimator, path, *, card=None, overwrite=False) -> None:
     """Write a fitted estimator or pipeline to a pickle-free model directory, atomically.
 
     Supported: every as2rank estimator, and pipelines and allow-listed scikit-learn estimators
-    (:data:`SKLEARN_CLASSES`) made of them. Read it back with :func:`load`.
+    (:data:`~as2rank.persistence.SKLEARN_CLASSES`) made of them. Read it back with :func:`load`.
 
     Parameters
     ----------

@@ -42,11 +42,11 @@ from pathlib import Path
 from .formats import FLOAT_DTYPES, check_onnx_folder, one_line, safetensors_header
 from .trust import FOLDER_CHECKS, parse_json
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "CHECKPOINT_FILES", "ENCODER_MODEL_TYPES", "TOKENIZER_FILES", "build_config",
+__all__ = ["ATTN_IMPLEMENTATIONS", "CHECKPOINT_FILES", "ENCODER_MODEL_TYPES", "PROBE", "TOKENIZER_FILES", "build_config",
            "check_checkpoint", "check_config", "check_loaded_tokenizer", "check_network_state", "check_params",
            "check_references", "check_tokenizer_folder", "is_panic", "load_tokenizer", "one_line_errors"]
 
-#: Files a checkpoint folder may hold besides its tokenizer's (and the shards of an index, :data:`_SHARD`).
+#: Files a checkpoint folder may hold besides its tokenizer's (and the shards of an index, ``model-00001-of-00002.safetensors``).
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "1_Pooling/config.json")
 #: Files a tokenizer folder may hold; ``tokenizer_config.json`` and ``tokenizer.json`` (the tokenizers backend)
 #: or a SentencePiece model (the sentencepiece backend) are required.
@@ -84,7 +84,7 @@ PROBE = ("Who wrote Hamlet? Übersicht, 中文 and 1.5%", "Shakespeare wrote it 
 
 def is_panic(exc) -> bool:
     """Whether ``exc`` is a panic of a Rust extension (tokenizers, safetensors): pyo3's ``PanicException``, a
-    ``BaseException`` so that ``except Exception`` lets it through. Other ``BaseException``s (an interrupt, an
+    ``BaseException`` so that ``except Exception`` lets it through. Other ``BaseException`` kinds (an interrupt, an
     exit, a cancelled task) are not errors of the model, and go through as they are."""
     return not isinstance(exc, Exception) and type(exc).__name__ == "PanicException"
 
@@ -152,7 +152,7 @@ def _read_json(file: Path) -> object:
 # ----------------------------------------------------------------------------------------------- configurations
 def check_references(value, source, where="") -> None:
     """Refuse, at any depth of a JSON value handed to transformers, a field that loads code, fetches from the
-    Hub or sets a loading option (:data:`_FORBIDDEN_KEYS`), names a file, a folder or a repository (a non-empty
+    Hub or sets a loading option (``auto_map``, ``trust_remote_code``, ...), names a file, a folder or a repository (a non-empty
     ``*_file``, ``*_path``, ``*name_or_path``, ...), or asks for an attention implementation outside
     :data:`ATTN_IMPLEMENTATIONS`."""
     if isinstance(value, list):

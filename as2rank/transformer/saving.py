@@ -170,7 +170,7 @@ def read_transformer(cls, path, params: dict, meta=None):
     implies, no remote code or Hub option, a tokenizer that fits the embeddings); once loaded, the tokenizer
     against the embedding matrix, the fitted depth against the encoder's, and the heads against the module the
     fitted attributes build (strictly); int8 graphs are used only once checked
-    (:func:`~as2rank.persistence.checks.check_onnx_folder`)."""
+    (:func:`~as2rank.persistence.formats.check_onnx_folder`)."""
     from ..neural.backbone import load_backbone
 
     path = Path(path)

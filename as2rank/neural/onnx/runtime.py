@@ -183,6 +183,7 @@ class Int8Linear(Int8Input):
         self._set_int8(linear.weight, bias, ranges)
 
     def forward(self, x):
+        """``x @ W.T + b`` in int8 (eager), or the ONNX Runtime node while the module is exported."""
         if not torch.onnx.is_in_onnx_export():
             return self._product(x)
         # No weight zero point (symmetric weights: 0, the operator's default).
@@ -212,6 +213,7 @@ class FusedSelfAttention(Int8Input):
             self.register_buffer("bias", bias.clone())
 
     def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        """The attention block's output (eager), or the ONNX Runtime node while the module is exported."""
         rows, tokens, width = hidden_states.shape
         if attention_mask is None:
             keep = torch.ones((rows, tokens), dtype=torch.int32, device=hidden_states.device)
