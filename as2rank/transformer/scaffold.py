@@ -426,7 +426,9 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         With ``precision="int8"`` on the CPU the module is an int8 copy, built once per fitted model and thread
         count and kept beside the model (:data:`~as2rank.neural.onnx.copies.INT8_COPIES`): given the
         ``encoded`` rows to predict, a model calibrated at fit (``activation_ranges_``) gets its static int8
-        copy on ONNX Runtime when that is installed, else torch's dynamic quantization.
+        copy on ONNX Runtime when that is installed, else torch's dynamic quantization. At a lower-precision
+        autocast dtype on the CPU it is the fitted module's precast copy
+        (:data:`~as2rank.neural.precast.PRECAST_COPIES`): its linear weights cast once, the same outputs.
 
         Parameters
         ----------
@@ -439,6 +441,8 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
         -------
         as2rank.neural.predict.Predictor
         """
+        import torch
+
         from ..neural import resolve_device
         from ..neural.predict import Predictor, progress_bar
 
@@ -453,6 +457,10 @@ class _TransformerEstimator(NeuralEstimator, PretrainedIO, RankerMixin, BaseEsti
                                      ranges=self.activation_ranges_ if onnx else None)
         else:
             module = self.model_.to(device).eval()
-        return Predictor(module, device, self._compute_dtype(device), self._batch_tokens(device, module),
-                         progress_bar(self.verbose))
+        dtype = self._compute_dtype(device)
+        if device.type == "cpu" and dtype != torch.float32 and isinstance(module, torch.nn.Module):
+            from ..neural.precast import PRECAST_COPIES
+
+            module = PRECAST_COPIES.get(module, dtype)  # the same outputs, without casting weights every call
+        return Predictor(module, device, dtype, self._batch_tokens(device, module), progress_bar(self.verbose))
 
