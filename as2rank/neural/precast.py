@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["PRECAST_COPIES", "PrecastCopies", "PrecastLinear"]
+__all__ = ["PRECAST_COPIES", "PrecastCopies", "PrecastLinear", "precast_copy"]
 
 
 class PrecastLinear(nn.Linear):
