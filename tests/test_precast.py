@@ -58,3 +58,36 @@ def test_autocast_to_another_dtype_reads_the_float32_weights():
     net, x = Net().eval(), torch.randn(5, 16)
     copy = PRECAST_COPIES.get(net, torch.bfloat16)
     assert torch.equal(scores(copy, x, torch.float16), scores(net, x, torch.float16))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "classifier"])
+def test_a_cross_encoder_scores_the_same_bits_through_its_precast_copy(pooling):
+    """The real network: its encoder under bfloat16 autocast, its head in float32 outside it, or (a sequence
+    classifier's checkpoint) the head inside the encoder, called with autocast off."""
+    transformers = pytest.importorskip("transformers")
+    from tests.test_transformer import SPECIAL, WORDS, synthetic, tiny_config
+
+    from as2rank.neural.predict import predict_logits
+    from as2rank.neural.tokens import encode_pairs
+    from as2rank.transformer.network import CrossEncoder
+
+    tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(SPECIAL + WORDS)})
+    torch.manual_seed(0)
+    if pooling == "classifier":
+        config = tiny_config("bert", 2)
+        config.num_labels = 1
+        encoder = transformers.AutoModelForSequenceClassification.from_config(config)
+    else:
+        encoder = transformers.AutoModel.from_config(tiny_config("bert", 2))
+    net = CrossEncoder(encoder, pooling).eval()
+    X, _ = synthetic()
+    encoded = encode_pairs(tokenizer, X["question"], X["candidate"], max_length=32)
+    cpu = torch.device("cpu")
+
+    def logits(module):
+        return predict_logits(module, encoded, cpu, batch_tokens=64, dtype=torch.bfloat16,
+                              progress=lambda batches, n, desc: batches)
+
+    expected = logits(net)
+    assert (logits(precast_copy(net, torch.bfloat16)) == expected).all()
+    assert any(isinstance(m, PrecastLinear) for m in PRECAST_COPIES.get(net, torch.bfloat16).modules())
