@@ -4,8 +4,8 @@
 directory back, whatever its class; the estimators' ``save_pretrained``/``from_pretrained``
 (:class:`PersistenceMixin`) are the same per class. Nothing in a model directory is a pickle: loading reads
 tensors, numbers and strings, and instantiates only as2rank classes and an allow-list of scikit-learn
-estimators (:data:`~as2rank.persistence.SKLEARN_CLASSES`), looked up by name, never imported from a path written in the file. A
-pickle file is loaded only when the caller asks (``load(path, allow_pickle=True)``).
+estimators (:data:`~as2rank.persistence.SKLEARN_CLASSES`), looked up by name, never imported from a path
+written in the file. A pickle file is loaded only when the caller asks (``load(path, allow_pickle=True)``).
 
 The package's rooms:
 

@@ -42,11 +42,13 @@ from pathlib import Path
 from .formats import FLOAT_DTYPES, check_onnx_folder, one_line, safetensors_header
 from .trust import FOLDER_CHECKS, parse_json
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "CHECKPOINT_FILES", "ENCODER_MODEL_TYPES", "PROBE", "TOKENIZER_FILES", "build_config",
-           "check_checkpoint", "check_config", "check_loaded_tokenizer", "check_network_state", "check_params",
-           "check_references", "check_tokenizer_folder", "is_panic", "load_tokenizer", "one_line_errors"]
+__all__ = ["ATTN_IMPLEMENTATIONS", "CHECKPOINT_FILES", "ENCODER_MODEL_TYPES", "PROBE", "TOKENIZER_FILES",
+           "build_config", "check_checkpoint", "check_config", "check_loaded_tokenizer", "check_network_state",
+           "check_params", "check_references", "check_tokenizer_folder", "is_panic", "load_tokenizer",
+           "one_line_errors"]
 
-#: Files a checkpoint folder may hold besides its tokenizer's (and the shards of an index, ``model-00001-of-00002.safetensors``).
+#: Files a checkpoint folder may hold besides its tokenizer's (and the shards of an index,
+#: ``model-00001-of-00002.safetensors``).
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "1_Pooling/config.json")
 #: Files a tokenizer folder may hold; ``tokenizer_config.json`` and ``tokenizer.json`` (the tokenizers backend)
 #: or a SentencePiece model (the sentencepiece backend) are required.
@@ -152,9 +154,9 @@ def _read_json(file: Path) -> object:
 # ----------------------------------------------------------------------------------------------- configurations
 def check_references(value, source, where="") -> None:
     """Refuse, at any depth of a JSON value handed to transformers, a field that loads code, fetches from the
-    Hub or sets a loading option (``auto_map``, ``trust_remote_code``, ...), names a file, a folder or a repository (a non-empty
-    ``*_file``, ``*_path``, ``*name_or_path``, ...), or asks for an attention implementation outside
-    :data:`ATTN_IMPLEMENTATIONS`."""
+    Hub or sets a loading option (``auto_map``, ``trust_remote_code``, ...), names a file, a folder or a
+    repository (a non-empty ``*_file``, ``*_path``, ``*name_or_path``, ...), or asks for an attention
+    implementation outside :data:`ATTN_IMPLEMENTATIONS`."""
     if isinstance(value, list):
         for i, item in enumerate(value):
             check_references(item, source, f"{where}[{i}]")
