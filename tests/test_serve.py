@@ -574,6 +574,47 @@ def test_command_warns_beyond_loopback_and_reads_the_key_from_the_environment(ov
         assert client.get("/info").status_code == 401
 
 
+def test_on_passing_thread_returns_or_raises_and_its_thread_ends():
+    from as2rank.serve.batching import on_passing_thread
+
+    threads = []
+
+    def work(a, b=0):
+        threads.append(threading.current_thread())
+        if a < 0:
+            raise KeyboardInterrupt("a BaseException")  # not an Exception: raised again all the same
+        return a + b
+
+    assert on_passing_thread(work, 2, b=3) == 5
+    with pytest.raises(KeyboardInterrupt, match="a BaseException"):
+        on_passing_thread(work, -1)
+    assert len(threads) == 2 and threading.current_thread() not in threads
+    assert not any(thread.is_alive() for thread in threads)
+
+
+def test_loading_and_the_check_call_run_off_the_calling_thread(overlap, tmp_path, monkeypatch):
+    """The command and create_app(path) load the model, and the command makes its check call, on threads that end:
+    the inference worker is left the only thread that ran the model (its OpenMP pool the only one)."""
+    from as2rank.app import scale
+    from as2rank.serve import command
+
+    as2rank.save(overlap, tmp_path / "model")
+    calls = []
+    load_model, warm_up = scale.load_model, ServedModel.warm_up
+    monkeypatch.setattr(scale, "load_model", lambda *a, **k: calls.append(("load", threading.current_thread()))
+                        or load_model(*a, **k))
+    monkeypatch.setattr(ServedModel, "warm_up", lambda self: calls.append(("warm_up", threading.current_thread()))
+                        or warm_up(self))
+    monkeypatch.setattr(command, "_listen", lambda host, port: None)
+    monkeypatch.setattr(command, "_serve", lambda *args: 0)
+    assert main(["serve", str(tmp_path / "model")]) == 0
+    assert [name for name, _ in calls] == ["load", "warm_up"]
+    create_app(tmp_path / "model")
+    assert [name for name, _ in calls] == ["load", "warm_up", "load"]
+    for name, thread in calls:
+        assert thread is not threading.current_thread() and not thread.is_alive(), name
+
+
 @pytest.mark.slow
 def test_real_server_answers_accepted_requests_through_sigterm(overlap, tmp_path):
     """The real process: concurrent requests wait in the batcher (a long max_wait) when SIGTERM comes; every one is

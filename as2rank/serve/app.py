@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..params import Boolean, Interval, check_param
 from ..version import __version__
-from .batching import Batcher, Closed, Job, QueueFull
+from .batching import Batcher, Closed, Job, QueueFull, on_passing_thread
 from .middleware import Gate, Telemetry, error_body
 from .model import ServedModel, load_served_model
 from .schemas import (AnswerRequest, AnswerResponse, CohereRerankRequest, CohereRerankResponse, ErrorResponse, Rank,
@@ -81,7 +81,10 @@ def create_app(model, *, api_key=None, max_wait_ms=5.0, max_batch_pairs=1024, ma
     ----------
     model : estimator, ServedModel, str or os.PathLike
         A fitted estimator with ``predict``, or the path of a saved model directory (loaded as ``as2rank serve``
-        loads it: :func:`~as2rank.serve.model.load_served_model`).
+        loads it: :func:`~as2rank.serve.model.load_served_model`, on a thread of its own,
+        :func:`~as2rank.serve.batching.on_passing_thread`). A path serves a torch model faster than an estimator
+        that the calling thread has already run torch on: that thread's OpenMP pool slows the inference worker's
+        (:mod:`as2rank.serve.batching`).
     api_key : str, default=None
         Every route but ``/health`` needs ``Authorization: Bearer <api_key>`` (401 otherwise); None: no key.
     max_wait_ms : float, default=5.0
@@ -118,7 +121,7 @@ def create_app(model, *, api_key=None, max_wait_ms=5.0, max_batch_pairs=1024, ma
     if api_key is not None and (not isinstance(api_key, str) or not api_key):
         raise ValueError("api_key must be a non-empty string or None.")
     if isinstance(model, (str, PathLike)):
-        served = load_served_model(model, allow_pickle=allow_pickle)
+        served = on_passing_thread(load_served_model, model, allow_pickle=allow_pickle)
     else:
         served = model if isinstance(model, ServedModel) else ServedModel(model)
     batcher = Batcher(served, max_wait_ms=max_wait_ms, max_batch_pairs=max_batch_pairs, max_queue=max_queue,

@@ -13,6 +13,12 @@ fails the jobs of that batch only: with several jobs, each is scored again alone
 cannot score does not fail the others. The worker then goes on. A job whose client gave up (its future cancelled,
 the request timed out) before its batch started is skipped.
 
+The worker should be the only thread of the process that runs torch. On Linux torch's CPU kernels run on OpenMP
+(libgomp), which keeps a pool of threads for every thread that ran a parallel region, for as long as that thread
+lives; and when it manages more threads than there are cores, it lets its threads spin only briefly between regions
+(the documentation of ``GOMP_SPINCOUNT``), so every region of the worker's model call then waits for its threads to
+wake. Work before serving (loading a model, a check call) therefore runs through :func:`on_passing_thread`.
+
 No web framework is imported here: :mod:`as2rank.serve.app` awaits the futures.
 """
 
@@ -29,10 +35,42 @@ import numpy as np
 from ..app.guards import is_failure, one_line
 from .model import BatchScores, ServedModel, pair_frame
 
-__all__ = ["Batcher", "Closed", "Job", "JobResult", "QueueFull"]
+__all__ = ["Batcher", "Closed", "Job", "JobResult", "QueueFull", "on_passing_thread"]
 
 #: Put in the queue by :meth:`Batcher.close`: the worker stops when it reaches it (every job before it is served).
 _STOP = object()
+
+
+def on_passing_thread(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` computed on a new thread that has ended when this returns.
+
+    Torch work done this way leaves no OpenMP thread pool behind (see the module's notes), where on the calling
+    thread, often the main thread, the pool would live as long as the process.
+
+    Returns
+    -------
+    object
+        What ``function`` returned.
+
+    Raises
+    ------
+    BaseException
+        Whatever ``function`` raised, raised again here.
+    """
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = function(*args, **kwargs)
+        except BaseException as exc:  # raised again on the calling thread; a Rust panic is a BaseException
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="as2rank-serve-load", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome.pop("error")
+    return outcome["value"]
 
 
 class QueueFull(Exception):

@@ -108,6 +108,7 @@ def run(args) -> int:
         raise ValueError(f"--port must be an integer in [0, 65535], got {args.port}.")
     from ..params import check_param
     from .app import SERVE_CONSTRAINTS, create_app
+    from .batching import on_passing_thread
     from .model import load_served_model
 
     options = {name: getattr(args, name) for name in _OPTIONS}
@@ -117,9 +118,9 @@ def run(args) -> int:
     api_key = args.api_key if args.api_key is not None else (os.environ.get("AS2RANK_API_KEY") or None)
     if api_key is not None and not api_key.strip():
         raise ValueError("--api-key is empty; give a key, or leave the option out to serve without one.")
-    served = load_served_model(args.model, allow_pickle=args.allow_pickle)
+    served = on_passing_thread(load_served_model, args.model, allow_pickle=args.allow_pickle)
     try:
-        served.warm_up()
+        on_passing_thread(served.warm_up)
     except BaseException as exc:  # a Rust panic of tokenizers is a BaseException
         from ..app.guards import is_failure, one_line
 
