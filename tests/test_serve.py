@@ -268,7 +268,7 @@ def test_without_dynamic_batching_each_request_has_its_call(overlap, questions):
 
 def test_pair_budget_splits_batches(overlap):
     gated = Gated(overlap)
-    with serving(gated, max_wait_ms=300, max_batch_pairs=len(TEXTS) * 2) as client:
+    with serving(gated, max_wait_ms=300, adaptive_wait=False, max_batch_pairs=len(TEXTS) * 2) as client:
         gated.calls.clear()
         responses = concurrently([lambda: client.post("/rerank", json={"query": QUESTION, "texts": TEXTS})] * 4)
     assert all(r.status_code == 200 for r in responses)
@@ -291,7 +291,7 @@ def test_batched_cascade_ranks_each_request_as_alone():
     requests = [(g["question"].iloc[0], g.sort_values("position")["candidate"].tolist())
                 for _, g in X.groupby("qid", sort=False)]
     gated = Gated(model)
-    with serving(gated, max_wait_ms=400, threads=1) as client:
+    with serving(gated, max_wait_ms=400, adaptive_wait=False, threads=1) as client:
         gated.calls.clear()
         responses = concurrently([lambda q=q, t=t: client.post("/rerank", json={"query": q, "texts": t})
                                   for q, t in requests])
@@ -304,6 +304,51 @@ def test_batched_cascade_ranks_each_request_as_alone():
         lone = dict(zip(order, scores))
         ranked = [lone[x["index"]] for x in served]  # the served order, by the lone scores: best first up to ties
         assert all(a >= b - 1e-4 for a, b in zip(ranked, ranked[1:]))
+
+
+def test_adaptive_wait_skips_the_wait_after_a_lone_batch_only(overlap):
+    """After a batch of one job the next takes what is queued at once; after a batch of two it waits for company
+    (here up to a minute, cut short by the pair budget); with adaptive_wait=False every batch waits."""
+    gated = Gated(overlap)
+    batcher = Batcher(ServedModel(gated), max_wait_ms=60_000, max_batch_pairs=2 * len(TEXTS))
+    batcher.start()
+    try:
+        assert batcher.ready.wait(30)
+        gated.calls.clear()
+        gated.entered.clear()
+        gated.gate.clear()
+        lone = batcher.submit(Job(QUESTION, TEXTS))
+        assert gated.entered.wait(10)  # scored without the minute's wait
+        pair = [batcher.submit(Job(QUESTION, TEXTS)) for _ in range(2)]  # queue while the worker is held
+        deadline = time.monotonic() + 10
+        while batcher.depth() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gated.gate.set()
+        for future in [lone, *pair]:
+            future.result(10)
+        assert gated.calls == [1, 2]  # the queued two together, without a wait: the batch before was lone
+        waiting = batcher.submit(Job(QUESTION, TEXTS))
+        time.sleep(0.3)
+        assert not waiting.done() and gated.calls == [1, 2]  # after a batch of two: it waits for company
+        company = batcher.submit(Job(QUESTION, TEXTS))
+        waiting.result(10), company.result(10)
+        assert gated.calls == [1, 2, 2]
+    finally:
+        gated.gate.set()
+        batcher.close(10)
+
+    fixed = Batcher(ServedModel(Gated(overlap)), max_wait_ms=60_000, max_batch_pairs=2 * len(TEXTS),
+                    adaptive_wait=False)
+    fixed.start()
+    try:
+        assert fixed.ready.wait(30)
+        first = fixed.submit(Job(QUESTION, TEXTS))
+        time.sleep(0.3)
+        assert not first.done()  # the first request after the warm-up waits too
+        fixed.submit(Job(QUESTION, TEXTS)).result(10)
+        assert first.result(10).order.tolist() == ranking(overlap, QUESTION, TEXTS)[0]
+    finally:
+        fixed.close(10)
 
 
 # ----------------------------------------------------------------------------------------------- health, info, metrics
@@ -474,7 +519,7 @@ def test_timeout_is_504_and_the_worker_goes_on(overlap):
 
 def test_a_failing_request_fails_alone_and_the_worker_goes_on(overlap):
     gated = Gated(overlap, fail_on="BOOM")
-    with serving(gated, max_wait_ms=300) as client:
+    with serving(gated, max_wait_ms=300, adaptive_wait=False) as client:
         bad, good = concurrently([lambda: client.post("/rerank", json={"query": QUESTION, "texts": ["BOOM", "a"]}),
                                   lambda: client.post("/rerank", json={"query": QUESTION, "texts": TEXTS})])
         assert bad.status_code == 500 and bad.json()["error_type"] == "model"
@@ -504,7 +549,8 @@ def test_closing_serves_what_was_accepted(overlap):
 
 # ----------------------------------------------------------------------------------------------- the command line
 @pytest.mark.parametrize("option,value", [("max_queue", 0), ("timeout_s", 0), ("max_wait_ms", -1.0),
-                                          ("threads", 0), ("dynamic_batching", "yes"), ("api_key", "")])
+                                          ("threads", 0), ("dynamic_batching", "yes"), ("adaptive_wait", 1),
+                                          ("api_key", "")])
 def test_create_app_checks_its_options(overlap, option, value):
     with pytest.raises(ValueError, match=option):
         create_app(overlap, **{option: value})
@@ -512,8 +558,8 @@ def test_create_app_checks_its_options(overlap, option, value):
 
 def test_parser_defaults():
     args = build_parser().parse_args(["serve", "path/to/model"])
-    assert (args.host, args.port, args.api_key, args.max_wait_ms, args.no_dynamic_batching) == \
-        ("127.0.0.1", 8000, None, 5.0, False)
+    assert (args.host, args.port, args.api_key, args.max_wait_ms, args.no_dynamic_batching, args.fixed_wait) == \
+        ("127.0.0.1", 8000, None, 5.0, False, False)
 
 
 def test_import_as2rank_loads_no_web_framework():
@@ -624,7 +670,7 @@ def test_real_server_answers_accepted_requests_through_sigterm(overlap, tmp_path
     as2rank.save(overlap, tmp_path / "model")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen([sys.executable, "-m", "as2rank", "serve", str(tmp_path / "model"), "--port", "0",
-                                "--max-wait-ms", "1500", "--threads", "1"],
+                                "--max-wait-ms", "1500", "--fixed-wait", "--threads", "1"],
                                stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stderr.readline()

@@ -40,6 +40,7 @@ SERVE_CONSTRAINTS = {
     "max_body_bytes": [Interval(Integral, 1, None)],
     "timeout_s": [Interval(Real, 0, None, closed="neither")],
     "dynamic_batching": [Boolean()],
+    "adaptive_wait": [Boolean()],
     "threads": [Interval(Integral, 1, None), None],
 }
 
@@ -61,8 +62,8 @@ class ServeError(Exception):
 
 
 def create_app(model, *, api_key=None, max_wait_ms=5.0, max_batch_pairs=1024, max_queue=256, max_candidates=1000,
-               max_chars=10_000, max_body_bytes=4 << 20, timeout_s=30.0, dynamic_batching=True, threads=None,
-               allow_pickle=False) -> FastAPI:
+               max_chars=10_000, max_body_bytes=4 << 20, timeout_s=30.0, dynamic_batching=True, adaptive_wait=True,
+               threads=None, allow_pickle=False) -> FastAPI:
     """An ASGI app (FastAPI) that serves ``model``.
 
     What the scores mean: ``score`` (``/rerank``) and ``relevance_score`` (``/v1/rerank``) are a calibrated model's
@@ -103,6 +104,10 @@ def create_app(model, *, api_key=None, max_wait_ms=5.0, max_batch_pairs=1024, ma
         Seconds a request may wait for its scores (504 beyond; the request is dropped if its batch has not started).
     dynamic_batching : bool, default=True
         False: one request per model call.
+    adaptive_wait : bool, default=True
+        True: a request that follows a model call of one request is scored with those queued already, without
+        waiting ``max_wait_ms`` for more (one client at a time pays no wait); the wait resumes once a call holds
+        two requests or more. False: every call waits.
     threads : int, default=None
         torch's intra-op threads in the inference worker; None leaves torch's setting.
     allow_pickle : bool, default=False
@@ -115,7 +120,8 @@ def create_app(model, *, api_key=None, max_wait_ms=5.0, max_batch_pairs=1024, ma
     """
     options = dict(max_wait_ms=max_wait_ms, max_batch_pairs=max_batch_pairs, max_queue=max_queue,
                    max_candidates=max_candidates, max_chars=max_chars, max_body_bytes=max_body_bytes,
-                   timeout_s=timeout_s, dynamic_batching=dynamic_batching, threads=threads)
+                   timeout_s=timeout_s, dynamic_batching=dynamic_batching, adaptive_wait=adaptive_wait,
+                   threads=threads)
     for name, value in options.items():
         check_param(name, value, SERVE_CONSTRAINTS[name])
     if api_key is not None and (not isinstance(api_key, str) or not api_key):
@@ -125,7 +131,7 @@ def create_app(model, *, api_key=None, max_wait_ms=5.0, max_batch_pairs=1024, ma
     else:
         served = model if isinstance(model, ServedModel) else ServedModel(model)
     batcher = Batcher(served, max_wait_ms=max_wait_ms, max_batch_pairs=max_batch_pairs, max_queue=max_queue,
-                      dynamic_batching=dynamic_batching, threads=threads)
+                      dynamic_batching=dynamic_batching, adaptive_wait=adaptive_wait, threads=threads)
     telemetry = Telemetry(_ROUTES, batcher.depth)
     batcher.on_batch = telemetry.observe_batch
 
@@ -330,7 +336,8 @@ def _add_routes(app: FastAPI, served: ServedModel, batcher: Batcher, telemetry: 
         return {**served.describe(), "limits": {"max_candidates": limits.max_candidates, "max_chars": limits.max_chars,
                                                 "max_queue": batcher.max_queue, "timeout_s": timeout_s},
                 "batching": {"dynamic": batcher.dynamic_batching, "max_wait_ms": batcher.max_wait * 1000.0,
-                             "max_batch_pairs": batcher.max_batch_pairs, "threads": batcher.threads}}
+                             "adaptive_wait": batcher.adaptive_wait, "max_batch_pairs": batcher.max_batch_pairs,
+                             "threads": batcher.threads}}
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
     async def metrics():

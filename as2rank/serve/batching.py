@@ -6,7 +6,10 @@ more, up to ``max_batch_pairs`` question/candidate pairs; it packs the jobs into
 question (``qid``), so that models that read a question's whole list (a cascade's drops, Cosinet's list encoder)
 see each request alone; it calls the model once (the library's token-budget batching runs inside that call), and
 splits the scores back into the jobs' futures. A job that queued while the worker was busy has waited longer than
-``max_wait_ms`` already and goes into the next batch at once; a lone request waits at most ``max_wait_ms``.
+``max_wait_ms`` already and goes into the next batch at once. With ``adaptive_wait`` (the default), a batch that
+follows a batch of one job does not wait either: it takes only the jobs queued already, so that one client at a time
+pays no wait; once a batch holds two jobs or more, the next waits again, so that clients that send together stay
+batched together.
 
 One thread calls the model, so no estimator is ever called from two threads. An exception inside the model's call
 fails the jobs of that batch only: with several jobs, each is scored again alone, so that one request the model
@@ -138,6 +141,9 @@ class Batcher:
         Jobs waiting at most; :meth:`submit` raises :class:`QueueFull` beyond.
     dynamic_batching : bool, default=True
         False: one job per model call (what the benchmark compares with).
+    adaptive_wait : bool, default=True
+        True: a batch that follows a batch of one job takes the jobs queued already and does not wait for more.
+        False: every batch waits up to ``max_wait_ms`` after its oldest job arrived.
     threads : int, default=None
         torch's intra-op threads in the worker thread, set after the warm-up call (which imports torch if the
         model runs on it); None leaves torch's setting. A model's own ``n_threads`` parameter applies inside its
@@ -154,8 +160,10 @@ class Batcher:
     """
 
     def __init__(self, model: ServedModel, *, max_wait_ms=5.0, max_batch_pairs=1024, max_queue=256,
-                 dynamic_batching=True, threads=None, on_batch=None):
+                 dynamic_batching=True, adaptive_wait=True, threads=None, on_batch=None):
         self.model = model
+        self.adaptive_wait = adaptive_wait
+        self._last_batch_jobs = 1  # jobs of the batch before: no traffic yet counts as one client
         self.max_wait = max_wait_ms / 1000.0
         self.max_batch_pairs = max_batch_pairs
         self.max_queue = max_queue
@@ -252,8 +260,9 @@ class Batcher:
         self.ready.set()
 
     def _collect(self):
-        """The next batch: the oldest job and those that arrive within ``max_wait`` of it, up to the pair budget;
-        None when the worker is to stop."""
+        """The next batch: the oldest job and those that arrive within ``max_wait`` of it (after a batch of one
+        job, with ``adaptive_wait``: those queued already), up to the pair budget; None when the worker is to
+        stop."""
         first = self._held if self._held is not None else self._queue.get()
         self._held = None
         if first is _STOP:
@@ -261,7 +270,8 @@ class Batcher:
         jobs, pairs = [first], first.n_pairs
         if not self.dynamic_batching:
             return jobs
-        deadline = first.arrived + self.max_wait
+        alone = self.adaptive_wait and self._last_batch_jobs == 1
+        deadline = first.arrived + (0.0 if alone else self.max_wait)
         while pairs < self.max_batch_pairs:
             remaining = deadline - time.monotonic()
             try:
@@ -273,6 +283,7 @@ class Batcher:
                 break
             jobs.append(job)
             pairs += job.n_pairs
+        self._last_batch_jobs = len(jobs)
         return jobs
 
     def _serve(self, jobs) -> None:

@@ -48,6 +48,8 @@ def add_parser(sub, allow_pickle_help: str):
     g.add_argument("--max-batch-pairs", type=int, default=1024,
                    help="question/candidate pairs per model call at most (default 1024)")
     g.add_argument("--no-dynamic-batching", action="store_true", help="one request per model call")
+    g.add_argument("--fixed-wait", action="store_true", help="every model call waits --max-wait-ms for requests to "
+                   "batch (default: a request that follows a call of one request does not wait)")
     g.add_argument("--max-queue", type=int, default=256,
                    help="requests waiting at most; beyond, 503 with Retry-After (default 256)")
     g.add_argument("--max-candidates", type=int, default=1000, help="texts per request at most (default 1000)")
@@ -132,7 +134,8 @@ def run(args) -> int:
         warnings.warn(f"listening on {args.host} without an API key: anyone who can reach this port can use the "
                       "model; give --api-key (or AS2RANK_API_KEY)", UserWarning, stacklevel=2)
     sock = _listen(args.host, args.port)
-    app = create_app(served, api_key=api_key, dynamic_batching=not args.no_dynamic_batching, **options)
+    app = create_app(served, api_key=api_key, dynamic_batching=not args.no_dynamic_batching,
+                     adaptive_wait=not args.fixed_wait, **options)
     return _serve(app, sock, served, args.host, options["timeout_s"])
 
 

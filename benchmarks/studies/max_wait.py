@@ -23,15 +23,17 @@ from harness.serving import Server, as2rank_cmd, bodies_of, cell_summary, hey, p
 PEER = "CrossEncoder (FastAPI)"
 
 
-def label(ms) -> str:
-    return f"{ms:g}"
+def label(ms, fixed=False) -> str:
+    """A server's name: its ``--max-wait-ms`` value, and ``--fixed-wait`` when every call waits."""
+    return f"{ms:g}" + (" --fixed-wait" if fixed else "")
 
 
 def analyse(load: dict, ours: list, default: str) -> dict:
-    """``score``: each wait's geometric mean, over the (request, clients) cells, of its median requests/s over the
-    best wait's; ``best_ms``; ``vs_default``: each wait against the default over every cell's rounds (paired by
-    round, the cells of a round being interleaved): its geometric-mean ratio of requests/s, the rounds it was
-    ahead in, and the p-value of a paired randomisation test of the log requests/s."""
+    """``score``: each setting's geometric mean, over the (request, clients) cells, of its median requests/s over
+    the best setting's; ``best``: the setting of the highest score; ``vs_default``: each setting against the
+    default over every cell's rounds (paired by round, the cells of a round being interleaved): its geometric-mean
+    ratio of requests/s, the rounds it was ahead in, and the p-value of a paired randomisation test of the log
+    requests/s."""
     ratios = {name: [] for name in ours}
     for row in (row for by_c in load.values() for row in by_c.values()):
         best = max(row[name]["rps"] for name in ours)
@@ -44,7 +46,7 @@ def analyse(load: dict, ours: list, default: str) -> dict:
     vs_default = {name: {"ratio": float(np.exp(np.mean(rounds[name] - rounds[default]))),
                          "ahead": int(np.sum(rounds[name] > rounds[default])), "units": len(rounds[default]),
                          "p": tests[name]["p"]} for name in ours if name != default}
-    return {"score": score, "best_ms": float(max(score, key=score.get)), "vs_default": vs_default,
+    return {"score": score, "best": max(score, key=score.get), "vs_default": vs_default,
             "alpha": significance()["alpha"]}
 
 
@@ -67,19 +69,20 @@ def run(exp, args, res):
     as2rank.save(tr, work / "tr")
     bodies, texts = bodies_of(splits, work)
     t = str(args.threads)
-    servers = {label(ms): Server(f"wait-{ms}", as2rank_cmd(work / "tr", t, "--max-wait-ms", str(ms)), work)
-               for ms in cfg["wait_ms"]}
+    settings = [(ms, False) for ms in cfg["wait_ms"]] + [(ms, True) for ms in cfg.get("fixed_wait_ms", [])]
+    servers = {label(ms, fixed): Server(f"wait-{ms}{'-fixed' if fixed else ''}", as2rank_cmd(
+        work / "tr", t, "--max-wait-ms", str(ms), *(["--fixed-wait"] if fixed else [])), work) for ms, fixed in settings}
     servers[PEER] = Server("crossencoder", [sys.executable, str(ROOT / "benchmarks" / "peer_serve_crossencoder.py"),
                                             "--model", resolve_model("minilm-l6")[0], "--threads", t], work)
     res.update(fits=fits, threads=args.threads, seconds=args.seconds, rounds=args.rounds, concurrency=concurrency,
-               wait_ms=cfg["wait_ms"], kinds=cfg["kinds"], n_train_questions=int(X_train["qid"].nunique()),
+               settings=[label(ms, fixed) for ms, fixed in settings], kinds=cfg["kinds"], n_train_questions=int(X_train["qid"].nunique()),
                requests={k: len(v["texts"]) for k, v in texts.items()},
                library_default_ms=inspect.signature(create_app).parameters["max_wait_ms"].default,
                quick="16 training questions, 1 s cells, concurrency 1 and 4, one round" if args.quick else "")
     with running(servers):
         load(res, servers, bodies, concurrency, args, cfg)
     shutil.rmtree(work, ignore_errors=True)
-    res.update(analyse(res["load"], [label(ms) for ms in cfg["wait_ms"]], label(res["library_default_ms"])))
+    res.update(analyse(res["load"], res["settings"], label(res["library_default_ms"])))
     plot(res, figure_path(exp.template, "max_wait.png"))
 
 
