@@ -20,7 +20,8 @@ The worker should be the only thread of the process that runs torch. On Linux to
 (libgomp), which keeps a pool of threads for every thread that ran a parallel region, for as long as that thread
 lives; and when it manages more threads than there are cores, it lets its threads spin only briefly between regions
 (libgomp's documentation of ``GOMP_SPINCOUNT``, https://gcc.gnu.org/onlinedocs/libgomp/GOMP_005fSPINCOUNT.html),
-so every region of the worker's model call then waits for its threads to wake. Work before serving (loading a model, a check call) therefore runs through :func:`on_passing_thread`.
+so every region of the worker's model call then waits for its threads to wake. Work before serving (loading a
+model, a check call) therefore runs through :func:`on_passing_thread`.
 
 No web framework is imported here: :mod:`as2rank.serve.app` awaits the futures.
 """

@@ -71,11 +71,13 @@ def run(exp, args, res):
     t = str(args.threads)
     settings = [(ms, False) for ms in cfg["wait_ms"]] + [(ms, True) for ms in cfg.get("fixed_wait_ms", [])]
     servers = {label(ms, fixed): Server(f"wait-{ms}{'-fixed' if fixed else ''}", as2rank_cmd(
-        work / "tr", t, "--max-wait-ms", str(ms), *(["--fixed-wait"] if fixed else [])), work) for ms, fixed in settings}
+        work / "tr", t, "--max-wait-ms", str(ms), *(["--fixed-wait"] if fixed else [])), work)
+        for ms, fixed in settings}
     servers[PEER] = Server("crossencoder", [sys.executable, str(ROOT / "benchmarks" / "peer_serve_crossencoder.py"),
                                             "--model", resolve_model("minilm-l6")[0], "--threads", t], work)
     res.update(fits=fits, threads=args.threads, seconds=args.seconds, rounds=args.rounds, concurrency=concurrency,
-               settings=[label(ms, fixed) for ms, fixed in settings], kinds=cfg["kinds"], n_train_questions=int(X_train["qid"].nunique()),
+               settings=[label(ms, fixed) for ms, fixed in settings], kinds=cfg["kinds"],
+               n_train_questions=int(X_train["qid"].nunique()),
                requests={k: len(v["texts"]) for k, v in texts.items()},
                library_default_ms=inspect.signature(create_app).parameters["max_wait_ms"].default,
                quick="16 training questions, 1 s cells, concurrency 1 and 4, one round" if args.quick else "")
